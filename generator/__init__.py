@@ -1,0 +1,1 @@
+"""rlkernels' generator: operator specs → contract-checked, per-platform kernel packages."""

@@ -1,0 +1,89 @@
+"""The rules that span files, above all: no backend may break its op's contract.
+
+Every rule lives here once and reports ``file:line: field: message``.  The
+generator writes nothing unless ``check`` passes.
+"""
+
+from __future__ import annotations
+
+from .errors import ContractError, SpecError, SpecProblem
+from .load import Catalog
+from .model import NativeKernel, OpSpec, ReferenceKernel
+
+
+def _one_of(kind: str, name: str, known: list[str]) -> str:
+    return f"Unknown {kind} {name}. Expected one of {', '.join(sorted(known)) or '(none)'}"
+
+
+def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[SpecProblem]]:
+    src = catalog.sources[f"op:{op.name}"]
+    platforms = [p.name for p in catalog.platforms]
+    problems: list[SpecProblem] = []
+    violations: list[SpecProblem] = []
+
+    if op.tolerance not in catalog.package.tolerances:
+        problems.append(src.problem(("tolerance",), _one_of("tolerance class", op.tolerance, list(catalog.package.tolerances))))
+    reference = op.kernels.get(op.reference)
+    if reference is None:
+        problems.append(src.problem(("reference",), _one_of("kernel", op.reference, list(op.kernels))))
+    elif not isinstance(reference, ReferenceKernel):
+        problems.append(src.problem(("reference",), f"{op.reference} is a {reference.kind} kernel; the reference must be kind: reference"))
+
+    for platform in op.backends:
+        if platform not in platforms:
+            problems.append(src.problem(("backends", platform), _one_of("platform", platform, platforms)))
+    for platform in platforms:
+        if platform not in op.backends:
+            problems.append(
+                src.problem(("backends",), f"no entry for platform {platform}; list its backends, or [] to mark the op unsupported there")
+            )
+
+    for platform, names in op.backends.items():
+        for index, name in enumerate(names):
+            path = ("backends", platform, index)
+            if names.index(name) != index:
+                problems.append(src.problem(path, f"backend {name} is listed twice for {platform}"))
+                continue
+            kernel = op.kernels.get(name)
+            if kernel is None:
+                problems.append(src.problem(path, _one_of("backend", name, list(op.kernels))))
+                continue
+            have = set(kernel.guarantees)
+            for missing in (g for g in op.requires if g not in have):
+                violations.append(
+                    src.problem(
+                        path,
+                        f"refusing to map op {op.name} on platform {platform} to backend {name}: "
+                        f"it lacks the guarantee '{missing.value}' that {op.name} requires "
+                        f"(requires: {', '.join(g.value for g in op.requires)}; "
+                        f"{name} guarantees: {', '.join(g.value for g in kernel.guarantees) or 'none'})",
+                    )
+                )
+    for name, kernel in op.kernels.items():
+        if isinstance(kernel, NativeKernel) and not any(name in names for names in op.backends.values()):
+            problems.append(src.problem(("kernels", name), f"native kernel {name} is used by no platform; add it to a backends list or remove it"))
+    return problems, violations
+
+
+def check(catalog: Catalog) -> None:
+    """Raise ``ContractError`` (guarantee violations) or ``SpecError`` (dangling names)."""
+    problems: list[SpecProblem] = []
+    violations: list[SpecProblem] = []
+    for op in catalog.ops:
+        p, v = _op_problems(catalog, op)
+        problems += p
+        violations += v
+    orders = {}
+    for platform in catalog.platforms:
+        if platform.detection.order in orders:
+            src = catalog.sources[f"platform:{platform.name}"]
+            problems.append(
+                src.problem(("detection", "order"), f"order {platform.detection.order} is also used by {orders[platform.detection.order]}")
+            )
+        orders[platform.detection.order] = platform.name
+    if not any(p.kind == "host" for p in catalog.platforms):
+        problems.append(SpecProblem(catalog.spec_file("package"), 1, "", "no host platform (kind: host) is defined; every package carries CPU kernels"))
+    if violations:
+        raise ContractError(violations + problems)
+    if problems:
+        raise SpecError(problems)

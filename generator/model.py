@@ -1,0 +1,333 @@
+"""Typed, frozen models of the spec files.
+
+Every name that can reach generated C++ or Python passes through one of the
+constrained string types below, so a spec can never inject code into a
+generated file.  Rules that involve more than one file (an op naming a
+platform, a backend lacking a guarantee) live in ``contracts``.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+_CPP_KEYWORDS = frozenset(
+    """alignas alignof and and_eq asm auto bitand bitor bool break case catch char
+    char16_t char32_t char8_t class compl concept const const_cast consteval constexpr
+    constinit continue co_await co_return co_yield decltype default delete do double
+    dynamic_cast else enum explicit export extern false float for friend goto if inline
+    int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private
+    protected public register reinterpret_cast requires return short signed sizeof static
+    static_assert static_cast struct switch template this thread_local throw true try
+    typedef typeid typename union unsigned using virtual void volatile wchar_t while xor
+    xor_eq""".split()
+)
+# Names that would shadow the tensors, streams or helpers every generated op uses.
+_RESERVED = frozenset({"self", "out", "stream", "torch", "at", "c10", "std", "rlk", "device"})
+
+
+def _pattern(regex: str, what: str, example: str):
+    compiled = re.compile(regex)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not a valid {what} (expected something like {example!r})")
+        return value
+
+    return check
+
+
+def _identifier(value: str) -> str:
+    _pattern(r"[a-z][a-z0-9_]{0,47}", "name", "det_gemm")(value)
+    if value in _CPP_KEYWORDS or keyword.iskeyword(value) or value in _RESERVED:
+        raise ValueError(f"{value!r} is reserved in C++, Python or generated code; pick another name")
+    if "__" in value or value.endswith("_"):
+        raise ValueError(f"{value!r} may not contain '__' or end with '_' (reserved in C++)")
+    return value
+
+
+Identifier = Annotated[str, AfterValidator(_identifier)]
+"""Lower-case name used for ops, args, kernels and platforms in C++ and Python."""
+
+DimName = Annotated[str, AfterValidator(_pattern(r"[A-Z][A-Z0-9]{0,7}", "dimension name", "K"))]
+TypeVar = Annotated[str, AfterValidator(_pattern(r"[A-Z]", "dtype variable", "T"))]
+CppName = Annotated[
+    str,
+    AfterValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*", "C++ name", "at::cuda::getCurrentCUDAStream")),
+]
+HeaderName = Annotated[str, AfterValidator(_pattern(r"[A-Za-z0-9_]+(/[A-Za-z0-9_.]+)*\.(h|hpp|cuh)", "header path", "cuda_runtime.h"))]
+DottedName = Annotated[str, AfterValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "Python dotted name", "torch.matmul"))]
+CompilerFlag = Annotated[str, AfterValidator(_pattern(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag", "-ffp-contract=off"))]
+EnvName = Annotated[str, AfterValidator(_pattern(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST"))]
+ArchName = Annotated[str, AfterValidator(_pattern(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90"))]
+Version = Annotated[str, AfterValidator(_pattern(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0"))]
+Text = Annotated[str, AfterValidator(_pattern(r"[^\x00-\x1f\x7f`$\\{}]*", "single line of text", "Deterministic GEMM"))]
+"""Free text that lands in comments and docstrings: one line, nothing that could close a comment or
+open a template expression."""
+Suffix = Literal[".cu", ".hip", ".mu", ".cpp"]
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Guarantee(str, Enum):
+    deterministic = "deterministic"
+    batch_invariant = "batch_invariant"
+    portable = "portable"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+# --------------------------------------------------------------------------- package
+
+
+class Tolerance(StrictModel):
+    atol: float = Field(ge=0, le=1)
+    rtol: float = Field(ge=0, le=1)
+
+
+class PackageSpec(StrictModel):
+    name: Identifier
+    version: Version
+    description: Text
+    tolerances: dict[Identifier, dict[Dtype, Tolerance]] = Field(min_length=1)
+    """The tolerance table: class → dtype → atol/rtol.  Accuracy only; invariance is always bitwise."""
+
+    @model_validator(mode="after")
+    def _every_class_covers_every_dtype(self) -> PackageSpec:
+        for name, table in self.tolerances.items():
+            missing = [d.value for d in Dtype if d not in table]
+            if missing:
+                raise ValueError(f"tolerance class {name!r} lacks dtypes: {', '.join(missing)}")
+        return self
+
+
+# --------------------------------------------------------------------------- platforms
+
+
+class Headers(StrictModel):
+    runtime: HeaderName | None
+    fp16: HeaderName | None
+    bf16: HeaderName | None
+
+
+class DeviceTypes(StrictModel):
+    """Vendor type names.  Where a header is missing, the portable header defines the type."""
+
+    half: CppName
+    bfloat16: CppName
+    stream: CppName | None
+    error: CppName | None
+
+
+class RuntimeApi(StrictModel):
+    success: CppName
+    invalid_value: CppName
+    get_last_error: CppName
+    error_string: CppName
+
+
+class Intrinsics(StrictModel):
+    """Correctly rounded single operations that the compiler may never fuse."""
+
+    mul_rn: CppName | None
+    add_rn: CppName | None
+
+
+class TorchBinding(StrictModel):
+    dispatch_key: Literal["CPU", "CUDA", "PrivateUse1"]
+    device_type: Identifier
+    includes: tuple[HeaderName, ...]
+    stream_getter: CppName | None
+    device_guard: CppName | None
+    launch_check: CppName | None
+
+
+class Build(StrictModel):
+    extension: Literal["CppExtension", "CUDAExtension", "MUSAExtension"]
+    extension_module: DottedName
+    build_ext: DottedName
+    compiler_key: Identifier | None
+    """Key of the device compiler in ``extra_compile_args`` (nvcc, mcc)."""
+    host_flags: tuple[CompilerFlag, ...]
+    device_flags: tuple[CompilerFlag, ...]
+    toolkit_home: DottedName | None
+    """Attribute that is None when the device toolkit is missing (e.g. cpp_extension's CUDA_HOME)."""
+    toolkit_hint: Text
+    """What to do when the toolkit or the platform's torch build is missing."""
+    arch_env: EnvName | None
+    archs: tuple[Annotated[str, AfterValidator(_pattern(r"[0-9a-z.+_]+", "arch list entry", "9.0"))], ...]
+
+
+class Detection(StrictModel):
+    """How the generated runtime recognises the platform of a tensor or process."""
+
+    import_module: DottedName | None
+    available: DottedName | None
+    """Callable that says whether a device is present; null: always available (the host)."""
+    version_attr: DottedName | None
+    version_attr_set: bool
+    order: int = Field(ge=0, le=99)
+    """Lower is checked first: MUSA before CUDA, since torch_musa can coexist with a CUDA torch."""
+
+
+class Wheel(StrictModel):
+    """The PyTorch-style local version label, e.g. +cu130, +rocm5.2, +cpu."""
+
+    label: Annotated[str, AfterValidator(_pattern(r"[a-z]+(\{version\})?", "wheel label", "cu{version}"))]
+    version_from: DottedName | None
+    """Where {version} comes from at build time (e.g. torch.version.cuda); it must be set."""
+    version_parts: int = Field(default=2, ge=1, le=3)
+    version_separator: Literal["", "."] = ""
+
+
+class PlatformSpec(StrictModel):
+    name: Identifier
+    display_name: Text
+    kind: Literal["host", "device"]
+    source_suffix: Suffix
+    compiler: Text
+    device_compile_macro: CppName | None
+    headers: Headers
+    types: DeviceTypes
+    runtime: RuntimeApi | None
+    intrinsics: Intrinsics
+    torch: TorchBinding
+    build: Build
+    detection: Detection
+    warp_sizes: dict[ArchName, Annotated[int, Field(ge=1, le=1024)]]
+    wheel: Wheel
+
+    @model_validator(mode="after")
+    def _device_needs_runtime(self) -> PlatformSpec:
+        if self.kind == "device":
+            missing = [
+                field
+                for field, value in (
+                    ("runtime", self.runtime),
+                    ("headers.runtime", self.headers.runtime),
+                    ("types.stream", self.types.stream),
+                    ("torch.stream_getter", self.torch.stream_getter),
+                    ("torch.launch_check", self.torch.launch_check),
+                    ("build.compiler_key", self.build.compiler_key),
+                    ("device_compile_macro", self.device_compile_macro),
+                )
+                if value is None
+            ]
+            if missing:
+                raise ValueError(f"a device platform needs {', '.join(missing)}")
+        return self
+
+
+# --------------------------------------------------------------------------- operators
+
+DtypeRef = Annotated[
+    str,
+    AfterValidator(_pattern(r"[A-Z]|float32|float16|bfloat16", "dtype", "float32, float16, bfloat16 or a dtype variable such as T")),
+]
+
+
+class TensorArg(StrictModel):
+    name: Identifier
+    dtype: DtypeRef
+    shape: tuple[DimName, ...] = Field(min_length=1, max_length=8)
+    doc: Text = ""
+
+
+class Output(StrictModel):
+    name: Identifier
+    dtype: DtypeRef
+    shape: tuple[DimName, ...] = Field(min_length=1, max_length=8)
+    doc: Text = ""
+
+
+class DimConstraint(StrictModel):
+    dim: DimName
+    multiple_of: int = Field(ge=1, le=1 << 20)
+
+
+class Reduction(StrictModel):
+    """The order every kernel of the op must reduce in; kernels render exactly this order."""
+
+    dim: DimName
+    order: Literal["ascending"]
+    accumulator: Literal["float32"]
+
+
+class NativeKernel(StrictModel):
+    kind: Literal["native"]
+    template: Annotated[str, AfterValidator(_pattern(r"kernels/[a-z0-9_]+\.j2", "kernel template", "kernels/det_gemm_simt.j2"))]
+    guarantees: tuple[Guarantee, ...]
+    doc: Text = ""
+
+
+class ReferenceKernel(StrictModel):
+    kind: Literal["reference"]
+    python: DottedName
+    guarantees: tuple[Guarantee, ...]
+    doc: Text = ""
+
+
+Kernel = Annotated[NativeKernel | ReferenceKernel, Field(discriminator="kind")]
+
+
+class TestPlan(StrictModel):
+    """Shapes the generated contract tests use, scaled to run on a CPU in seconds."""
+
+    shapes: tuple[dict[DimName, Annotated[int, Field(ge=1, le=1 << 16)]], ...] = Field(min_length=1)
+    batch_dim: DimName
+    batch_sizes: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(min_length=2)
+    chunk_at: int = Field(ge=1)
+    pad_by: int = Field(ge=1)
+
+
+class OpSpec(StrictModel):
+    name: Identifier
+    summary: Text
+    dtype_vars: dict[TypeVar, tuple[Dtype, ...]] = {}
+    args: tuple[TensorArg, ...] = Field(min_length=1)
+    outputs: tuple[Output, ...] = Field(min_length=1)
+    constraints: tuple[DimConstraint, ...] = ()
+    reduction: Reduction | None = None
+    tolerance: Identifier
+    reference: Identifier
+    requires: tuple[Guarantee, ...]
+    kernels: dict[Identifier, Kernel] = Field(min_length=1)
+    backends: dict[Identifier, tuple[Identifier, ...]]
+    tests: TestPlan
+
+    # Rules local to one op; cross-file rules live in ``contracts``.
+    @model_validator(mode="after")
+    def _names_resolve(self) -> OpSpec:
+        names = [a.name for a in self.args] + [o.name for o in self.outputs]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate argument/output names: {', '.join(dupes)}")
+        for tensor in (*self.args, *self.outputs):
+            if len(tensor.dtype) == 1 and tensor.dtype not in self.dtype_vars:
+                raise ValueError(f"{tensor.name}: dtype variable {tensor.dtype} is not declared in dtype_vars")
+        bound = {d for a in self.args for d in a.shape}
+        for out in self.outputs:
+            for d in out.shape:
+                if d not in bound:
+                    raise ValueError(f"output {out.name}: dimension {d} does not appear in any argument's shape")
+        for c in self.constraints:
+            if c.dim not in bound:
+                raise ValueError(f"constraint on {c.dim}: no argument has that dimension")
+        if self.reduction is not None and self.reduction.dim not in bound:
+            raise ValueError(f"reduction over {self.reduction.dim}: no argument has that dimension")
+        if self.tests.batch_dim not in bound:
+            raise ValueError(f"tests.batch_dim {self.tests.batch_dim}: no argument has that dimension")
+        for shape in self.tests.shapes:
+            if set(shape) != bound:
+                raise ValueError(f"tests.shapes entries must give exactly the dimensions {', '.join(sorted(bound))}")
+        return self

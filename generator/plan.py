@@ -1,0 +1,275 @@
+"""What file comes from which template with which context.
+
+The plan is pure data: a sorted list of ``RenderJob``.  Derived facts about an
+op (which argument binds each dimension, the launcher ABI, the torch schema)
+are computed here once, so templates only format them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .load import Catalog
+from .model import Dtype, NativeKernel, OpSpec, Output, PlatformSpec, TensorArg
+
+PACKAGE_TEMPLATES = {
+    # output path (inside generated/<platform>/)   template
+    "csrc/rlk_abi.h": "package/rlk_abi.h.j2",
+    "csrc/bindings.cpp": "package/bindings.cpp.j2",
+    "rlkernels/__init__.py": "package/__init__.py.j2",
+    "rlkernels/_registry.py": "package/_registry.py.j2",
+    "rlkernels/_runtime.py": "package/_runtime.py.j2",
+    "rlkernels/_checks.py": "package/_checks.py.j2",
+    "rlkernels/_ops.py": "package/_ops.py.j2",
+    "pyproject.toml": "package/pyproject.toml.j2",
+    "setup.py": "package/setup.py.j2",
+    "README.md": "package/README.md.j2",
+    "tests/conftest.py": "package/tests/conftest.py.j2",
+}
+
+
+@dataclass(frozen=True)
+class DimBinding:
+    """The first argument axis that carries a dimension; every later use must equal it."""
+
+    dim: str
+    arg: str
+    axis: int
+
+
+@dataclass(frozen=True)
+class DimCheck:
+    arg: str
+    axis: int
+    dim: str
+    bound: DimBinding
+
+
+@dataclass(frozen=True)
+class Check:
+    """One input check, rendered both into the C++ bindings and the Python fake kernels.
+
+    ``message`` is the fixed part, shared by both languages; each appends ", got …".
+    """
+
+    kind: Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "contiguous"]
+    arg: str
+    message: str
+    rank: int = 0
+    dtypes: tuple[str, ...] = ()
+    other: str = ""
+    axis: int = 0
+    other_axis: int = 0
+    multiple_of: int = 1
+
+
+def _words(items: tuple[str, ...]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+@dataclass(frozen=True)
+class OpView:
+    """An op spec plus the facts every template derives from it."""
+
+    spec: OpSpec
+    spec_file: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def dims(self) -> tuple[DimBinding, ...]:
+        seen: dict[str, DimBinding] = {}
+        for arg in self.spec.args:
+            for axis, dim in enumerate(arg.shape):
+                seen.setdefault(dim, DimBinding(dim, arg.name, axis))
+        return tuple(seen.values())
+
+    @property
+    def dim_checks(self) -> tuple[DimCheck, ...]:
+        bound = {d.dim: d for d in self.dims}
+        return tuple(
+            DimCheck(arg.name, axis, dim, bound[dim])
+            for arg in self.spec.args
+            for axis, dim in enumerate(arg.shape)
+            if (bound[dim].arg, bound[dim].axis) != (arg.name, axis)
+        )
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        op = self.spec.name
+        first = self.spec.args[0].name
+        out: list[Check] = []
+        for a in self.spec.args:
+            dims = ", ".join(a.shape)
+            out.append(Check("rank", a.name, f"{op}: argument '{a.name}' must be {len(a.shape)}-D with shape [{dims}]", rank=len(a.shape)))
+        for a in self.spec.args:
+            leader = self.dtype_leader(a.dtype) if a.dtype in self.spec.dtype_vars else a
+            if leader.name == a.name:
+                allowed = self.allowed_dtypes(a)
+                out.append(Check("dtype", a.name, f"{op}: argument '{a.name}' must have dtype {_words(allowed)}", dtypes=allowed))
+            else:
+                out.append(
+                    Check("same_dtype", a.name, f"{op}: argument '{a.name}' must have the same dtype as argument '{leader.name}' ({a.dtype})", other=leader.name)
+                )
+        for a in self.spec.args[1:]:
+            out.append(Check("same_device", a.name, f"{op}: argument '{a.name}' must be on the same device as argument '{first}'", other=first))
+        for c in self.dim_checks:
+            out.append(
+                Check(
+                    "dim",
+                    c.arg,
+                    f"{op}: dimension {c.dim} of argument '{c.arg}' (axis {c.axis}) must equal dimension {c.dim} of argument '{c.bound.arg}' (axis {c.bound.axis})",
+                    axis=c.axis,
+                    other=c.bound.arg,
+                    other_axis=c.bound.axis,
+                )
+            )
+        bound = {d.dim: d for d in self.dims}
+        for constraint in self.spec.constraints:
+            b = bound[constraint.dim]
+            out.append(
+                Check(
+                    "multiple_of",
+                    b.arg,
+                    f"{op}: dimension {constraint.dim} (axis {b.axis} of argument '{b.arg}') must be a multiple of {constraint.multiple_of}",
+                    axis=b.axis,
+                    multiple_of=constraint.multiple_of,
+                )
+            )
+        for a in self.spec.args:
+            out.append(Check("contiguous", a.name, f"{op}: argument '{a.name}' must be contiguous (call .contiguous() on it)"))
+        return tuple(out)
+
+    @property
+    def review_data(self) -> dict[str, Any]:
+        """The op's registry entry as plain data (registry.json; semantic diffs read it back)."""
+        spec = self.spec
+        return {
+            "spec": self.spec_file,
+            "summary": spec.summary,
+            "requires": sorted(g.value for g in spec.requires),
+            "dtypes": list(self.dtypes),
+            "signature": {
+                "args": {a.name: {"dtype": list(self.allowed_dtypes(a)), "shape": list(a.shape)} for a in spec.args},
+                "outputs": {o.name: {"dtype": list(self.allowed_dtypes(o)), "shape": list(o.shape)} for o in spec.outputs},
+            },
+            "tolerance": spec.tolerance,
+            "kernels": {name: {"kind": k.kind, "guarantees": sorted(g.value for g in k.guarantees)} for name, k in spec.kernels.items()},
+            "backends": {platform: list(names) for platform, names in spec.backends.items()},
+        }
+
+    def output_dtype_source(self, out: Output) -> tuple[str, str | None]:
+        """(argument whose options the output copies, fixed dtype or None)."""
+        if out.dtype in self.spec.dtype_vars:
+            return self.dtype_leader(out.dtype).name, None
+        return self.spec.args[0].name, out.dtype
+
+    @property
+    def dtype_vars(self) -> tuple[str, ...]:
+        return tuple(sorted(self.spec.dtype_vars))
+
+    def dtype_leader(self, var: str) -> TensorArg:
+        """The first argument whose dtype binds ``var``."""
+        return next(a for a in self.spec.args if a.dtype == var)
+
+    def allowed_dtypes(self, tensor: TensorArg | Output) -> tuple[str, ...]:
+        if tensor.dtype in self.spec.dtype_vars:
+            return tuple(d.value for d in self.spec.dtype_vars[tensor.dtype])
+        return (tensor.dtype,)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """Every dtype the op's tests must cover (union of the variables' sets)."""
+        found = {d.value for values in self.spec.dtype_vars.values() for d in values}
+        return tuple(d.value for d in Dtype if d.value in found)
+
+    @property
+    def schema(self) -> str:
+        args = ", ".join(f"Tensor {a.name}" for a in self.spec.args)
+        outs = [o for o in self.spec.outputs]
+        ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
+        return f"({args}) -> {ret}"
+
+    def backends(self, platform: str) -> tuple[str, ...]:
+        return self.spec.backends.get(platform, ())
+
+    def native_kernels(self, platform: str) -> tuple[str, ...]:
+        return tuple(k for k in self.backends(platform) if isinstance(self.spec.kernels[k], NativeKernel))
+
+    def launcher_params(self, target: PlatformSpec) -> str:
+        params = [f"const void* {a.name}" for a in self.spec.args]
+        params += [f"void* {o.name}" for o in self.spec.outputs]
+        params += [f"Dtype dtype_{v}" for v in self.dtype_vars]
+        params += [f"int64_t {d.dim}" for d in self.dims]
+        if target.types.stream is not None:
+            params.append(f"{target.types.stream} stream")
+        return ", ".join(params)
+
+    def launcher_args(self, target: PlatformSpec) -> str:
+        args = [f"{a.name}.data_ptr()" for a in self.spec.args]
+        args += [f"{o.name}.data_ptr()" for o in self.spec.outputs]
+        args += [f"to_rlk_dtype({self.dtype_leader(v).name})" for v in self.dtype_vars]
+        args += [d.dim for d in self.dims]
+        if target.types.stream is not None:
+            args.append("stream")
+        return ", ".join(args)
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    path: str
+    """Relative to the output root, POSIX separators."""
+    template: str
+    context: dict[str, Any] = field(hash=False, compare=False)
+    sources: tuple[str, ...]
+    """Spec files the output depends on, for the provenance header."""
+
+
+def package_targets(catalog: Catalog, platform: PlatformSpec) -> tuple[PlatformSpec, ...]:
+    """Platforms whose kernels a package carries: its own, then the host's (every package has CPU kernels)."""
+    hosts = [p for p in catalog.platforms if p.kind == "host"]
+    return (platform,) + tuple(h for h in hosts if h.name != platform.name)
+
+
+def make_plan(catalog: Catalog) -> list[RenderJob]:
+    ops = tuple(OpView(op, catalog.spec_file(f"op:{op.name}")) for op in catalog.ops)
+    package_file = catalog.spec_file("package")
+    all_platform_files = tuple(catalog.spec_file(f"platform:{p.name}") for p in catalog.platforms)
+    op_files = tuple(op.spec_file for op in ops)
+    base = {"package": catalog.package, "ops": ops, "platforms": catalog.platforms}
+    jobs: list[RenderJob] = []
+
+    for platform in catalog.platforms:
+        targets = package_targets(catalog, platform)
+        target_files = tuple(catalog.spec_file(f"platform:{t.name}") for t in targets)
+        ctx = {**base, "platform": platform, "targets": targets}
+        root = platform.name
+        for out, template in PACKAGE_TEMPLATES.items():
+            jobs.append(RenderJob(f"{root}/{out}", template, ctx, (package_file, *target_files, *op_files)))
+        for op in ops:
+            jobs.append(
+                RenderJob(f"{root}/tests/test_{op.name}.py", "package/tests/test_op.py.j2", {**ctx, "op": op}, (package_file, op.spec_file))
+            )
+        for target in targets:
+            tdir = f"{root}/csrc/kernels/{target.name}"
+            tfile = catalog.spec_file(f"platform:{target.name}")
+            tctx = {**ctx, "target": target}
+            jobs.append(RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,)))
+            for op in ops:
+                for kernel in op.native_kernels(target.name):
+                    spec = op.spec.kernels[kernel]
+                    assert isinstance(spec, NativeKernel)
+                    kctx = {**tctx, "op": op, "kernel": kernel}
+                    stem = f"{tdir}/{op.name}_{kernel}"
+                    jobs.append(RenderJob(f"{stem}.h", "package/launcher.h.j2", kctx, (op.spec_file, tfile)))
+                    jobs.append(RenderJob(f"{stem}{target.source_suffix}", spec.template, kctx, (op.spec_file, tfile)))
+
+    jobs.append(RenderJob("REGISTRY.md", "review/REGISTRY.md.j2", base, (package_file, *all_platform_files, *op_files)))
+    jobs.append(RenderJob("registry.json", "review/registry.json.j2", base, (package_file, *all_platform_files, *op_files)))
+    jobs.sort(key=lambda j: j.path)
+    paths = [j.path for j in jobs]
+    assert len(paths) == len(set(paths)), "two render jobs write the same file"
+    return jobs

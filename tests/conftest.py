@@ -1,0 +1,66 @@
+"""Shared fixtures: a throw-away copy of the project to mutate and regenerate."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from generator.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Project:
+    root: Path
+
+    @property
+    def generated(self) -> Path:
+        return self.root / "generated"
+
+    def spec(self, rel: str) -> Path:
+        return self.root / "specs" / rel
+
+    def edit(self, rel: str, old: str, new: str) -> int:
+        """Replace ``old`` (which must occur once) in a spec or template file; return the 1-based line of the edit."""
+        path = self.root / rel
+        text = path.read_text()
+        assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times in {rel}"
+        path.write_text(text.replace(old, new))
+        return text[: text.index(old)].count("\n") + 1
+
+    def run(self, *args: str) -> int:
+        return main(["--root", str(self.root), *args])
+
+    def snapshot(self) -> dict[str, tuple[str, int]]:
+        """Every file under generated/: content hash and mtime (ns)."""
+        return {
+            p.relative_to(self.generated).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(self.generated.rglob("*"))
+            if p.is_file()
+        }
+
+
+def copy_project(dest: Path, with_generated: bool = True) -> Project:
+    for part in ("specs", "templates"):
+        shutil.copytree(REPO / part, dest / part)
+    project = Project(dest)
+    if with_generated:
+        assert project.run("generate") == 0
+    return project
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    """specs/ and templates/ copied, generated/ produced from them."""
+    return copy_project(tmp_path / "proj")
+
+
+@pytest.fixture
+def bare_project(tmp_path: Path) -> Project:
+    """specs/ and templates/ copied, nothing generated yet."""
+    return copy_project(tmp_path / "proj", with_generated=False)

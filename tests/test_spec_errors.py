@@ -1,0 +1,100 @@
+"""Bad specs fail with `file:line: field.path: message`, exit code 2 and no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, Project
+
+OP = "specs/ops/det_gemm.yaml"
+CUDA = "specs/platforms/cuda.yaml"
+
+
+def errors_of(project: Project, capsys) -> str:
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    "file, old, new, field, message",
+    [
+        (OP, "tolerance: reduction", "tolerance: reduction\ncolour: red", "colour", "unknown key 'colour'; expected one of name, summary"),
+        (OP, "  - {name: b, dtype: T", "  - {name: b, dtype: T, layout: row", "args.1.layout", "unknown key 'layout'"),
+        (OP, "tolerance: reduction", "tolerance: [reduction]", "tolerance", "Input should be a valid string"),
+        (OP, "  - {name: a, dtype: T", '  - {name: "a); system(\\"rm -rf /\\")", dtype: T', "args.0.name", "is not a valid name"),
+        (OP, "  - {name: a, dtype: T", "  - {name: class, dtype: T", "args.0.name", "reserved in C++"),
+        (OP, "requires: [deterministic, batch_invariant]", "requires: [deterministic, fast]", "requires.1", "Input should be 'deterministic', 'batch_invariant' or 'portable'"),
+        (OP, "  musa: [simt]", "  musa: [simt]\n  metal: [simt]", "backends.metal", "Unknown platform metal. Expected one of cpu, cuda, musa, rocm"),
+        (OP, "  cuda: [simt]", "  cuda: [tiled]", "backends.cuda.0", "Unknown backend tiled. Expected one of simt, torch_matmul"),
+        (OP, "  cuda: [simt]", "  cuda: [simt, simt]", "backends.cuda.1", "backend simt is listed twice for cuda"),
+        (OP, "tolerance: reduction", "tolerance: exact", "tolerance", "Unknown tolerance class exact. Expected one of elementwise, logprob, reduction"),
+        (OP, "name: det_gemm", "name: det_gemm2", "name", "must match the file name"),
+        (OP, "  - {name: b, dtype: T, shape: [K, N]", "  - {name: b, dtype: U, shape: [K, N]", "", "dtype variable U is not declared"),
+        (OP, "  - {name: c, dtype: T, shape: [M, N]", "  - {name: c, dtype: T, shape: [M, Q]", "", "dimension Q does not appear"),
+        (CUDA, "  compiler_key: nvcc", "  compiler_key: 42", "build.compiler_key", "Input should be a valid string"),
+        (CUDA, "  stream: cudaStream_t", "  stream: cudaStream_t; system()", "types.stream", "is not a valid C++ name"),
+        (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false]", "  device_flags: [-O3, '$(rm -rf /)']", "build.device_flags.1", "is not a valid compiler flag"),
+    ],
+)
+def test_field_errors_name_file_line_and_field(bare_project: Project, capsys, file, old, new, field, message):
+    line = bare_project.edit(file, old, new)
+    if "\n" in new and not old.startswith("  -"):
+        line += 1  # the added key sits on the line after the edited one
+    err = errors_of(bare_project, capsys)
+    prefix = f"{file}:{line}: {field}: " if field else f"{file}:"
+    matching = [l for l in err.splitlines() if l.startswith(prefix) and message in l]
+    assert matching, f"no line starting {prefix!r} containing {message!r} in:\n{err}"
+
+
+def test_duplicate_key(bare_project: Project, capsys):
+    line = bare_project.edit(OP, "tolerance: reduction", "tolerance: reduction\ntolerance: logprob")
+    assert f"{OP}:{line + 1}: tolerance: duplicate key" in errors_of(bare_project, capsys)
+
+
+def test_yaml_syntax_error(bare_project: Project, capsys):
+    line = bare_project.edit(OP, "tolerance: reduction", "tolerance: [reduction")
+    err = errors_of(bare_project, capsys)
+    assert f"{OP}:" in err and "YAML syntax" in err
+    reported = int(err.split(f"{OP}:")[1].split(":")[0])
+    assert line <= reported <= line + 3
+
+
+def test_missing_required_key(bare_project: Project, capsys):
+    bare_project.edit(OP, "tolerance: reduction\n", "")
+    top = bare_project.spec("ops/det_gemm.yaml").read_text().splitlines().index("name: det_gemm") + 1
+    assert f"{OP}:{top}: tolerance: required key is missing" in errors_of(bare_project, capsys)
+
+
+def test_aliases_are_refused(bare_project: Project, capsys):
+    line = bare_project.edit(OP, "  rocm: [simt]", "  rocm: &x [simt]\n  musa2: *x")
+    err = errors_of(bare_project, capsys)
+    assert f"{OP}:{line + 1}:" in err and "aliases" in err
+
+
+def test_empty_file(bare_project: Project, capsys):
+    bare_project.spec("ops/det_gemm.yaml").write_text("")
+    assert f"{OP}:1: file is empty" in errors_of(bare_project, capsys)
+
+
+def test_every_bad_file_is_reported_at_once(bare_project: Project, capsys):
+    bare_project.edit(OP, "tolerance: reduction", "tolerance: reduction\ncolour: red")
+    bare_project.edit(CUDA, "  compiler_key: nvcc", "  compiler_key: 42")
+    err = errors_of(bare_project, capsys)
+    assert OP in err and CUDA in err
+
+
+def test_cli_prints_no_traceback(bare_project: Project):
+    bare_project.edit(OP, "tolerance: reduction", "tolerance: reduction\ncolour: red")
+    result = subprocess.run(
+        [sys.executable, "-m", "generator", "--root", str(bare_project.root), "generate"],
+        capture_output=True, text=True, cwd=REPO,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "specs/ops/det_gemm.yaml:" in result.stderr and "colour" in result.stderr
+    assert not bare_project.generated.exists()
