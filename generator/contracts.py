@@ -48,6 +48,11 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
             if kernel is None:
                 problems.append(src.problem(path, _one_of("backend", name, list(op.kernels))))
                 continue
+            if isinstance(kernel, NativeKernel) and kernel.platforms is not None and platform not in kernel.platforms:
+                problems.append(
+                    src.problem(path, f"kernel {name} cannot run on {platform}; it is written for {', '.join(kernel.platforms)} only")
+                )
+                continue
             have = set(kernel.guarantees)
             for missing in (g for g in op.requires if g not in have):
                 violations.append(
@@ -60,6 +65,9 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
                     )
                 )
     for name, kernel in op.kernels.items():
+        for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
+            if platform not in platforms:
+                problems.append(src.problem(("kernels", name, "platforms", index), _one_of("platform", platform, platforms)))
         if isinstance(kernel, NativeKernel) and not any(name in names for names in op.backends.values()):
             problems.append(src.problem(("kernels", name), f"native kernel {name} is used by no platform; add it to a backends list or remove it"))
     return problems, violations

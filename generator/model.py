@@ -267,6 +267,8 @@ class NativeKernel(StrictModel):
     kind: Literal["native"]
     template: Annotated[str, AfterValidator(_pattern(r"kernels/[a-z0-9_]+\.j2", "kernel template", "kernels/det_gemm_simt.j2"))]
     guarantees: tuple[Guarantee, ...]
+    platforms: tuple[Identifier, ...] | None = None
+    """Platforms the template can render for (e.g. a tensor-core kernel); null: every platform."""
     doc: Text = ""
 
 

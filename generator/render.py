@@ -39,6 +39,20 @@ def _header(job: RenderJob) -> str:
     return "".join(f"{open_} {line}{close}\n" for line in provenance(job))
 
 
+def _py_str(value: object) -> str:
+    """A Python string literal in double quotes, as a formatter would write it."""
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _py_tuple(items: list[str]) -> str:
+    return "()" if not items else f"({items[0]},)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+
+
+def _py_frozenset(values: object) -> str:
+    items = sorted(str(v) for v in values)  # type: ignore[attr-defined]
+    return "frozenset({" + ", ".join(_py_str(v) for v in items) + "})" if items else "frozenset()"
+
+
 def make_environment(templates_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir)),
@@ -49,7 +63,11 @@ def make_environment(templates_dir: Path) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
-    env.filters["pystr"] = lambda value: repr(str(value))
+    env.filters["pystr"] = _py_str
+    env.filters["pytuple"] = lambda values: _py_tuple([_py_str(v) for v in values])
+    env.filters["pylist"] = lambda values: "[" + ", ".join(_py_str(v) for v in values) + "]"
+    env.filters["pyset"] = _py_frozenset
+    env.filters["pydict"] = lambda mapping: "{" + ", ".join(f"{_py_str(k)}: {v!r}" for k, v in sorted(mapping.items())) + "}"
     return env
 
 

@@ -14,14 +14,14 @@ import sys
 
 from setuptools import setup
 
-BASE_VERSION = '0.1.0'
+BASE_VERSION = "0.1.0"
 ARCH_ENV = None
-DEFAULT_ARCHS = ''
+DEFAULT_ARCHS = ""
 SOURCES = [
     "csrc/bindings.cpp",
     "csrc/kernels/cpu/det_gemm_simt.cpp",
 ]
-HOST_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', ]
+HOST_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off"]
 DEVICE_FLAGS = []
 
 
@@ -38,7 +38,7 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension as Extension 
 
 
 def _attr(dotted: str):
-    """Value of a dotted attribute such as torch.version.cuda, or None."""
+    """Value of a dotted attribute such as torch.version.git_version, or None."""
     import importlib
 
     parts = dotted.split(".")
@@ -56,7 +56,7 @@ def _attr(dotted: str):
     return None
 
 
-HINT = 'install torch (e.g. pip install torch==2.13.0) and a C++17 compiler'
+HINT = "install torch (e.g. pip install torch==2.13.0) and a C++17 compiler"
 
 
 def toolchain_problem() -> str | None:
@@ -65,7 +65,7 @@ def toolchain_problem() -> str | None:
 
 def local_label() -> str:
     """PyTorch's local-version convention: +cpu."""
-    return 'cpu'
+    return "cpu"
 
 
 problem = toolchain_problem()
@@ -78,15 +78,15 @@ if ARCH_ENV is not None:
 extra_compile_args = {"cxx": HOST_FLAGS}
 
 setup(
-    name='rlkernels',
+    name="rlkernels",
     version=f"{BASE_VERSION}+{local_label()}",
-    description='Deterministic, batch-invariant kernels for RL training, generated for every platform',
-    packages=['rlkernels'],
+    description="Deterministic, batch-invariant kernels for RL training, generated for every platform",
+    packages=["rlkernels"],
     python_requires=">=3.9",
     install_requires=["torch"],
     ext_modules=[
         Extension(
-            name='rlkernels._C',
+            name="rlkernels._C",
             sources=SOURCES,
             include_dirs=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")],
             extra_compile_args=extra_compile_args,

@@ -14,16 +14,16 @@ import sys
 
 from setuptools import setup
 
-BASE_VERSION = '0.1.0'
-ARCH_ENV = 'TORCH_MUSA_ARCH_LIST'
-DEFAULT_ARCHS = '21;22;31'
+BASE_VERSION = "0.1.0"
+ARCH_ENV = "TORCH_MUSA_ARCH_LIST"
+DEFAULT_ARCHS = "21;22;31"
 SOURCES = [
     "csrc/bindings.cpp",
     "csrc/kernels/musa/det_gemm_simt.mu",
     "csrc/kernels/cpu/det_gemm_simt.cpp",
 ]
-HOST_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', ]
-DEVICE_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', ]
+HOST_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off"]
+DEVICE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off"]
 
 
 def fail(message: str) -> None:
@@ -43,7 +43,7 @@ except ImportError as exc:
 
 
 def _attr(dotted: str):
-    """Value of a dotted attribute such as torch.version.cuda, or None."""
+    """Value of a dotted attribute such as torch.version.git_version, or None."""
     import importlib
 
     parts = dotted.split(".")
@@ -61,19 +61,19 @@ def _attr(dotted: str):
     return None
 
 
-HINT = 'install torch_musa and the MUSA toolkit (mcc) from Moore Threads; set TORCH_MUSA_ARCH_LIST when no GPU is visible'
+HINT = "install torch_musa and the MUSA toolkit (mcc) from Moore Threads; set TORCH_MUSA_ARCH_LIST when no GPU is visible"
 
 
 def toolchain_problem() -> str | None:
-    if not _attr('torch_musa.__version__'):
+    if not _attr("torch_musa.__version__"):
         return f"torch {torch.__version__} is not a Moore Threads MUSA build (torch_musa.__version__ is unset); {HINT}"
     return None
 
 
 def local_label() -> str:
     """PyTorch's local-version convention: +musa{version}."""
-    parts = str(_attr('torch_musa.__version__')).split(".")[: 2]
-    return 'musa{version}'.format(version=''.join(parts))
+    parts = str(_attr("torch_musa.__version__")).split(".")[: 2]
+    return "musa{version}".format(version="".join(parts))
 
 
 problem = toolchain_problem()
@@ -84,18 +84,18 @@ if ARCH_ENV is not None:
     os.environ.setdefault(ARCH_ENV, DEFAULT_ARCHS)
 
 extra_compile_args = {"cxx": HOST_FLAGS}
-extra_compile_args['mcc'] = DEVICE_FLAGS
+extra_compile_args["mcc"] = DEVICE_FLAGS
 
 setup(
-    name='rlkernels',
+    name="rlkernels",
     version=f"{BASE_VERSION}+{local_label()}",
-    description='Deterministic, batch-invariant kernels for RL training, generated for every platform',
-    packages=['rlkernels'],
+    description="Deterministic, batch-invariant kernels for RL training, generated for every platform",
+    packages=["rlkernels"],
     python_requires=">=3.9",
     install_requires=["torch"],
     ext_modules=[
         Extension(
-            name='rlkernels._C',
+            name="rlkernels._C",
             sources=SOURCES,
             include_dirs=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")],
             extra_compile_args=extra_compile_args,

@@ -14,16 +14,16 @@ import sys
 
 from setuptools import setup
 
-BASE_VERSION = '0.1.0'
-ARCH_ENV = 'PYTORCH_ROCM_ARCH'
-DEFAULT_ARCHS = 'gfx90a;gfx940;gfx1030'
+BASE_VERSION = "0.1.0"
+ARCH_ENV = "PYTORCH_ROCM_ARCH"
+DEFAULT_ARCHS = "gfx90a;gfx940;gfx1030"
 SOURCES = [
     "csrc/bindings.cpp",
     "csrc/kernels/rocm/det_gemm_simt.hip",
     "csrc/kernels/cpu/det_gemm_simt.cpp",
 ]
-HOST_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', ]
-DEVICE_FLAGS = ['-O3', '-std=c++17', '-ffp-contract=off', ]
+HOST_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off"]
+DEVICE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off"]
 
 
 def fail(message: str) -> None:
@@ -42,7 +42,7 @@ except ImportError as exc:
 
 
 def _attr(dotted: str):
-    """Value of a dotted attribute such as torch.version.cuda, or None."""
+    """Value of a dotted attribute such as torch.version.git_version, or None."""
     import importlib
 
     parts = dotted.split(".")
@@ -60,23 +60,23 @@ def _attr(dotted: str):
     return None
 
 
-HINT = 'install ROCm (hipcc) and a ROCm build of torch; set ROCM_HOME, and PYTORCH_ROCM_ARCH when no GPU is visible'
+HINT = "install ROCm (hipcc) and a ROCm build of torch; set ROCM_HOME, and PYTORCH_ROCM_ARCH when no GPU is visible"
 
 
 def toolchain_problem() -> str | None:
-    if (_attr('torch.version.hip') is not None) != True:
-        return f"torch {torch.__version__} is not a AMD ROCm (HIP) build (torch.version.hip is {_attr('torch.version.hip')!r}); {HINT}"
-    if not _attr('torch.version.hip'):
+    if (_attr("torch.version.hip") is not None) != True:
+        return f"torch {torch.__version__} is not a AMD ROCm (HIP) build (torch.version.hip is {_attr("torch.version.hip")!r}); {HINT}"
+    if not _attr("torch.version.hip"):
         return f"torch {torch.__version__} is not a AMD ROCm (HIP) build (torch.version.hip is unset); {HINT}"
-    if _attr('torch.utils.cpp_extension.ROCM_HOME') is None:
+    if _attr("torch.utils.cpp_extension.ROCM_HOME") is None:
         return f"the hipcc toolkit was not found (torch.utils.cpp_extension.ROCM_HOME is None); {HINT}"
     return None
 
 
 def local_label() -> str:
     """PyTorch's local-version convention: +rocm{version}."""
-    parts = str(_attr('torch.version.hip')).split(".")[: 2]
-    return 'rocm{version}'.format(version='.'.join(parts))
+    parts = str(_attr("torch.version.hip")).split(".")[: 2]
+    return "rocm{version}".format(version=".".join(parts))
 
 
 problem = toolchain_problem()
@@ -87,18 +87,18 @@ if ARCH_ENV is not None:
     os.environ.setdefault(ARCH_ENV, DEFAULT_ARCHS)
 
 extra_compile_args = {"cxx": HOST_FLAGS}
-extra_compile_args['nvcc'] = DEVICE_FLAGS
+extra_compile_args["nvcc"] = DEVICE_FLAGS
 
 setup(
-    name='rlkernels',
+    name="rlkernels",
     version=f"{BASE_VERSION}+{local_label()}",
-    description='Deterministic, batch-invariant kernels for RL training, generated for every platform',
-    packages=['rlkernels'],
+    description="Deterministic, batch-invariant kernels for RL training, generated for every platform",
+    packages=["rlkernels"],
     python_requires=">=3.9",
     install_requires=["torch"],
     ext_modules=[
         Extension(
-            name='rlkernels._C',
+            name="rlkernels._C",
             sources=SOURCES,
             include_dirs=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")],
             extra_compile_args=extra_compile_args,

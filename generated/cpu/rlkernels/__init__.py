@@ -17,9 +17,9 @@ from ._registry import BUILD_PLATFORM, CARRIED_PLATFORMS, OPS, TOLERANCES
 from ._runtime import NATIVE_ERROR, UnsupportedError, detect_platform, platform_of, select_backend
 
 try:
-    __version__ = _metadata.version('rlkernels')
+    __version__ = _metadata.version("rlkernels")
 except _metadata.PackageNotFoundError:  # built in place, not installed
-    __version__ = '0.1.0'
+    __version__ = "0.1.0"
 
 __all__ = [
     "BUILD_PLATFORM",
@@ -32,5 +32,5 @@ __all__ = [
     "detect_platform",
     "platform_of",
     "select_backend",
-    'det_gemm',
+    "det_gemm",
 ]

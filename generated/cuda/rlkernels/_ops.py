@@ -26,8 +26,8 @@ def det_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         c: [M, N] same dtype as a. product rounded once to the input dtype
     """
     _checks.check_det_gemm(a, b)
-    kernel = _runtime.select_backend('det_gemm', _runtime.platform_of(a.device))
-    return _runtime.call('det_gemm', kernel, a, b)
+    kernel = _runtime.select_backend("det_gemm", _runtime.platform_of(a.device))
+    return _runtime.call("det_gemm", kernel, a, b)
 
 
 def _fake_det_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -41,12 +41,12 @@ def _fake_det_gemm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _register_fakes() -> None:
     """Shape-only kernels so the ops trace under torch.compile and on the meta device."""
-    for overload in ("", ".simt", ):
+    for overload in ("", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm{overload}")(_fake_det_gemm)
 
 
 if _runtime.NATIVE_ERROR is None:
     _register_fakes()
 
-__all__ = ['det_gemm']
+__all__ = ["det_gemm"]
 assert set(__all__) == set(OPS)

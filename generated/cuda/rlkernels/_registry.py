@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PACKAGE = 'rlkernels'
-BASE_VERSION = '0.1.0'
-BUILD_PLATFORM = 'cuda'
+PACKAGE = "rlkernels"
+BASE_VERSION = "0.1.0"
+BUILD_PLATFORM = "cuda"
 """The platform this build was generated for."""
-CARRIED_PLATFORMS = ('cuda', 'cpu', )
+CARRIED_PLATFORMS = ("cuda", "cpu")
 """Platforms whose kernels this build carries (its own, then the host's)."""
 
 
@@ -52,100 +52,101 @@ class Platform:
     wheel_label: str
 
 
-# Checked in order: MUSA first, since torch_musa can sit beside a CUDA build of torch.
+# Checked in the order the platform specs give (detection.order): a plugin platform that
+# can sit beside another build of torch comes before it.
 PLATFORMS = (
     Platform(
-        name='musa',
-        display_name='Moore Threads MUSA',
-        device_type='musa',
-        dispatch_key='PrivateUse1',
-        import_module='torch_musa',
-        available='torch.musa.is_available',
+        name="musa",
+        display_name="Moore Threads MUSA",
+        device_type="musa",
+        dispatch_key="PrivateUse1",
+        import_module="torch_musa",
+        available="torch.musa.is_available",
         version_attr=None,
         version_attr_set=False,
-        wheel_label='musa{version}',
+        wheel_label="musa{version}",
     ),
     Platform(
-        name='rocm',
-        display_name='AMD ROCm (HIP)',
-        device_type='cuda',
-        dispatch_key='CUDA',
+        name="rocm",
+        display_name="AMD ROCm (HIP)",
+        device_type="cuda",
+        dispatch_key="CUDA",
         import_module=None,
-        available='torch.cuda.is_available',
-        version_attr='torch.version.hip',
+        available="torch.cuda.is_available",
+        version_attr="torch.version.hip",
         version_attr_set=True,
-        wheel_label='rocm{version}',
+        wheel_label="rocm{version}",
     ),
     Platform(
-        name='cuda',
-        display_name='NVIDIA CUDA',
-        device_type='cuda',
-        dispatch_key='CUDA',
+        name="cuda",
+        display_name="NVIDIA CUDA",
+        device_type="cuda",
+        dispatch_key="CUDA",
         import_module=None,
-        available='torch.cuda.is_available',
-        version_attr='torch.version.hip',
+        available="torch.cuda.is_available",
+        version_attr="torch.version.hip",
         version_attr_set=False,
-        wheel_label='cu{version}',
+        wheel_label="cu{version}",
     ),
     Platform(
-        name='cpu',
-        display_name='CPU',
-        device_type='cpu',
-        dispatch_key='CPU',
+        name="cpu",
+        display_name="CPU",
+        device_type="cpu",
+        dispatch_key="CPU",
         import_module=None,
         available=None,
         version_attr=None,
         version_attr_set=False,
-        wheel_label='cpu',
+        wheel_label="cpu",
     ),
 )
 
 # Tolerance classes: dtype → (atol, rtol), for accuracy against the reference.
 # Determinism and invariance are always checked bitwise.
 TOLERANCES = {
-    'elementwise': {
-        'bfloat16': (0.02, 0.016),
-        'float16': (0.001, 0.001),
-        'float32': (1e-05, 1e-05),
+    "elementwise": {
+        "bfloat16": (0.02, 0.016),
+        "float16": (0.001, 0.001),
+        "float32": (1e-05, 1e-05),
     },
-    'logprob': {
-        'bfloat16': (0.05, 0.0),
-        'float16': (0.005, 0.0),
-        'float32': (1e-05, 0.0),
+    "logprob": {
+        "bfloat16": (0.05, 0.0),
+        "float16": (0.005, 0.0),
+        "float32": (1e-05, 0.0),
     },
-    'reduction': {
-        'bfloat16': (0.05, 0.02),
-        'float16': (0.001, 0.001),
-        'float32': (0.0001, 0.0001),
+    "reduction": {
+        "bfloat16": (0.05, 0.02),
+        "float16": (0.001, 0.001),
+        "float32": (0.0001, 0.0001),
     },
 }
 
 OPS = {
-    'det_gemm': Op(
-        name='det_gemm',
-        summary='Deterministic batch-invariant matrix product C = A @ B',
-        requires=frozenset({ 'batch_invariant', 'deterministic', }),
+    "det_gemm": Op(
+        name="det_gemm",
+        summary="Deterministic batch-invariant matrix product C = A @ B",
+        requires=frozenset({"batch_invariant", "deterministic"}),
         kernels={
-            'simt': Kernel(
-                name='simt',
-                kind='native',
-                guarantees=frozenset({ 'batch_invariant', 'deterministic', 'portable', }),
-                doc='Shared-memory tiled SIMT kernel; same K order as the CPU kernel on every platform',
+            "simt": Kernel(
+                name="simt",
+                kind="native",
+                guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
+                doc="Shared-memory tiled SIMT kernel; same K order as the CPU kernel on every platform",
             ),
-            'torch_matmul': Kernel(
-                name='torch_matmul',
-                kind='reference',
+            "torch_matmul": Kernel(
+                name="torch_matmul",
+                kind="reference",
                 guarantees=frozenset(),
-                python='torch.matmul',
-                doc='PyTorch matmul (cuBLAS/MKL); picks kernels and split-K by shape, so it is neither deterministic nor batch-invariant. Reference and benchmark only',
+                python="torch.matmul",
+                doc="PyTorch matmul (cuBLAS/MKL); picks kernels and split-K by shape, so it is neither deterministic nor batch-invariant. Reference and benchmark only",
             ),
         },
         backends={
-            'cuda': ('simt', ),
-            'cpu': ('simt', ),
+            "cuda": ("simt",),
+            "cpu": ("simt",),
         },
-        reference='torch_matmul',
-        tolerance='reduction',
-        dtypes=('float32', 'float16', 'bfloat16', ),
+        reference="torch_matmul",
+        tolerance="reduction",
+        dtypes=("float32", "float16", "bfloat16"),
     ),
 }

@@ -17,23 +17,23 @@ import rlkernels
 from rlkernels._registry import OPS, TOLERANCES
 from rlkernels._runtime import _resolve, platform_of, select_backend
 
-OP = OPS['det_gemm']
+OP = OPS["det_gemm"]
 SHAPES = [
-    { 'K': 64, 'M': 33, 'N': 40, },
-    { 'K': 96, 'M': 64, 'N': 72, },
-    { 'K': 7, 'M': 1, 'N': 5, },
+    {"K": 64, "M": 33, "N": 40},
+    {"K": 96, "M": 64, "N": 72},
+    {"K": 7, "M": 1, "N": 5},
 ]
 # (name, dtype or dtype variable, shape)
 ARGS = [
-    ('a', 'T', ('M', 'K', )),
-    ('b', 'T', ('K', 'N', )),
+    ("a", "T", ("M", "K")),
+    ("b", "T", ("K", "N")),
 ]
 OUTPUTS = [
-    ('c', ('M', 'N', )),
+    ("c", ("M", "N")),
 ]
-DTYPES = ['float32', 'float16', 'bfloat16', ]
-BATCH_DIM = 'M'
-BATCH_SIZES = [1, 5, 64, ]
+DTYPES = ["float32", "float16", "bfloat16"]
+BATCH_DIM = "M"
+BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
 PAD_BY = 7
 
@@ -157,14 +157,14 @@ def test_fake_kernel_under_torch_compile():
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param('a', lambda t, ts: t.unsqueeze(0), "det_gemm: argument 'a' must be 2-D with shape [M, K]", id="rank-a"))
-    cases.append(pytest.param('b', lambda t, ts: t.unsqueeze(0), "det_gemm: argument 'b' must be 2-D with shape [K, N]", id="rank-b"))
-    cases.append(pytest.param('a', lambda t, ts: t.to(torch.int32), "det_gemm: argument 'a' must have dtype float32, float16 or bfloat16", id="dtype-a"))
-    cases.append(pytest.param('b', lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "det_gemm: argument 'b' must have the same dtype as argument 'a' (T)", id="same-dtype-b"))
-    cases.append(pytest.param('b', lambda t, ts: t.to("meta"), "det_gemm: argument 'b' must be on the same device as argument 'a'", id="device-b"))
-    cases.append(pytest.param('b', lambda t, ts: torch.cat([t, t.narrow(0, 0, 1)], dim=0), "det_gemm: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1)", id="dim-b-axis0"))
-    cases.append(pytest.param('a', lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm: argument 'a' must be contiguous (call .contiguous() on it)", id="contiguous-a"))
-    cases.append(pytest.param('b', lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm: argument 'b' must be contiguous (call .contiguous() on it)", id="contiguous-b"))
+    cases.append(pytest.param("a", lambda t, ts: t.unsqueeze(0), "det_gemm: argument 'a' must be 2-D with shape [M, K]", id="rank-a"))
+    cases.append(pytest.param("b", lambda t, ts: t.unsqueeze(0), "det_gemm: argument 'b' must be 2-D with shape [K, N]", id="rank-b"))
+    cases.append(pytest.param("a", lambda t, ts: t.to(torch.int32), "det_gemm: argument 'a' must have dtype float32, float16 or bfloat16", id="dtype-a"))
+    cases.append(pytest.param("b", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "det_gemm: argument 'b' must have the same dtype as argument 'a' (T)", id="same-dtype-b"))
+    cases.append(pytest.param("b", lambda t, ts: t.to("meta"), "det_gemm: argument 'b' must be on the same device as argument 'a'", id="device-b"))
+    cases.append(pytest.param("b", lambda t, ts: torch.cat([t, t.narrow(0, 0, 1)], dim=0), "det_gemm: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1)", id="dim-b-axis0"))
+    cases.append(pytest.param("a", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm: argument 'a' must be contiguous (call .contiguous() on it)", id="contiguous-a"))
+    cases.append(pytest.param("b", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm: argument 'b' must be contiguous (call .contiguous() on it)", id="contiguous-b"))
     return cases
 
 

@@ -28,7 +28,7 @@ def check_det_gemm(a: torch.Tensor, b: torch.Tensor) -> None:
         raise InputError(f"det_gemm: argument 'a' must be 2-D with shape [M, K], got shape {list(a.shape)}")
     if b.dim() != 2:
         raise InputError(f"det_gemm: argument 'b' must be 2-D with shape [K, N], got shape {list(b.shape)}")
-    if _dtype(a) not in ('float32', 'float16', 'bfloat16', ):
+    if _dtype(a) not in ("float32", "float16", "bfloat16"):
         raise InputError(f"det_gemm: argument 'a' must have dtype float32, float16 or bfloat16, got {_dtype(a)}")
     if b.dtype != a.dtype:
         raise InputError(f"det_gemm: argument 'b' must have the same dtype as argument 'a' (T), got {_dtype(b)} and {_dtype(a)}")

@@ -72,7 +72,7 @@ def detect_platform() -> str:
 
 
 def platform_of(device: torch.device | str) -> str:
-    """The platform that owns tensors on ``device`` (ROCm and CUDA share the device type)."""
+    """The platform that owns tensors on ``device`` (platforms that share a device type are told apart by their version attribute)."""
     device_type = torch.device(device).type
     for p in PLATFORMS:
         if p.device_type == device_type and _version_attr_matches(p):

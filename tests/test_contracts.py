@@ -1,0 +1,93 @@
+"""The determinism guard: no op is ever mapped to a backend that breaks its contract."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import Project
+
+OP = "specs/ops/det_gemm.yaml"
+PLATFORMS = ["cpu", "cuda", "rocm", "musa"]
+
+
+def backends_line(project: Project, platform: str) -> str:
+    text = project.spec("ops/det_gemm.yaml").read_text()
+    return next(line for line in text.splitlines() if line.startswith(f"  {platform}: ["))
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("position", ["only", "fallback"])
+def test_refuses_nondeterministic_backend_and_writes_nothing(project: Project, capsys, platform, position):
+    before = project.snapshot()
+    old = backends_line(project, platform)
+    listed = "[torch_matmul]" if position == "only" else old.split(": ", 1)[1].replace("]", ", torch_matmul]")
+    line = project.edit(OP, old, f"  {platform}: {listed}")
+    index = 0 if position == "only" else listed.count(",")
+
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    expected = f"{OP}:{line}: backends.{platform}.{index}: refusing to map op det_gemm on platform {platform} to backend torch_matmul"
+    assert expected in err, err
+    assert "lacks the guarantee 'deterministic'" in err
+    assert "lacks the guarantee 'batch_invariant'" in err
+    assert "contract violation" in err
+    assert project.snapshot() == before, "a refused generate must not create, change or delete any file"
+
+
+def test_refusal_is_general_for_every_guarantee(project: Project, capsys):
+    """Requiring 'portable' refuses a kernel that lacks it; nothing is special about det_gemm or determinism."""
+    text = project.spec("ops/det_gemm.yaml").read_text()
+    project.spec("ops/det_gemm.yaml").write_text(text.replace("guarantees: [deterministic, batch_invariant, portable]", "guarantees: [deterministic, batch_invariant]"))
+    project.edit(OP, "requires: [deterministic, batch_invariant]", "requires: [deterministic, batch_invariant, portable]")
+    assert project.run("check") == 2
+    err = capsys.readouterr().err
+    assert "lacks the guarantee 'portable'" in err
+
+
+def test_native_kernel_restricted_to_other_platforms_is_refused(project: Project, capsys):
+    project.edit(OP, "    template: kernels/det_gemm_simt.j2", "    template: kernels/det_gemm_simt.j2\n    platforms: [cuda, cpu]")
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "backends.rocm.0: kernel simt cannot run on rocm" in err
+    assert "backends.musa.0: kernel simt cannot run on musa" in err
+
+
+def test_missing_platform_entry_is_an_error(project: Project, capsys):
+    project.edit(OP, "  musa: [simt]\n", "")
+    assert project.run("generate") == 2
+    assert "backends: no entry for platform musa; list its backends, or [] to mark the op unsupported there" in capsys.readouterr().err
+
+
+def test_empty_list_means_explicitly_unsupported(project: Project):
+    project.edit(OP, "  musa: [simt]", "  musa: []")
+    assert project.run("generate") == 0
+    musa = project.generated / "musa"
+    assert not (musa / "csrc/kernels/musa/det_gemm_simt.mu").exists(), "no kernel is rendered where the op is unsupported"
+    bindings = (musa / "csrc/bindings.cpp").read_text()
+    assert 'det_gemm_unsupported_musa' in bindings
+    assert "rlkernels.det_gemm is not supported on musa: the spec maps it to no native backend there" in bindings
+    registry = (musa / "rlkernels/_registry.py").read_text()
+    assert '"musa": (),' in registry
+    assert "| `det_gemm` |" in (project.generated / "REGISTRY.md").read_text()
+    assert "unsupported" in (project.generated / "REGISTRY.md").read_text()
+
+
+def test_runtime_refuses_unsupported_platform_without_fallback(project: Project, tmp_path, monkeypatch):
+    """The generated runtime raises a clear error for an op mapped to no backend; it never falls back."""
+    import importlib
+    import sys
+
+    project.edit(OP, "  cpu: [simt]", "  cpu: []")
+    project.edit(OP, "    guarantees: [deterministic, batch_invariant, portable]\n    doc: Shared", "    guarantees: [deterministic, batch_invariant, portable]\n    platforms: [cuda, rocm, musa]\n    doc: Shared")
+    assert project.run("generate") == 0
+    torch = pytest.importorskip("torch", reason="the generated runtime needs torch")
+    monkeypatch.syspath_prepend(str(project.generated / "cpu"))
+    for name in [m for m in sys.modules if m == "rlkernels" or m.startswith("rlkernels.")]:
+        monkeypatch.delitem(sys.modules, name)
+    rlkernels = importlib.import_module("rlkernels")
+    assert rlkernels.NATIVE_ERROR is not None  # not built: only the Python side is exercised
+    with pytest.raises(rlkernels.UnsupportedError, match="det_gemm is not supported on cpu: the spec maps it to no backend"):
+        rlkernels.det_gemm(torch.ones(2, 2), torch.ones(2, 2))
+    with pytest.raises(rlkernels.UnsupportedError, match="carries kernels for cpu, not for cuda tensors"):
+        rlkernels.select_backend("det_gemm", "cuda")
