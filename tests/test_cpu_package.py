@@ -1,0 +1,74 @@
+"""The generated CPU package builds with torch.utils.cpp_extension (ninja) and keeps det_gemm's contract."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
+
+from package_build import build_inplace  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def rlkernels(request):
+    root = build_inplace("cpu")
+    sys.path.insert(0, str(root))
+    request.addfinalizer(lambda: sys.path.remove(str(root)))
+    for name in [m for m in sys.modules if m == "rlkernels" or m.startswith("rlkernels.")]:
+        del sys.modules[name]
+    import rlkernels as module
+
+    assert module.NATIVE_ERROR is None, module.NATIVE_ERROR
+    return module
+
+
+TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-3, 1e-3), torch.bfloat16: (5e-2, 2e-2)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_det_gemm_matches_matmul_within_reduction_tolerance(rlkernels, dtype):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(37, 130, generator=g).to(dtype)
+    b = torch.randn(130, 45, generator=g).to(dtype)
+    c = rlkernels.det_gemm(a, b)
+    assert c.dtype == dtype and c.shape == (37, 45)
+    atol, rtol = TOLERANCE[dtype]
+    torch.testing.assert_close(c.float(), torch.matmul(a.float(), b.float()), atol=atol, rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_det_gemm_is_bitwise_deterministic(rlkernels, dtype):
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(64, 257, generator=g).to(dtype), torch.randn(257, 96, generator=g).to(dtype)
+    first = rlkernels.det_gemm(a, b)
+    assert torch.equal(rlkernels.det_gemm(a, b), first)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_row_of_one_row_batch_equals_row_of_64_row_batch(rlkernels, dtype):
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.randn(64, 300, generator=g).to(dtype), torch.randn(300, 70, generator=g).to(dtype)
+    full = rlkernels.det_gemm(a, b)
+    for i in (0, 17, 63):
+        assert torch.equal(rlkernels.det_gemm(a[i : i + 1], b)[0], full[i]), f"row {i}"
+
+
+def test_rounds_once_at_the_store(rlkernels):
+    """bf16 output equals the fp32 product rounded once to bf16 (round to nearest even)."""
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(16, 64, generator=g).to(torch.bfloat16), torch.randn(64, 16, generator=g).to(torch.bfloat16)
+    assert torch.equal(rlkernels.det_gemm(a, b), rlkernels.det_gemm(a.float(), b.float()).to(torch.bfloat16))
+
+
+def test_generated_package_tests_pass(rlkernels):
+    from package_build import CACHE
+
+    root = CACHE / "inplace-cpu"
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout
