@@ -64,6 +64,22 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
                         f"{name} guarantees: {', '.join(g.value for g in kernel.guarantees) or 'none'})",
                     )
                 )
+    ops = {o.name: o for o in catalog.ops}
+    for index, step in enumerate(op.backward):
+        target = ops.get(step.op)
+        if target is None:
+            problems.append(src.problem(("backward", index, "op"), _one_of("op", step.op, list(ops))))
+            continue
+        if len(step.args) != len(target.args):
+            problems.append(
+                src.problem(("backward", index, "args"), f"{step.op} takes {len(target.args)} tensor arguments, got {len(step.args)}")
+            )
+        if len(step.gives) != len(target.outputs):
+            problems.append(
+                src.problem(("backward", index, "gives"), f"{step.op} returns {len(target.outputs)} outputs, gives lists {len(step.gives)}")
+            )
+        if target.backward:
+            problems.append(src.problem(("backward", index, "op"), f"{step.op} has a backward of its own; backward ops are not differentiated again"))
     for name, kernel in op.kernels.items():
         for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
             if platform not in platforms:

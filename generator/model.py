@@ -85,6 +85,12 @@ class Dtype(str, Enum):
     float32 = "float32"
     float16 = "float16"
     bfloat16 = "bfloat16"
+    int64 = "int64"
+    int32 = "int32"
+    bool = "bool"
+
+
+FLOAT_DTYPES = (Dtype.float32, Dtype.float16, Dtype.bfloat16)
 
 
 # --------------------------------------------------------------------------- package
@@ -105,7 +111,7 @@ class PackageSpec(StrictModel):
     @model_validator(mode="after")
     def _every_class_covers_every_dtype(self) -> PackageSpec:
         for name, table in self.tolerances.items():
-            missing = [d.value for d in Dtype if d not in table]
+            missing = [d.value for d in FLOAT_DTYPES if d not in table]
             if missing:
                 raise ValueError(f"tolerance class {name!r} lacks dtypes: {', '.join(missing)}")
         return self
@@ -232,21 +238,56 @@ class PlatformSpec(StrictModel):
 
 DtypeRef = Annotated[
     str,
-    AfterValidator(_pattern(r"[A-Z]|float32|float16|bfloat16", "dtype", "float32, float16, bfloat16 or a dtype variable such as T")),
+    AfterValidator(
+        _pattern(r"[A-Z]|float32|float16|bfloat16|int64|int32|bool", "dtype", "float32, float16, bfloat16, int64, int32, bool or a dtype variable such as T")
+    ),
 ]
+Size = Annotated[int, Field(ge=-(1 << 31), le=1 << 31)]
+
+
+class TestValues(StrictModel):
+    """How the generated tests fill an argument: integers in [low, high), where high may be a
+    dimension name; ``include`` values are planted at every ``every``-th element (e.g. ignore_index)."""
+
+    low: Size = 0
+    high: Size | DimName = 2
+    include: tuple[Size, ...] = ()
+    every: int = Field(default=5, ge=1, le=1000)
 
 
 class TensorArg(StrictModel):
     name: Identifier
     dtype: DtypeRef
-    shape: tuple[DimName, ...] = Field(min_length=1, max_length=8)
+    shape: tuple[DimName, ...] = Field(max_length=8)
+    optional: bool = False
+    """Schema ``Tensor?``: the kernel receives a null pointer when it is absent."""
+    values: TestValues | None = None
     doc: Text = ""
+
+
+class Attr(StrictModel):
+    """A scalar attribute (``float eps=1e-06`` in the torch schema); kernels see it as float32/int64/bool."""
+
+    name: Identifier
+    type: Literal["float", "int", "bool"]
+    default: float | int | bool
+    doc: Text = ""
+
+    @model_validator(mode="after")
+    def _default_matches_type(self) -> Attr:
+        kinds = {"float": (float, int), "int": (int,), "bool": (bool,)}[self.type]
+        if isinstance(self.default, bool) != (self.type == "bool") or not isinstance(self.default, kinds):
+            raise ValueError(f"default {self.default!r} is not a {self.type}")
+        return self
 
 
 class Output(StrictModel):
     name: Identifier
     dtype: DtypeRef
-    shape: tuple[DimName, ...] = Field(min_length=1, max_length=8)
+    shape: tuple[DimName, ...] = Field(max_length=8)
+    float32_if: Identifier | None = None
+    """A bool attribute that, when true, makes this output float32 instead of ``dtype``."""
+    differentiable: bool = True
     doc: Text = ""
 
 
@@ -256,11 +297,42 @@ class DimConstraint(StrictModel):
 
 
 class Reduction(StrictModel):
-    """The order every kernel of the op must reduce in; kernels render exactly this order."""
+    """The order every kernel of the op must reduce in; kernels render exactly this order.
+
+    ascending:  one float32 accumulator adds the terms in index order.
+    k_tree:     leaves of ``leaf`` terms summed ascending in float32 and rounded once to the
+                output dtype, then combined pairwise by mid-split with adds in the output dtype.
+    lanes_tree: ``lanes`` float32 partial sums (lane l adds terms l, l+lanes, ... ascending),
+                then combined by a pairwise tree (lane i += lane i+half, half = lanes/2, ..., 1).
+    """
 
     dim: DimName
-    order: Literal["ascending"]
+    order: Literal["ascending", "k_tree", "lanes_tree"]
     accumulator: Literal["float32"]
+    leaf: int | None = Field(default=None, ge=1, le=4096)
+    lanes: int | None = Field(default=None, ge=2, le=1024)
+
+    @model_validator(mode="after")
+    def _parameters_fit_order(self) -> Reduction:
+        if (self.order == "k_tree") != (self.leaf is not None):
+            raise ValueError("leaf is required for order k_tree, and only for it")
+        if (self.order == "lanes_tree") != (self.lanes is not None):
+            raise ValueError("lanes is required for order lanes_tree, and only for it")
+        if self.lanes is not None and self.lanes & (self.lanes - 1):
+            raise ValueError(f"lanes must be a power of two, got {self.lanes}")
+        return self
+
+
+class BackwardStep(StrictModel):
+    """One call of the backward pass: ``op(*args)`` returns the gradients of ``gives``, in order.
+
+    An arg is a forward argument or output name, or ``grad(<output>)`` for the incoming gradient.
+    Attributes of the same name are passed on.
+    """
+
+    op: Identifier
+    args: tuple[Annotated[str, AfterValidator(_pattern(r"grad\([a-z][a-z0-9_]*\)|[a-z][a-z0-9_]*", "backward argument", "grad(y)"))], ...]
+    gives: tuple[Identifier, ...] = Field(min_length=1)
 
 
 class NativeKernel(StrictModel):
@@ -269,6 +341,8 @@ class NativeKernel(StrictModel):
     guarantees: tuple[Guarantee, ...]
     platforms: tuple[Identifier, ...] | None = None
     """Platforms the template can render for (e.g. a tensor-core kernel); null: every platform."""
+    params: dict[Identifier, bool | int] = {}
+    """Template parameters, so one template serves several ops (e.g. operand layouts)."""
     doc: Text = ""
 
 
@@ -286,17 +360,21 @@ class TestPlan(StrictModel):
     """Shapes the generated contract tests use, scaled to run on a CPU in seconds."""
 
     shapes: tuple[dict[DimName, Annotated[int, Field(ge=1, le=1 << 16)]], ...] = Field(min_length=1)
-    batch_dim: DimName
-    batch_sizes: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(min_length=2)
-    chunk_at: int = Field(ge=1)
-    pad_by: int = Field(ge=1)
+    batch_dim: DimName | None = None
+    """The dimension whose size must not change any row's bits; null when the op has none."""
+    batch_sizes: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = (1, 5, 64)
+    chunk_at: int = Field(default=25, ge=1)
+    pad_by: int = Field(default=7, ge=1)
 
 
 class OpSpec(StrictModel):
     name: Identifier
     summary: Text
+    aliases: tuple[Identifier, ...] = ()
+    """More public names for the same function (e.g. det_linear)."""
     dtype_vars: dict[TypeVar, tuple[Dtype, ...]] = {}
     args: tuple[TensorArg, ...] = Field(min_length=1)
+    attrs: tuple[Attr, ...] = ()
     outputs: tuple[Output, ...] = Field(min_length=1)
     constraints: tuple[DimConstraint, ...] = ()
     reduction: Reduction | None = None
@@ -306,18 +384,42 @@ class OpSpec(StrictModel):
     kernels: dict[Identifier, Kernel] = Field(min_length=1)
     backends: dict[Identifier, tuple[Identifier, ...]]
     tests: TestPlan
+    backward: tuple[BackwardStep, ...] = ()
+    """How autograd differentiates the op, with other ops of the catalog (never torch.matmul)."""
 
     # Rules local to one op; cross-file rules live in ``contracts``.
     @model_validator(mode="after")
     def _names_resolve(self) -> OpSpec:
-        names = [a.name for a in self.args] + [o.name for o in self.outputs]
+        names = [a.name for a in self.args] + [a.name for a in self.attrs] + [o.name for o in self.outputs]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"duplicate argument/output names: {', '.join(dupes)}")
+            raise ValueError(f"duplicate argument/attribute/output names: {', '.join(dupes)}")
         for tensor in (*self.args, *self.outputs):
             if len(tensor.dtype) == 1 and tensor.dtype not in self.dtype_vars:
                 raise ValueError(f"{tensor.name}: dtype variable {tensor.dtype} is not declared in dtype_vars")
-        bound = {d for a in self.args for d in a.shape}
+        for var in self.dtype_vars:
+            if not any(a.dtype == var and not a.optional for a in self.args):
+                raise ValueError(f"dtype variable {var} is not the dtype of any required argument")
+        bool_attrs = {a.name for a in self.attrs if a.type == "bool"}
+        for out in self.outputs:
+            if out.float32_if is not None and out.float32_if not in bool_attrs:
+                raise ValueError(f"output {out.name}: float32_if names {out.float32_if}, which is not a bool attribute")
+        bound = {d for a in self.args if not a.optional for d in a.shape}
+        for arg in self.args:
+            for d in arg.shape:
+                if d not in bound:
+                    raise ValueError(f"argument {arg.name}: dimension {d} appears in no required argument's shape")
+            if arg.values is not None and isinstance(arg.values.high, str) and arg.values.high not in bound:
+                raise ValueError(f"argument {arg.name}: values.high {arg.values.high} is not a dimension")
+        tensors = {a.name for a in self.args} | {o.name for o in self.outputs}
+        for index, step in enumerate(self.backward):
+            for source in step.args:
+                name = source[5:-1] if source.startswith("grad(") else source
+                if name not in tensors or (source.startswith("grad(") and name not in {o.name for o in self.outputs}):
+                    raise ValueError(f"backward step {index}: {source} names no forward {'output' if source.startswith('grad(') else 'argument or output'}")
+            for name in step.gives:
+                if name not in {a.name for a in self.args}:
+                    raise ValueError(f"backward step {index}: gives {name}, which is not a forward argument")
         for out in self.outputs:
             for d in out.shape:
                 if d not in bound:
@@ -327,7 +429,7 @@ class OpSpec(StrictModel):
                 raise ValueError(f"constraint on {c.dim}: no argument has that dimension")
         if self.reduction is not None and self.reduction.dim not in bound:
             raise ValueError(f"reduction over {self.reduction.dim}: no argument has that dimension")
-        if self.tests.batch_dim not in bound:
+        if self.tests.batch_dim is not None and self.tests.batch_dim not in bound:
             raise ValueError(f"tests.batch_dim {self.tests.batch_dim}: no argument has that dimension")
         for shape in self.tests.shapes:
             if set(shape) != bound:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .load import Catalog
-from .model import Dtype, NativeKernel, OpSpec, Output, PlatformSpec, TensorArg
+from .model import Attr, Dtype, NativeKernel, OpSpec, Output, PlatformSpec, TensorArg
 
 PACKAGE_TEMPLATES = {
     # output path (inside generated/<platform>/)   template
@@ -22,6 +22,7 @@ PACKAGE_TEMPLATES = {
     "rlkernels/_runtime.py": "package/_runtime.py.j2",
     "rlkernels/_checks.py": "package/_checks.py.j2",
     "rlkernels/_ops.py": "package/_ops.py.j2",
+    "rlkernels/_references.py": "package/_references.py.j2",
     "pyproject.toml": "package/pyproject.toml.j2",
     "setup.py": "package/setup.py.j2",
     "README.md": "package/README.md.j2",
@@ -56,12 +57,15 @@ class Check:
     kind: Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "contiguous"]
     arg: str
     message: str
+    optional: bool = False
+    """The argument may be None; the check applies only when it is given."""
     rank: int = 0
     dtypes: tuple[str, ...] = ()
     other: str = ""
     axis: int = 0
     other_axis: int = 0
     multiple_of: int = 1
+    dim: str = ""
 
 
 def _words(items: tuple[str, ...]) -> str:
@@ -83,6 +87,8 @@ class OpView:
     def dims(self) -> tuple[DimBinding, ...]:
         seen: dict[str, DimBinding] = {}
         for arg in self.spec.args:
+            if arg.optional:
+                continue
             for axis, dim in enumerate(arg.shape):
                 seen.setdefault(dim, DimBinding(dim, arg.name, axis))
         return tuple(seen.values())
@@ -101,6 +107,7 @@ class OpView:
     def checks(self) -> tuple[Check, ...]:
         op = self.spec.name
         first = self.spec.args[0].name
+        optional = {a.name for a in self.spec.args if a.optional}
         out: list[Check] = []
         for a in self.spec.args:
             dims = ", ".join(a.shape)
@@ -125,6 +132,7 @@ class OpView:
                     axis=c.axis,
                     other=c.bound.arg,
                     other_axis=c.bound.axis,
+                    dim=c.dim,
                 )
             )
         bound = {d.dim: d for d in self.dims}
@@ -137,11 +145,31 @@ class OpView:
                     f"{op}: dimension {constraint.dim} (axis {b.axis} of argument '{b.arg}') must be a multiple of {constraint.multiple_of}",
                     axis=b.axis,
                     multiple_of=constraint.multiple_of,
+                    dim=constraint.dim,
                 )
             )
         for a in self.spec.args:
             out.append(Check("contiguous", a.name, f"{op}: argument '{a.name}' must be contiguous (call .contiguous() on it)"))
-        return tuple(out)
+        return tuple(
+            Check(**{**c.__dict__, "optional": c.arg in optional}) for c in out
+        )
+
+    @property
+    def float_args(self) -> tuple[TensorArg, ...]:
+        return tuple(a for a in self.spec.args if self.allowed_dtypes(a)[0] in _FLOATS)
+
+    @property
+    def variable_outputs(self) -> tuple[Output, ...]:
+        """Outputs whose dtype is only known at run time (a dtype variable, or float32_if)."""
+        return tuple(o for o in self.spec.outputs if o.float32_if is not None)
+
+    def attr_default(self, attr: Attr) -> str:
+        """The default as torch schema and Python write it."""
+        if attr.type == "bool":
+            return "True" if attr.default else "False"
+        if attr.type == "float":
+            return repr(float(attr.default))
+        return str(int(attr.default))
 
     @property
     def review_data(self) -> dict[str, Any]:
@@ -182,16 +210,18 @@ class OpView:
 
     @property
     def dtypes(self) -> tuple[str, ...]:
-        """Every dtype the op's tests must cover (union of the variables' sets)."""
+        """Every floating dtype the op's tests must cover: the variables' sets, else the fixed float dtypes."""
         found = {d.value for values in self.spec.dtype_vars.values() for d in values}
-        return tuple(d.value for d in Dtype if d.value in found)
+        found |= {a.dtype for a in self.spec.args if a.dtype in _FLOATS}
+        return tuple(d.value for d in Dtype if d.value in found and d.value in _FLOATS) or ("float32",)
 
     @property
     def schema(self) -> str:
-        args = ", ".join(f"Tensor {a.name}" for a in self.spec.args)
-        outs = [o for o in self.spec.outputs]
+        params = [f"Tensor{'?' if a.optional else ''} {a.name}" for a in self.spec.args]
+        params += [f"{a.type} {a.name}={self.attr_default(a)}" for a in self.spec.attrs]
+        outs = self.spec.outputs
         ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
-        return f"({args}) -> {ret}"
+        return f"({', '.join(params)}) -> {ret}"
 
     def backends(self, platform: str) -> tuple[str, ...]:
         return self.spec.backends.get(platform, ())
@@ -203,19 +233,53 @@ class OpView:
         params = [f"const void* {a.name}" for a in self.spec.args]
         params += [f"void* {o.name}" for o in self.spec.outputs]
         params += [f"Dtype dtype_{v}" for v in self.dtype_vars]
+        params += [f"Dtype dtype_{o.name}" for o in self.variable_outputs]
         params += [f"int64_t {d.dim}" for d in self.dims]
+        params += [f"{_ATTR_CPP[a.type]} {a.name}" for a in self.spec.attrs]
         if target.types.stream is not None:
             params.append(f"{target.types.stream} stream")
         return ", ".join(params)
 
     def launcher_args(self, target: PlatformSpec) -> str:
-        args = [f"{a.name}.data_ptr()" for a in self.spec.args]
+        args = [f"{a.name}.has_value() ? {a.name}->data_ptr() : nullptr" if a.optional else f"{a.name}.data_ptr()" for a in self.spec.args]
         args += [f"{o.name}.data_ptr()" for o in self.spec.outputs]
         args += [f"to_rlk_dtype({self.dtype_leader(v).name})" for v in self.dtype_vars]
+        args += [f"to_rlk_dtype({o.name})" for o in self.variable_outputs]
         args += [d.dim for d in self.dims]
+        args += [f"static_cast<{_ATTR_CPP[a.type]}>({a.name})" for a in self.spec.attrs]
         if target.types.stream is not None:
             args.append("stream")
         return ", ".join(args)
+
+    @property
+    def saved_for_backward(self) -> tuple[str, ...]:
+        """Forward tensors the backward steps read (outputs too, for zero-filled missing grads)."""
+        wanted = set()
+        for step in self.spec.backward:
+            for source in step.args:
+                wanted.add(source[5:-1] if source.startswith("grad(") else source)
+        order = [a.name for a in self.spec.args] + [o.name for o in self.spec.outputs]
+        return tuple(name for name in order if name in wanted)
+
+    def backward_arg(self, source: str) -> str:
+        """Python expression for a backward step argument inside ``Function.backward``."""
+        if source.startswith("grad("):
+            name = source[5:-1]
+            return f"_grad_or_zeros(grad_{name}, {name})"
+        return source
+
+    def backward_attrs(self, step_op: "OpView") -> tuple[str, ...]:
+        own = {a.name for a in self.spec.attrs}
+        return tuple(a.name for a in step_op.spec.attrs if a.name in own)
+
+    @property
+    def grad_inputs(self) -> tuple[str, ...]:
+        """Forward arguments that receive a gradient from some backward step."""
+        return tuple(a.name for a in self.spec.args if any(a.name in step.gives for step in self.spec.backward))
+
+
+_FLOATS = ("float32", "float16", "bfloat16")
+_ATTR_CPP = {"float": "float", "int": "int64_t", "bool": "bool"}
 
 
 @dataclass(frozen=True)
@@ -239,7 +303,7 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
     package_file = catalog.spec_file("package")
     all_platform_files = tuple(catalog.spec_file(f"platform:{p.name}") for p in catalog.platforms)
     op_files = tuple(op.spec_file for op in ops)
-    base = {"package": catalog.package, "ops": ops, "platforms": catalog.platforms}
+    base = {"package": catalog.package, "ops": ops, "op_by_name": {op.name: op for op in ops}, "platforms": catalog.platforms}
     jobs: list[RenderJob] = []
 
     for platform in catalog.platforms:
