@@ -323,6 +323,7 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
             tctx = {**ctx, "target": target}
             jobs.append(RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,)))
             jobs.append(RenderJob(f"{tdir}/rlk_math.h", "package/rlk_math.h.j2", tctx, (tfile,)))
+            jobs.append(RenderJob(f"{tdir}/rlk_reduce.h", "package/rlk_reduce.h.j2", tctx, (tfile,)))
             for op in ops:
                 for kernel in op.native_kernels(target.name):
                     spec = op.spec.kernels[kernel]
