@@ -323,6 +323,13 @@ class Reduction(StrictModel):
         return self
 
 
+class DynamicDim(StrictModel):
+    """An output dimension known only from the data, e.g. the number of true entries of a mask."""
+
+    count_nonzero: Identifier
+    """The argument whose nonzero entries are counted (synchronises with the device)."""
+
+
 class BackwardStep(StrictModel):
     """One call of the backward pass: ``op(*args)`` returns the gradients of ``gives``, in order.
 
@@ -376,6 +383,7 @@ class OpSpec(StrictModel):
     args: tuple[TensorArg, ...] = Field(min_length=1)
     attrs: tuple[Attr, ...] = ()
     outputs: tuple[Output, ...] = Field(min_length=1)
+    dynamic_dims: dict[DimName, DynamicDim] = {}
     constraints: tuple[DimConstraint, ...] = ()
     reduction: Reduction | None = None
     tolerance: Identifier
@@ -420,9 +428,14 @@ class OpSpec(StrictModel):
             for name in step.gives:
                 if name not in {a.name for a in self.args}:
                     raise ValueError(f"backward step {index}: gives {name}, which is not a forward argument")
+        for dim, dynamic in self.dynamic_dims.items():
+            if dim in bound:
+                raise ValueError(f"dynamic dimension {dim} is already bound by an argument's shape")
+            if dynamic.count_nonzero not in {a.name for a in self.args if not a.optional}:
+                raise ValueError(f"dynamic dimension {dim}: {dynamic.count_nonzero} is not a required argument")
         for out in self.outputs:
             for d in out.shape:
-                if d not in bound:
+                if d not in bound and d not in self.dynamic_dims:
                     raise ValueError(f"output {out.name}: dimension {d} does not appear in any argument's shape")
         for c in self.constraints:
             if c.dim not in bound:
