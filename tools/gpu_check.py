@@ -1,0 +1,596 @@
+"""The GPU check: on a machine with an NVIDIA GPU, in one run,
+
+  env         what the machine has (GPU, driver, torch, nvcc)
+  build       generated/cuda built in place (a synced copy in .build/gpu-check-cuda/)
+  tests       the package's generated tests, now with the device present
+  compare     CUDA results vs CPU results, bit for bit, for det_gemm: several shapes, every dtype
+  invariance  batch invariance (1 row vs 512 rows at K=N=4096) and determinism on the device
+  bench       every native det_gemm kernel vs torch.matmul (cuBLAS), same process, CUDA events
+
+and a short report: $OUT/gpu_report.md (else ./gpu_report.md) with the full log beside it.
+Each stage runs in its own process with its own time limit, so a crash, a CUDA fault or a
+hang in one is reported and the later stages still run.  Needs torch, pytest, setuptools
+and ninja; not the generator (generated/ is committed).
+
+    bash tools/gpu_check.sh                   # what `make gpu-check` runs
+    python tools/gpu_check.py --dry-run       # every stage on the CPU package, tiny shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform as host
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OP = "det_gemm"
+EXIT_PASS, EXIT_FAIL = 0, 1  # any other exit status of a stage is an error
+
+# (M, K, N).  The CPU kernel is a plain loop, so the bitwise comparison stays at sizes it
+# finishes in seconds; odd sizes exercise the tile edges.
+COMPARE_SHAPES = [(1, 7, 5), (33, 64, 40), (127, 300, 129), (256, 1024, 384), (4, 4096, 4096), (128, 2048, 2048)]
+INVARIANCE = {"rows": 512, "K": 4096, "N": 4096}
+# 4096^3 and target shapes from the operator catalog (a Qwen3-8B-like MLP).
+BENCH_SHAPES = [(4096, 4096, 4096), (4096, 4096, 12288), (4096, 14336, 4096)]
+BENCH_DTYPES = ["bfloat16", "float32"]
+ALL_DTYPES = ["float32", "float16", "bfloat16"]
+
+DRY_COMPARE_SHAPES = [(1, 7, 5), (33, 64, 40), (17, 96, 24)]
+DRY_INVARIANCE = {"rows": 32, "K": 64, "N": 48}
+DRY_BENCH_SHAPES = [(64, 128, 96)]
+
+
+@dataclass
+class Stage:
+    name: str
+    title: str
+    timeout_s: int
+
+
+STAGES = [
+    Stage("env", "Environment", 60),
+    Stage("build", "Build (setup.py build_ext --inplace)", 360),
+    Stage("tests", "Generated tests (pytest)", 180),
+    Stage("compare", "Device vs CPU, bit for bit", 120),
+    Stage("invariance", "Batch invariance and determinism on the device", 90),
+    Stage("bench", "Benchmark vs torch.matmul (cuBLAS)", 180),
+]
+
+
+# --------------------------------------------------------------------------- stage bodies
+# Each runs in a child process, prints progress to stdout (the log) and returns
+# (passed, markdown).
+
+
+def run_logged(command: list[str], cwd: Path, env: dict[str, str]) -> int:
+    print("$ " + " ".join(command), flush=True)
+    return subprocess.run(command, cwd=cwd, env=env, stdout=sys.stdout, stderr=subprocess.STDOUT).returncode
+
+
+def stage_env(args) -> tuple[bool, str]:
+    import torch
+
+    lines = [
+        f"- host: {host.node()}, {os.cpu_count()} CPUs, Python {host.python_version()}",
+        f"- torch {torch.__version__} (CUDA {torch.version.cuda}, HIP {torch.version.hip})",
+    ]
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            lines.append(f"- GPU {i}: {props.name}, sm_{props.major}{props.minor}, {props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} SMs")
+    else:
+        lines.append("- no CUDA device visible to torch")
+    for tool in (["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader"], ["nvcc", "--version"], ["ninja", "--version"]):
+        path = shutil.which(tool[0], path=tool_path())
+        if path is None:
+            lines.append(f"- {tool[0]}: not found")
+            continue
+        out = subprocess.run([path, *tool[1:]], capture_output=True, text=True).stdout.strip().splitlines()
+        lines.append(f"- {tool[0]}: {out[-1] if out else '?'}")
+    passed = args.platform == "cpu" or torch.cuda.is_available()
+    return passed, "\n".join(lines)
+
+
+def tool_path() -> str:
+    # The interpreter's bin/ first: a venv's ninja is found by torch only through PATH.
+    return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def build_env(args) -> tuple[dict[str, str], list[str]]:
+    """Environment for the extension build, and notes on what was chosen."""
+    env = dict(os.environ, PATH=tool_path())
+    notes = []
+    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    notes.append(f"MAX_JOBS={env['MAX_JOBS']}")
+    if args.platform == "cuda":
+        if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
+            env["CUDA_HOME"] = "/usr/local/cuda"
+        if "TORCH_CUDA_ARCH_LIST" not in env:
+            env["TORCH_CUDA_ARCH_LIST"] = device_arch() or "9.0"  # only this GPU's arch: half the compile time
+        notes.append(f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']}")
+        notes.append(f"CUDA_HOME={env.get('CUDA_HOME')}")
+        # torch's headers include cusparse.h & co., which CUDA wheels of torch keep in
+        # site-packages/nvidia/cu*/include rather than in CUDA_HOME.
+        includes = nvidia_includes()
+        if includes:
+            env["CPATH"] = os.pathsep.join([*includes, *filter(None, [env.get("CPATH")])])
+            notes.append(f"CPATH += {', '.join(includes)}")
+    return env, notes
+
+
+def device_arch() -> str | None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            return f"{major}.{minor}"
+    except (ImportError, RuntimeError, AssertionError) as exc:  # no usable device: the caller's default
+        print(f"no device arch: {exc}", flush=True)
+    return None
+
+
+def nvidia_includes() -> list[str]:
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    return sorted(
+        str(p / "include") for base in nvidia.__path__ for p in Path(base).glob("cu*")
+        if re.fullmatch(r"cu\d+", p.name) and (p / "include").is_dir()
+    )
+
+
+def stage_build(args) -> tuple[bool, str]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from build_wheel import sync_tree
+
+    source = ROOT / "generated" / args.platform
+    sync_tree(source, args.pkg)  # a copy, so generated/ stays as committed; objects are reused
+    env, notes = build_env(args)
+    start = time.perf_counter()
+    rc = run_logged([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=args.pkg, env=env)
+    elapsed = time.perf_counter() - start
+    libs = sorted(args.pkg.glob("rlkernels/_C*.so"))
+    body = [f"- generated/{args.platform} → `{args.pkg.relative_to(ROOT)}`, {elapsed:.0f} s, {'; '.join(notes)}"]
+    if rc != 0:
+        body.append(f"- **build failed** (exit {rc}); the compiler output is in the log")
+    for lib in libs:
+        body.append(f"- `{lib.name}`: {lib.stat().st_size / 1e6:.1f} MB")
+    return rc == 0 and bool(libs), "\n".join(body)
+
+
+def stage_tests(args) -> tuple[bool, str]:
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        return False, f"- pytest is not installed for {sys.executable}"
+    junit = args.work / "tests.xml"
+    junit.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}", "tests"]
+    # Run from the package copy: `python -m pytest` puts it first on sys.path, so the
+    # in-place build is what the tests import.
+    rc = run_logged(command, cwd=args.pkg, env=dict(os.environ, PATH=tool_path()))
+    if not junit.exists():
+        return False, f"- pytest exited {rc} without a report; see the log"
+    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    failed, device_skips, device_ran = [], [], 0
+    on_device = re.compile(rf"[\[-]{args.device}[\]-]")  # the device fixture's id inside a test id
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
+        outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+        counts[{"failure": "failed"}.get(outcome, outcome)] += 1
+        if outcome in ("failure", "error"):
+            failed.append(f"{outcome.upper()} `{name}`")
+        if on_device.search(name):
+            if outcome == "skipped":
+                device_skips.append(f"{name}: {next(iter(case)).get('message', '')}")
+            else:
+                device_ran += 1
+    body = ["- " + ", ".join(f"{n} {k}" for k, n in counts.items() if n) + f"; {device_ran} of them on {args.device}"]
+    body += [f"- {n}" for n in failed[:25]]
+    if len(failed) > 25:
+        body.append(f"- … and {len(failed) - 25} more (see the log)")
+    if device_skips and args.device != "cpu":
+        # Usually a declared guarantee the kernel lacks; listed so a missing device is noticed.
+        body.append(f"- {len(device_skips)} {args.device} tests skipped, e.g. `{device_skips[0]}`")
+    if not device_ran:
+        body.append(f"- **no test ran on {args.device}**")
+    return rc == 0 and not failed and device_ran > 0, "\n".join(body)
+
+
+def load_package(args):
+    """The in-place build, imported; raises when its native library did not load."""
+    sys.path.insert(0, str(args.pkg))
+    import rlkernels
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device is visible to torch (see the env stage)")
+    if rlkernels.NATIVE_ERROR is not None:
+        raise RuntimeError(f"rlkernels' native library did not load: {rlkernels.NATIVE_ERROR}")
+    if not Path(rlkernels.__file__).is_relative_to(args.pkg):
+        raise RuntimeError(f"imported rlkernels from {rlkernels.__file__}, not from the build in {args.pkg}")
+    return rlkernels
+
+
+def native_kernels(rlkernels, platform: str) -> list:
+    """Every native det_gemm kernel this build can run on ``platform``, in registry order."""
+    import torch
+    from rlkernels._registry import OPS, PLATFORMS
+
+    key = next(p.dispatch_key for p in PLATFORMS if p.name == platform)
+    entry = OPS[OP]
+    names = [*entry.backends.get(platform, ()), *sorted(entry.kernels)]
+    kernels = []
+    for name in dict.fromkeys(names):
+        kernel = entry.kernels[name]
+        if kernel.kind == "native" and torch._C._dispatch_has_kernel_for_dispatch_key(f"rlkernels::{OP}.{name}", key):
+            kernels.append(kernel)
+    if not kernels:
+        raise RuntimeError(f"this build has no native {OP} kernel for {platform}")
+    return kernels
+
+
+def overload(kernel):
+    import torch
+
+    return getattr(getattr(torch.ops.rlkernels, OP), kernel.name)
+
+
+def inputs(m: int, k: int, n: int, dtype: str, device: str, seed: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(getattr(torch, dtype))
+    b = torch.randn(k, n, generator=g).to(getattr(torch, dtype))
+    return a.to(device), b.to(device)
+
+
+def bits(t):
+    import torch
+
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def describe_difference(got, want) -> str:
+    """How two results differ, for the report (they are known to differ in their bits)."""
+    got, want = got.cpu(), want.cpu()
+    mismatched = int((bits(got) != bits(want)).sum())
+    diff = (got.float() - want.float()).abs()
+    return f"{mismatched}/{got.numel()} elements differ, max abs diff {float(diff.nan_to_num(float('inf')).max()):.3g}"
+
+
+def shape_name(shape) -> str:
+    return "×".join(map(str, shape))
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:160]
+
+
+def stage_compare(args) -> tuple[bool, str]:
+    import torch
+
+    rlkernels = load_package(args)
+    shapes = DRY_COMPARE_SHAPES if args.dry_run else COMPARE_SHAPES
+    rows, passed, cpu_results = [], True, {}
+    for kernel in native_kernels(rlkernels, args.platform):
+        portable = "portable" in kernel.guarantees
+        for dtype in ALL_DTYPES:
+            for seed, (m, k, n) in enumerate(shapes):
+                a, b = inputs(m, k, n, dtype, args.device, seed)
+                try:
+                    got = overload(kernel)(a, b)
+                    if (dtype, seed) not in cpu_results:  # the CPU backend the registry picks, once per case
+                        cpu_results[dtype, seed] = rlkernels.det_gemm(a.cpu(), b.cpu())
+                    want = cpu_results[dtype, seed]
+                    same = torch.equal(bits(got.cpu()), bits(want))
+                    verdict = "identical" if same else describe_difference(got, want)
+                    # Only a portable kernel promises the CPU's bits; the others are listed.
+                    passed = passed and (same or not portable)
+                except Exception as exc:  # noqa: BLE001  one case failing must not hide the others
+                    same, verdict, passed = False, f"error: {first_line(exc)}", False
+                print(f"compare {kernel.name} {dtype} {shape_name((m, k, n))}: {verdict}", flush=True)
+                if not same:
+                    rows.append(f"| {kernel.name} | {dtype} | {shape_name((m, k, n))} | {verdict} | {'yes' if portable else 'no'} |")
+    checked = len(shapes) * len(ALL_DTYPES)
+    body = [
+        (f"Shapes (M×K×N): {', '.join(map(shape_name, shapes))}; dtypes: {', '.join(ALL_DTYPES)}; "
+         f"{checked} comparisons per kernel, against the CPU kernel the registry selects.")
+    ]
+    if rows:
+        body += ["", "| kernel | dtype | shape | result | portable (must match) |", "| --- | --- | --- | --- | --- |", *rows]
+    else:
+        body.append("Every result is bit-identical to the CPU's.")
+    return passed, "\n".join(body)
+
+
+def stage_invariance(args) -> tuple[bool, str]:
+    import torch
+
+    rlkernels = load_package(args)
+    from rlkernels._registry import OPS, TOLERANCES
+
+    size = DRY_INVARIANCE if args.dry_run else INVARIANCE
+    rows_n, k, n = size["rows"], size["K"], size["N"]
+    start = min(100, rows_n // 2)  # a chunk that starts mid-batch, as when a batch is split
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be a true fp32 product
+    candidates = [(kern.name, overload(kern), True) for kern in native_kernels(rlkernels, args.platform)]
+    candidates.append(("torch.matmul (reference)", torch.matmul, False))  # cuBLAS: informative only
+    columns = ["1 row", f"rows {start}+", "rerun", "accuracy"]
+    table, passed = [], True
+    for dtype in ALL_DTYPES:
+        a, b = inputs(rows_n, k, n, dtype, args.device, seed=7)
+        reference = torch.matmul(a.float(), b.float())
+        atol, rtol = TOLERANCES[OPS[OP].tolerance][dtype]
+        for name, fn, required in candidates:
+            try:
+                full = fn(a, b)
+                checks = [
+                    torch.equal(bits(fn(a[:1].contiguous(), b)), bits(full[:1])),
+                    torch.equal(bits(fn(a[start:].contiguous(), b)), bits(full[start:])),
+                    torch.equal(bits(fn(a, b)), bits(full)),
+                    bool(torch.allclose(full.float(), reference, atol=atol, rtol=rtol)),
+                ]
+                cells = " | ".join("yes" if ok else "**no**" if required else "no" for ok in checks)
+                ok = all(checks)
+            except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
+                cells, ok = f"error: {first_line(exc)} |" + " |" * (len(columns) - 1), False
+            if required:
+                passed = passed and ok
+            print(f"invariance {name} {dtype}: {cells}", flush=True)
+            table.append(f"| {name} | {dtype} | {cells} |")
+        del a, b, reference
+    body = [
+        (f"A[{rows_n}×{k}]·B[{k}×{n}] on {args.device}: the first row computed alone, and the rows from "
+         f"{start} computed alone, must equal the same rows of the full result bit for bit; a rerun must "
+         f"repeat every bit; accuracy against the fp32 product within the spec's '{OPS[OP].tolerance}' tolerances."),
+        "",
+        f"| kernel | dtype | {' | '.join(columns)} |",
+        "| --- | --- |" + " --- |" * len(columns),
+        *table,
+    ]
+    return passed, "\n".join(body)
+
+
+def timer(device: str):
+    """Seconds per call of fn: batches of calls between two CUDA events, median of three."""
+    import torch
+
+    def measure(fn, budget_s: float = 0.3) -> float:
+        def batch(count: int) -> float:
+            if device == "cpu":
+                start = time.perf_counter()
+                for _ in range(count):
+                    fn()
+                return (time.perf_counter() - start) / count
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            for _ in range(count):
+                fn()
+            end.record()
+            end.synchronize()
+            return begin.elapsed_time(end) / 1e3 / count
+
+        batch(1)  # warm-up: first launch, cuBLAS heuristics, caches
+        once = batch(1)
+        count = max(1, min(100, int(budget_s / max(once, 1e-6))))
+        return statistics.median(batch(count) for _ in range(3))
+
+    return measure
+
+
+def stage_bench(args) -> tuple[bool, str]:
+    import torch
+
+    rlkernels = load_package(args)
+    # cuBLAS in full fp32, as det_gemm is: TF32 would be a different (less accurate) product.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    shapes = DRY_BENCH_SHAPES if args.dry_run else BENCH_SHAPES
+    kernels = native_kernels(rlkernels, args.platform)
+    measure = timer(args.device)
+    deadline = time.monotonic() + args.bench_budget_s
+    table, skipped, errors = [], [], 0
+    for dtype in BENCH_DTYPES:
+        for m, k, n in shapes:
+            if time.monotonic() > deadline:
+                skipped.append(f"{dtype} {shape_name((m, k, n))}")
+                continue
+            a, b = inputs(m, k, n, dtype, args.device, seed=11)
+            flop = 2.0 * m * k * n
+            base = measure(lambda a=a, b=b: torch.matmul(a, b))
+            row = [f"{flop / base / 1e12:.3g}"]
+            for kernel in kernels:
+                fn = overload(kernel)
+                try:
+                    t = measure(lambda fn=fn, a=a, b=b: fn(a, b))
+                except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
+                    errors += 1
+                    row.append(f"error: {first_line(exc)}")
+                    continue
+                row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×)")
+                print(f"bench {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms", flush=True)
+            table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
+            a = b = None  # free this shape's operands before the next is allocated
+            if args.device != "cpu":
+                torch.cuda.empty_cache()
+    device = torch.cuda.get_device_name() if args.device != "cpu" else "CPU"
+    names = " | ".join(f"{k.name} TFLOP/s (× cuBLAS)" for k in kernels)
+    body = [
+        (f"{device}, M×K×N, TFLOP/s = 2·M·K·N / time; median of 3 batches of calls after a warm-up, timed with "
+         f"{'CUDA events' if args.device != 'cpu' else 'perf_counter'}; torch.matmul with TF32 off."),
+        "",
+        f"| dtype | shape | torch.matmul TFLOP/s | {names} |",
+        "| --- | --- | --- |" + " --- |" * len(kernels),
+        *table,
+    ]
+    if skipped:
+        body.append(f"\nOut of benchmark time ({args.bench_budget_s} s); not measured: {', '.join(skipped)}")
+    return errors == 0, "\n".join(body)
+
+
+BODIES = {
+    "env": stage_env,
+    "build": stage_build,
+    "tests": stage_tests,
+    "compare": stage_compare,
+    "invariance": stage_invariance,
+    "bench": stage_bench,
+}
+
+
+def run_stage_here(args) -> int:
+    """Child process: run one stage, write its markdown, exit with its verdict."""
+    try:
+        passed, body = BODIES[args.stage](args)
+    except Exception:  # noqa: BLE001  whatever it is goes into the report
+        traceback.print_exc()
+        (args.work / f"{args.stage}.md").write_text(f"```\n{traceback.format_exc(limit=3).strip()}\n```")
+        return 2
+    (args.work / f"{args.stage}.md").write_text(body)
+    return EXIT_PASS if passed else EXIT_FAIL
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def child_command(args, stage: str) -> list[str]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--platform", args.platform, "--out", str(args.out)]
+    if args.dry_run:
+        command.append("--dry-run")
+    return command
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def run_with_timeout(command: list[str], out, timeout: float) -> int | None:
+    """Exit status, or None when it ran out of time and was killed with everything it started."""
+    child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    try:
+        return child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # Everything it started: ninja puts each compiler in a process group of its own,
+        # so killing the child's group alone would leave those running.
+        for pid in [*descendants(child.pid), child.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        child.wait()
+        return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for kid in children.get(todo.pop(), []):
+            found.append(kid)
+            todo.append(kid)
+    return found
+
+
+def orchestrate(args) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    report, log = args.out / "gpu_report.md", args.out / "gpu_check.log"
+    log.write_text("")
+    wanted = [s for s in STAGES if not args.only or s.name in args.only]
+    deadline = time.monotonic() + args.budget_s
+    results: list[tuple[Stage, str, float, str]] = []
+
+    def write_report() -> None:
+        # Rewritten after every stage, so a run cut short still leaves what it found.
+        lines = [
+            f"# GPU check: rlkernels {args.platform} package{' (dry run, tiny shapes)' if args.dry_run else ''}",
+            "",
+            "| stage | result | time |",
+            "| --- | --- | --- |",
+            *[f"| {s.name} | {verdict} | {t:.0f} s |" for s, verdict, t, _ in results],
+        ]
+        for stage, verdict, _, body in results:
+            lines += ["", f"## {stage.title}: {verdict}", "", body]
+        lines += ["", f"Full output: `{log.name}`.", ""]
+        report.write_text("\n".join(lines))
+
+    for stage in wanted:
+        remaining = deadline - time.monotonic()
+        if remaining < 10:
+            results.append((stage, "SKIPPED", 0.0, f"Out of time (the run's budget is {args.budget_s} s)."))
+            write_report()
+            continue
+        section = args.work / f"{stage.name}.md"
+        section.unlink(missing_ok=True)
+        print(f"gpu-check: {stage.name} ...", flush=True)
+        with log.open("a") as out:
+            out.write(f"\n===== {stage.name} =====\n")
+            out.flush()
+            start = time.perf_counter()
+            rc = run_with_timeout(child_command(args, stage.name), out, min(stage.timeout_s, remaining))
+            elapsed = time.perf_counter() - start
+        body = section.read_text() if section.exists() else ""
+        if rc is None:
+            verdict = "TIMEOUT"
+            body += f"\n\nStopped after {elapsed:.0f} s. Last lines of its output:\n\n```\n{tail(log)}\n```"
+        elif rc == EXIT_PASS:
+            verdict = "PASS"
+        elif rc == EXIT_FAIL:
+            verdict = "FAIL"
+        else:
+            verdict = "ERROR"
+            if not body:  # died before writing anything, e.g. a CUDA fault or a segfault
+                body = f"Exit status {rc}. Last lines of its output:\n\n```\n{tail(log)}\n```"
+        print(f"gpu-check: {stage.name} {verdict} ({elapsed:.0f} s)", flush=True)
+        results.append((stage, verdict, elapsed, body.strip()))
+        write_report()
+
+    print(f"gpu-check: report {report}, log {log}")
+    return 0 if all(verdict == "PASS" for _, verdict, _, _ in results) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Build, test, compare and benchmark the CUDA package on a GPU machine.")
+    parser.add_argument("--dry-run", action="store_true", help="every stage on the CPU package with tiny shapes (no GPU needed)")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "."), help="report directory (default: $OUT, else .)")
+    parser.add_argument("--only", type=lambda s: s.split(","), help=f"comma-separated stages ({','.join(s.name for s in STAGES)})")
+    parser.add_argument("--budget-s", type=int, default=570, help="stop starting stages after this many seconds")
+    parser.add_argument("--bench-budget-s", type=int, default=150, help="measure no new shapes after this many seconds")
+    parser.add_argument("--stage", choices=list(BODIES), help=argparse.SUPPRESS)  # internal: run one stage
+    parser.add_argument("--platform", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.platform = args.platform or ("cpu" if args.dry_run else "cuda")
+    args.device = "cpu" if args.platform == "cpu" else "cuda"
+    args.out = args.out.resolve()
+    args.work = ROOT / ".build" / f"gpu-check-{args.platform}-reports"
+    args.pkg = ROOT / ".build" / f"gpu-check-{args.platform}"
+    if args.only and not set(args.only) <= set(BODIES):
+        parser.error(f"unknown stage in --only: {', '.join(sorted(set(args.only) - set(BODIES)))}")
+    if args.stage:
+        return run_stage_here(args)
+    return orchestrate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The one script for a machine with an NVIDIA GPU (what `make gpu-check` runs).
+#
+# In one run (a few minutes on an H200): build generated/cuda in place, run its generated
+# tests on the GPU, compare CUDA with CPU bit for bit, check batch invariance on the
+# device and benchmark det_gemm against torch.matmul (cuBLAS).  Writes gpu_report.md and
+# gpu_check.log to $OUT if set, else to the current directory.  Every stage runs even
+# when an earlier one fails; the exit status is 0 only when all passed.
+#
+# Needs: python3 with a CUDA build of torch, nvcc, ninja, pytest.  Not the generator:
+# generated/ is committed.  Overrides: PYTHON, MAX_JOBS (default: all CPUs),
+# TORCH_CUDA_ARCH_LIST (default: this GPU's arch), CUDA_HOME (default: /usr/local/cuda).
+# Extra arguments go to tools/gpu_check.py (e.g. --only build,tests, --dry-run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out_dir=$(pwd)
+exec "${PYTHON:-python3}" tools/gpu_check.py --out "${OUT:-$out_dir}" "$@"
