@@ -65,9 +65,9 @@ CompilerFlag = Annotated[str, AfterValidator(_pattern(r"-[A-Za-z0-9_=.,+:-]+", "
 EnvName = Annotated[str, AfterValidator(_pattern(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST"))]
 ArchName = Annotated[str, AfterValidator(_pattern(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90"))]
 Version = Annotated[str, AfterValidator(_pattern(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0"))]
-Text = Annotated[str, AfterValidator(_pattern(r"[^\x00-\x1f\x7f`$\\{}]*", "single line of text", "Deterministic GEMM"))]
-"""Free text that lands in comments and docstrings: one line, nothing that could close a comment or
-open a template expression."""
+Text = Annotated[str, AfterValidator(_pattern(r"[^\x00-\x1f\x7f`$\\{}\"]*", "single line of text", "Deterministic GEMM"))]
+"""Free text that lands in comments, docstrings and string literals: one line, nothing that could
+close a comment or a string, or open a template expression."""
 Suffix = Literal[".cu", ".hip", ".mu", ".cpp"]
 
 
@@ -405,7 +405,10 @@ class OpSpec(StrictModel):
         for tensor in (*self.args, *self.outputs):
             if len(tensor.dtype) == 1 and tensor.dtype not in self.dtype_vars:
                 raise ValueError(f"{tensor.name}: dtype variable {tensor.dtype} is not declared in dtype_vars")
+        all_dims = {d for t in (*self.args, *self.outputs) for d in t.shape} | set(self.dynamic_dims)
         for var in self.dtype_vars:
+            if var in all_dims:
+                raise ValueError(f"dtype variable {var} has the name of a dimension; both become C++ names in kernels")
             if not any(a.dtype == var and not a.optional for a in self.args):
                 raise ValueError(f"dtype variable {var} is not the dtype of any required argument")
         bool_attrs = {a.name for a in self.attrs if a.type == "bool"}
