@@ -1,0 +1,122 @@
+"""CPU det_gemm computes exactly the order its contract states, bit for bit.
+
+Every output element is one float32 accumulator starting at 0.0 that adds
+a[m,k] * b[k,n] for k = 0..K-1 in ascending order, with the product and the sum
+rounded separately (no fused multiply-add), and is rounded once to the output dtype.
+`emulate` writes that sequence out in NumPy.  The kernel's tiling, vector width
+(AVX2 or the portable path) and thread count must not show in the bits, and one
+row computed alone must equal the same row computed in a batch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
+np = pytest.importorskip("numpy", reason="the emulation needs numpy (make test installs it)")
+
+from package_build import build_inplace
+
+pytestmark = pytest.mark.slow
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+# (M, K, N): none a multiple of the register tile (6 or 3 rows x 16 columns), plus
+# K = 0, K = 1, M = 1, N = 1, and one product large enough to be split over threads.
+SHAPES = [
+    (3, 0, 5),
+    (1, 1, 1),
+    (1, 7, 5),
+    (5, 1, 17),
+    (7, 13, 33),
+    (37, 65, 17),
+    (13, 300, 129),
+    (131, 257, 301),
+]
+# Code paths and thread counts the kernel reads from the environment on every call.
+SIMD = ["native", "generic"]
+THREADS = ["1", "4"]
+
+
+@pytest.fixture(scope="module")
+def rlkernels(request):
+    root = build_inplace("cpu")
+    sys.path.insert(0, str(root))
+    request.addfinalizer(lambda: sys.path.remove(str(root)))
+    for name in [m for m in sys.modules if m == "rlkernels" or m.startswith("rlkernels.")]:
+        del sys.modules[name]
+    import rlkernels as module
+
+    assert module.NATIVE_ERROR is None, module.NATIVE_ERROR
+    return module
+
+
+@pytest.fixture
+def configure(monkeypatch):
+    def apply(simd: str, threads: str) -> None:
+        if simd == "generic":
+            monkeypatch.setenv("RLK_CPU_SIMD", "generic")
+        else:
+            monkeypatch.delenv("RLK_CPU_SIMD", raising=False)
+        monkeypatch.setenv("RLK_NUM_THREADS", threads)
+
+    return apply
+
+
+def inputs(m: int, k: int, n: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normal values spread over 2^-8..2^8, so sums lose different bits in different orders."""
+    g = torch.Generator().manual_seed(seed)
+
+    def make(rows: int, cols: int) -> torch.Tensor:
+        scale = torch.exp2(torch.randint(-8, 9, (rows, cols), generator=g).float())
+        return (torch.randn(rows, cols, generator=g) * scale).to(dtype)
+
+    return make(m, k), make(k, n)
+
+
+def emulate(a: torch.Tensor, b: torch.Tensor, reverse: bool = False) -> torch.Tensor:
+    a32 = a.float().numpy()
+    b32 = b.float().numpy()
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
+    steps = range(a.shape[1] - 1, -1, -1) if reverse else range(a.shape[1])
+    for k in steps:
+        product = a32[:, k : k + 1] * b32[k : k + 1, :]  # float32 product, rounded
+        acc = acc + product  # float32 sum, rounded again
+    return torch.from_numpy(acc).to(a.dtype)  # the one rounding to the output dtype
+
+
+def same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.view(BITS[x.dtype]), y.view(BITS[y.dtype]))
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("simd", SIMD)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_output_is_the_ascending_k_float32_sum(rlkernels, configure, shape, dtype, simd, threads):
+    configure(simd, threads)
+    a, b = inputs(*shape, dtype)
+    got = rlkernels.det_gemm(a, b)
+    want = emulate(a, b)
+    assert same_bits(got, want), f"{shape} {dtype}: differs from the ascending-k float32 sum in {(got != want).sum()} elements"
+
+
+def test_emulation_can_tell_orders_apart(rlkernels):
+    # Guards the test above: on these inputs another summation order gives other bits.
+    a, b = inputs(131, 257, 301, torch.float32)
+    assert not same_bits(emulate(a, b, reverse=True), emulate(a, b))
+
+
+@pytest.mark.parametrize("threads", THREADS)
+@pytest.mark.parametrize("simd", SIMD)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_row_alone_equals_row_in_batch(rlkernels, configure, dtype, simd, threads):
+    configure(simd, threads)
+    a, b = inputs(131, 257, 301, dtype, seed=1)
+    batch = rlkernels.det_gemm(a, b)
+    for i in (0, 1, 5, 6, 64, 130):
+        assert same_bits(rlkernels.det_gemm(a[i : i + 1], b), batch[i : i + 1]), f"row {i}"
+    assert same_bits(rlkernels.det_gemm(a[3:10], b), batch[3:10]), "rows 3..9"

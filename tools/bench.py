@@ -1,0 +1,410 @@
+"""Benchmarks, as ratios against baselines measured in the same process.
+
+    python tools/bench.py [kernel] [generator]        (make bench: both)
+
+Prints, and writes to docs/performance.md:
+  * the CPU det_gemm kernel (float32 and bfloat16 inputs) against torch.matmul on the
+    same tensors, on one thread and on all of them, with the GFLOP/s each achieved and
+    whether the kernel's outputs were bitwise deterministic and batch-invariant in the run;
+  * the generator: a full generate of the catalog, a no-op generate (which must write
+    nothing), and synthetic catalogs of 100, 300 and 1,000 copies of det_gemm.
+
+The CPU package is built from generated/cpu in .build/bench-cpu (copied files keep
+their mtimes when unchanged, so the build is incremental).  The machines this runs on
+are shared and noisy: kernel and baseline are timed alternately, and the speed ratio
+is the median of the paired ratios, which moves much less than the absolute numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import hashlib
+import io
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / ".build" / "bench-cpu"
+DOC = ROOT / "docs" / "performance.md"
+
+GEMM_SHAPES = [(256, 1024, 1024), (1024, 1024, 1024), (2048, 2048, 2048)]  # M, K, N
+GEMM_DTYPES = ["float32", "bfloat16"]
+INVARIANT_ROWS = 8  # rows computed alone and compared with the same rows of the full batch
+ROW_BUDGET_S = 2.0  # timing per table row, after at least MIN_REPS pairs
+MIN_REPS, MAX_REPS = 5, 25
+GENERATE_REPS = 5
+SYNTHETIC_OPS = [100, 300, 1000]
+
+
+# ---------------------------------------------------------------- building the package
+
+
+def sync_tree(src: Path, dest: Path) -> None:
+    """Make dest mirror src, copying only files whose bytes changed; build outputs stay."""
+    wanted = {p.relative_to(src) for p in src.rglob("*") if p.is_file()}
+    for rel in wanted:
+        target = dest / rel
+        if not target.is_file() or target.read_bytes() != (src / rel).read_bytes():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src / rel, target)
+    for old in dest.rglob("*"):
+        rel = old.relative_to(dest)
+        if old.is_file() and rel.parts[0] in {"csrc", "rlkernels", "tests"} and rel not in wanted and old.suffix != ".so":
+            old.unlink()
+
+
+def build_cpu_package():
+    start = time.perf_counter()
+    BUILD.mkdir(parents=True, exist_ok=True)
+    sync_tree(ROOT / "generated" / "cpu", BUILD)
+    result = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=BUILD, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        sys.exit(f"bench: building generated/cpu failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    print(f"built generated/cpu in {BUILD.relative_to(ROOT)} ({time.perf_counter() - start:.1f} s)")
+    sys.path.insert(0, str(BUILD))
+    import rlkernels
+
+    if not Path(rlkernels.__file__).resolve().is_relative_to(BUILD):
+        sys.exit(f"bench: imported rlkernels from {rlkernels.__file__}, not from {BUILD}")
+    if rlkernels.NATIVE_ERROR is not None:
+        sys.exit(f"bench: rlkernels._C did not load: {rlkernels.NATIVE_ERROR}")
+    return rlkernels
+
+
+# ---------------------------------------------------------------- det_gemm vs torch.matmul
+
+
+@dataclass
+class GemmRow:
+    dtype: str
+    shape: tuple[int, int, int]
+    threads: int
+    kernel_gflops: float
+    torch_gflops: float
+    ratio: float
+    reps: int
+    deterministic: bool
+    invariant: bool
+
+
+def same_bits(x, y) -> bool:
+    import torch
+
+    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[x.dtype]
+    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.view(bits), y.view(bits))
+
+
+def time_alternately(kernel, baseline):
+    """Times kernel and baseline in alternating order.
+
+    Returns both lists of seconds, the kernel's first output and how many later outputs
+    differed from it in any bit.
+    """
+    first = kernel()  # also the warm-up: page faults, thread pools, lazy initialisation
+    baseline()
+    kernel_s, baseline_s, differing = [], [], 0
+    start = time.perf_counter()
+    while len(kernel_s) < MIN_REPS or (len(kernel_s) < MAX_REPS and time.perf_counter() - start < ROW_BUDGET_S):
+        order = [(kernel, kernel_s), (baseline, baseline_s)]
+        if len(kernel_s) % 2:
+            order.reverse()
+        for fn, times in order:
+            t = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t)
+            if fn is kernel:
+                differing += not same_bits(out, first)
+    return kernel_s, baseline_s, first, differing
+
+
+def bench_gemm(rlkernels, threads: int, dtype_name: str, shape: tuple[int, int, int]) -> GemmRow:
+    import torch
+
+    m, k, n = shape
+    dtype = getattr(torch, dtype_name)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(k, n, generator=g).to(dtype)
+    kernel_s, torch_s, full, differing = time_alternately(lambda: rlkernels.det_gemm(a, b), lambda: torch.matmul(a, b))
+    flops = 2.0 * m * n * k
+    return GemmRow(
+        dtype=dtype_name,
+        shape=shape,
+        threads=threads,
+        kernel_gflops=flops / statistics.median(kernel_s) / 1e9,
+        torch_gflops=flops / statistics.median(torch_s) / 1e9,
+        ratio=statistics.median(t / s for s, t in zip(kernel_s, torch_s)),
+        reps=len(kernel_s),
+        deterministic=differing == 0,
+        invariant=same_bits(rlkernels.det_gemm(a[:INVARIANT_ROWS], b), full[:INVARIANT_ROWS]),
+    )
+
+
+def thread_counts() -> list[int]:
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return sorted({1, available})
+
+
+def run_gemm(rlkernels) -> list[GemmRow]:
+    import torch
+
+    rows = []
+    for threads in thread_counts():
+        torch.set_num_threads(threads)
+        os.environ["RLK_NUM_THREADS"] = str(threads)  # the kernel reads it on every call
+        for dtype_name in GEMM_DTYPES:
+            for shape in GEMM_SHAPES:
+                row = bench_gemm(rlkernels, threads, dtype_name, shape)
+                print(format_gemm_row(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+GEMM_HEADER = (
+    "| inputs | M×K×N | threads | det_gemm GFLOP/s | torch.matmul GFLOP/s | det_gemm / torch speed | "
+    "same bits every repeat | rows 0–7 alone = in batch |\n"
+    "| --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
+)
+
+
+def format_gemm_row(r: GemmRow) -> str:
+    yes = {True: "yes", False: "**NO**"}
+    return (
+        f"| {r.dtype} | {'×'.join(map(str, r.shape))} | {r.threads} | {r.kernel_gflops:.1f} | {r.torch_gflops:.1f} | "
+        f"**{r.ratio:.2f}** | {yes[r.deterministic]} ({r.reps} runs) | {yes[r.invariant]} |"
+    )
+
+
+# ---------------------------------------------------------------- the generator
+
+
+@dataclass
+class GenRow:
+    what: str
+    ops: int
+    platforms: int
+    files: int
+    full_s: float
+    noop_s: float
+    reps: int
+
+    def per_op_platform_ms(self, seconds: float) -> float:
+        return seconds * 1000 / (self.ops * self.platforms)
+
+
+def make_project(dest: Path, copies: int) -> None:
+    shutil.copytree(ROOT / "specs", dest / "specs")
+    shutil.copytree(ROOT / "templates", dest / "templates")
+    source = (dest / "specs" / "ops" / "det_gemm.yaml").read_text()
+    assert source.count("\nname: det_gemm\n") == 1, "det_gemm.yaml no longer has a top-level `name: det_gemm` line"
+    for i in range(copies):
+        name = f"det_gemm_copy{i:04d}"
+        (dest / "specs" / "ops" / f"{name}.yaml").write_text(source.replace("\nname: det_gemm\n", f"\nname: {name}\n"))
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file outside specs/ and templates/: content hash and mtime."""
+    return {
+        p.relative_to(root).as_posix(): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.relative_to(root).parts[0] not in {"specs", "templates"}
+    }
+
+
+def clear_outputs(root: Path) -> None:
+    for entry in root.iterdir():
+        if entry.name not in {"specs", "templates"}:
+            if entry.is_dir():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+
+def generate(root: Path) -> float:
+    from generator.cli import main
+
+    quiet = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        code = main(["--root", str(root), "generate"])
+    seconds = time.perf_counter() - start
+    if code != 0:
+        sys.exit(f"bench: generate failed in {root} (exit {code}):\n{quiet.getvalue()[-3000:]}")
+    return seconds
+
+
+def bench_generator(what: str, copies: int, reps: int) -> GenRow:
+    with tempfile.TemporaryDirectory(prefix="rlk-bench-") as tmp:
+        root = Path(tmp)
+        make_project(root, copies)
+        full = []
+        for _ in range(reps):
+            clear_outputs(root)
+            full.append(generate(root))
+        before = snapshot(root)
+        noop = []
+        for _ in range(reps):
+            noop.append(generate(root))
+            after = snapshot(root)
+            touched = sorted(rel for rel in before.keys() | after.keys() if before.get(rel) != after.get(rel))
+            assert not touched, f"a no-op generate wrote {len(touched)} files, e.g. {touched[:5]}"
+        return GenRow(
+            what=what,
+            ops=len(list((root / "specs" / "ops").glob("*.yaml"))),
+            platforms=len(list((root / "specs" / "platforms").glob("*.yaml"))),
+            files=sum(1 for p in (root / "generated").rglob("*") if p.is_file()),
+            full_s=statistics.median(full),
+            noop_s=statistics.median(noop),
+            reps=reps,
+        )
+
+
+def run_generator() -> list[GenRow]:
+    sys.path.insert(0, str(ROOT))
+    rows = [bench_generator("catalog (specs/)", 0, GENERATE_REPS)]
+    print(format_gen_row(rows[-1]), flush=True)
+    for copies in SYNTHETIC_OPS:
+        # One run each: a 1,000-op catalog takes tens of seconds, and growth is what these rows show.
+        rows.append(bench_generator(f"catalog + {copies:,} copies of det_gemm", copies, 1))
+        print(format_gen_row(rows[-1]), flush=True)
+    return rows
+
+
+GEN_HEADER = (
+    "| catalog | ops | platforms | files | runs | full generate | ms / op / platform | "
+    "no-op generate (0 files written) | ms / op / platform |\n"
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
+
+
+def format_gen_row(r: GenRow) -> str:
+    return (
+        f"| {r.what} | {r.ops:,} | {r.platforms} | {r.files:,} | {r.reps} | {r.full_s * 1000:,.0f} ms | "
+        f"{r.per_op_platform_ms(r.full_s):.2f} | {r.noop_s * 1000:,.0f} ms | {r.per_op_platform_ms(r.noop_s):.2f} |"
+    )
+
+
+# ---------------------------------------------------------------- the report
+
+
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def compiler() -> str:
+    cxx = os.environ.get("CXX", "c++")
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        return out.splitlines()[0] if out else cxx
+    return cxx
+
+
+def machine_lines(command: str, with_torch: bool) -> list[str]:
+    lines = [f"| CPU | {cpu_model()} ({platform.machine()}), {os.cpu_count()} logical CPUs, {thread_counts()[-1]} usable |"]
+    with contextlib.suppress(OSError):
+        lines.append(f"| Load average at start | {' '.join(Path('/proc/loadavg').read_text().split()[:3])} |")
+    if with_torch:
+        import torch
+
+        path = "AVX2" if "avx2" in cpu_flags() and not os.environ.get("RLK_CPU_SIMD") else "portable (4 lanes)"
+        lines += [
+            f"| torch | {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()}) |",
+            f"| det_gemm code path | {path} |",
+            f"| Compiler | {compiler()} |",
+        ]
+    lines += [
+        f"| Python | {platform.python_version()} |",
+        f"| Command | `{command}` |",
+        f"| Date (UTC) | {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} |",
+    ]
+    return lines
+
+
+GEMM_NOTES = """\
+* Speed ratio: median over the runs of (torch.matmul time / det_gemm time), each pair timed
+  back to back in alternating order; above 1 means det_gemm was faster.  GFLOP/s are
+  2·M·N·K over the median time of each.
+* det_gemm: one float32 accumulator per output, a separate multiply and add for each k in
+  ascending order, one rounding at the store; threads split rows and columns, never K.
+  Threads: `RLK_NUM_THREADS`, set with `torch.set_num_threads` for each row.
+* The bfloat16 baseline is torch.matmul on the bfloat16 tensors, which may use bfloat16
+  dot-product instructions (e.g. AVX512-BF16) that add products in pairs at twice the float32
+  rate; det_gemm's fixed order (one float32 add per product) cannot use them.
+* "rows 0–7 alone = in batch": det_gemm(a[:8], b) compared bitwise with rows 0–7 of
+  det_gemm(a, b) from the timed runs; "same bits every repeat": every timed output compared
+  bitwise with the first."""
+
+GEN_NOTES = """\
+* Each synthetic catalog is specs/ plus N copies of det_gemm.yaml under other names; ops
+  counts the original too.  ms / op / platform = time / (ops × platforms).
+* Full generate: into an empty output tree.  No-op generate: again, unchanged; the bench
+  fails unless every file outside specs/ and templates/ keeps its bytes and its mtime.
+* Timed in-process through `generator.cli.main`, so interpreter start-up is not included."""
+
+
+def write_doc(machine: list[str], gemm_rows: list[GemmRow], gen_rows: list[GenRow]) -> None:
+    parts = [
+        "# Performance\n",
+        "Written by `make bench` (`tools/bench.py`); rerun it rather than editing this file.",
+        "Read the ratios: each baseline is measured in the same process, alternating with what it",
+        "is compared to; absolute numbers move with the machine's load.\n",
+        "| Machine | |\n| --- | --- |",
+        *machine,
+    ]
+    if gemm_rows:
+        parts += ["\n## det_gemm on CPU vs torch.matmul\n", GEMM_HEADER, *map(format_gemm_row, gemm_rows), "", GEMM_NOTES]
+    if gen_rows:
+        parts += ["\n## Generator\n", GEN_HEADER, *map(format_gen_row, gen_rows), "", GEN_NOTES]
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text("\n".join(parts) + "\n")
+    print(f"wrote {DOC.relative_to(ROOT)}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sections", nargs="*", metavar="kernel|generator", help="what to run (default: both)")
+    sections = parser.parse_args().sections or ["kernel", "generator"]
+    if not set(sections) <= {"kernel", "generator"}:
+        parser.error(f"unknown section in {sections}; expected kernel and/or generator")
+    command = " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+    machine = machine_lines(command, with_torch="kernel" in sections)
+    print("\n".join(machine))
+    gemm_rows, gen_rows = [], []
+    if "kernel" in sections:
+        rlkernels = build_cpu_package()
+        print("\n" + GEMM_HEADER)
+        gemm_rows = run_gemm(rlkernels)
+    if "generator" in sections:
+        print("\n" + GEN_HEADER)
+        gen_rows = run_generator()
+    write_doc(machine, gemm_rows, gen_rows)
+    failed = [r for r in gemm_rows if not (r.deterministic and r.invariant)]
+    for r in failed:
+        print(f"bench: det_gemm {r.dtype} {r.shape} on {r.threads} threads was not bitwise stable", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
