@@ -149,7 +149,7 @@ class OpView:
                 )
             )
         for a in self.spec.args:
-            out.append(Check("contiguous", a.name, f"{op}: argument '{a.name}' must be contiguous (call .contiguous() on it)"))
+            out.append(Check("contiguous", a.name, f"{op}: argument '{a.name}' must be contiguous (call .contiguous() on it)", rank=len(a.shape)))
         return tuple(
             Check(**{**c.__dict__, "optional": c.arg in optional}) for c in out
         )
@@ -239,6 +239,8 @@ class OpView:
         params += [f"{_ATTR_CPP[a.type]} {a.name}" for a in self.spec.attrs]
         if target.types.stream is not None:
             params.append(f"{target.types.stream} stream")
+        else:
+            params.append("int64_t num_threads")  # the host's stream: how many threads it may use
         return ", ".join(params)
 
     def launcher_args(self, target: PlatformSpec) -> str:
@@ -251,6 +253,8 @@ class OpView:
         args += [f"static_cast<{_ATTR_CPP[a.type]}>({a.name})" for a in self.spec.attrs]
         if target.types.stream is not None:
             args.append("stream")
+        else:
+            args.append("at::get_num_threads()")
         return ", ".join(args)
 
     @property
