@@ -78,8 +78,9 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
             problems.append(
                 src.problem(("backward", index, "gives"), f"{step.op} returns {len(target.outputs)} outputs, gives lists {len(step.gives)}")
             )
-        if target.backward:
-            problems.append(src.problem(("backward", index, "op"), f"{step.op} has a backward of its own; backward ops are not differentiated again"))
+        for attr_index, attr in enumerate(step.attrs or ()):
+            if attr not in {a.name for a in op.attrs} or attr not in {a.name for a in target.attrs}:
+                problems.append(src.problem(("backward", index, "attrs", attr_index), f"attribute {attr} is not shared by {op.name} and {step.op}"))
     for name, kernel in op.kernels.items():
         for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
             if platform not in platforms:

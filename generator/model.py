@@ -334,12 +334,13 @@ class BackwardStep(StrictModel):
     """One call of the backward pass: ``op(*args)`` returns the gradients of ``gives``, in order.
 
     An arg is a forward argument or output name, or ``grad(<output>)`` for the incoming gradient.
-    Attributes of the same name are passed on.
     """
 
     op: Identifier
     args: tuple[Annotated[str, AfterValidator(_pattern(r"grad\([a-z][a-z0-9_]*\)|[a-z][a-z0-9_]*", "backward argument", "grad(y)"))], ...]
     gives: tuple[Identifier, ...] = Field(min_length=1)
+    attrs: tuple[Identifier, ...] | None = None
+    """Attributes passed on; null: every attribute the step's op shares by name with this op."""
 
 
 class NativeKernel(StrictModel):

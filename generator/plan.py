@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .load import Catalog
-from .model import Attr, Dtype, NativeKernel, OpSpec, Output, PlatformSpec, TensorArg
+from .model import Attr, BackwardStep, Dtype, NativeKernel, OpSpec, Output, PlatformSpec, TensorArg
 
 PACKAGE_TEMPLATES = {
     # output path (inside generated/<platform>/)   template
@@ -274,7 +274,9 @@ class OpView:
             return f"_grad_or_zeros(grad_{name}, {name})"
         return source
 
-    def backward_attrs(self, step_op: "OpView") -> tuple[str, ...]:
+    def backward_attrs(self, step: BackwardStep, step_op: "OpView") -> tuple[str, ...]:
+        if step.attrs is not None:
+            return step.attrs
         own = {a.name for a in self.spec.attrs}
         return tuple(a.name for a in step_op.spec.attrs if a.name in own)
 

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 
-from package_build import build_inplace  # noqa: E402
+from package_build import build_inplace
 
 pytestmark = pytest.mark.slow
 
@@ -72,3 +72,37 @@ def test_generated_package_tests_pass(rlkernels):
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+
+
+@pytest.mark.parametrize("K", [64, 896, 4096])
+def test_ktree_half_k_results_combine_to_the_full_result(rlkernels, K):
+    """Tensor parallelism over K: two half-K products and one bf16 add give the full product's bits."""
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(5, K, generator=g).to(torch.bfloat16)
+    b = torch.randn(K, 7, generator=g).to(torch.bfloat16)
+    half = K // 2
+    full = rlkernels.det_gemm_ktree(a, b)
+    left = rlkernels.det_gemm_ktree(a[:, :half].contiguous(), b[:half].contiguous())
+    right = rlkernels.det_gemm_ktree(a[:, half:].contiguous(), b[half:].contiguous())
+    assert torch.equal(left + right, full)
+
+
+@pytest.mark.parametrize("op", ["det_gemm_nt", "det_gemm_tn"])
+def test_fp32_output_is_the_accumulator_before_its_one_rounding(rlkernels, op):
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(48, 40, generator=g).to(torch.bfloat16), torch.randn(48, 40, generator=g).to(torch.bfloat16)
+    fn = getattr(rlkernels, op)
+    wide = fn(a, b, out_fp32=True)
+    assert wide.dtype == torch.float32
+    assert torch.equal(fn(a, b), wide.to(torch.bfloat16))
+
+
+def test_det_linear_is_differentiable_with_the_catalog_kernels(rlkernels):
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(6, 32, generator=g, requires_grad=True)
+    w = torch.randn(24, 32, generator=g, requires_grad=True)
+    y = rlkernels.det_linear(x, w)
+    y.backward(torch.ones_like(y))
+    # The gradients are det_gemm / det_gemm_tn results, bit for bit.
+    assert torch.equal(x.grad, rlkernels.det_gemm(torch.ones(6, 24), w.detach()))
+    assert torch.equal(w.grad, rlkernels.det_gemm_tn(torch.ones(6, 24), x.detach()))
