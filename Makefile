@@ -7,13 +7,14 @@ PY := $(VENV)/bin/python
 GEN := $(PY) -m generator
 PLATFORM ?= cpu
 
-.PHONY: help generate check diff test test-fast compile-check wheel gpu-check bench clean
+.PHONY: help generate check diff test test-fast lint compile-check wheel gpu-check bench clean
 
 help:
 	@echo "make generate   render generated/ from specs/ and templates/ (writes only changed files)"
 	@echo "make check      fail if generated/ is not what the specs produce"
 	@echo "make diff       show what 'make generate' would change"
 	@echo "make test       run every test (generator, contracts, CPU package build)"
+	@echo "make lint       ruff check generator tests; mypy --strict generator"
 	@echo "make compile-check  compile every generated kernel: nvcc (.cu), hipcc (.hip), nvcc + MUSA shim (.mu)"
 	@echo "make wheel PLATFORM=cpu|cuda|rocm|musa  build dist/rlkernels-<version>+<label>-*.whl"
 	@echo "make gpu-check  on a GPU machine: build the CUDA package, run its tests, compare with CPU, benchmark"
@@ -42,6 +43,10 @@ test: $(VENV)/.test-stamp
 
 test-fast: $(VENV)/.test-stamp
 	$(PY) -m pytest -q -m "not slow"
+
+lint: $(VENV)/.test-stamp
+	$(PY) -m ruff check generator tests
+	$(PY) -m mypy --strict generator
 
 compile-check: $(VENV)/.gen-stamp
 	$(PY) tools/compile_check.py

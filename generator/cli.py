@@ -1,88 +1,181 @@
-"""``python -m generator generate | check | diff | schema``."""
+"""``python -m generator generate | check | diff | explain | schema``."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from . import readme, semantic_diff
 from .errors import ContractError, GeneratorError, SpecError
-from .pipeline import Layout, produce
-from .write import MANIFEST, compute_changes, manifest_bytes, recover, write_tree
+from .explain import explain
+from .load import load_catalog
+from .pipeline import Layout, Output, produce_all
+from .schema import schema_files
+from .write import MANIFEST, Changes, compute_changes, manifest_bytes, recover, write_files, write_tree
 
 EXIT_OK, EXIT_DIFFERS, EXIT_ERROR = 0, 1, 2
+REGISTRY = "registry.json"
 
 
-def _expected(layout: Layout) -> dict[str, bytes]:
-    files = produce(layout)
-    return {**files, MANIFEST: manifest_bytes(files)}
+def _expected(layout: Layout) -> Output:
+    output = produce_all(layout)
+    return Output({**output.files, MANIFEST: manifest_bytes(output.files)}, output.extras)
+
+
+def _shown(changes: Changes) -> Iterable[tuple[str, str]]:
+    """(path relative to the root, path relative to generated/ or the root) for every changed file."""
+    for rel in (*changes.written, *changes.removed):
+        yield f"generated/{rel}", rel
+    for rel in changes.extra:
+        yield rel, rel
 
 
 def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    files = produce(layout)
-    changes = write_tree(layout.generated, files)
+    output = produce_all(layout)
+    changes = write_tree(layout.generated, output.files, output.extras)
     elapsed = time.perf_counter() - start
     for rel in changes.written:
         print(f"wrote   generated/{rel}")
+    for rel in changes.extra:
+        print(f"wrote   {rel}")
     for rel in changes.removed:
         print(f"removed generated/{rel}")
+    total = len(output.files) + 1
     print(
-        f"generate: {len(files) + 1} files, {len(changes.written)} written, {len(changes.removed)} removed, "
-        f"{len(files) + 1 - len(changes.written)} unchanged ({elapsed * 1000:.0f} ms)"
+        f"generate: {total} files, {len(changes.written)} written, {len(changes.removed)} removed, "
+        f"{total - len(changes.written)} unchanged ({elapsed * 1000:.0f} ms)"
     )
     return EXIT_OK
 
 
 def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
-    recover(layout.generated)
-    changes = compute_changes(layout.generated, _expected(layout))
+    recover(layout.generated, layout.extras)
+    expected = _expected(layout)
+    changes = compute_changes(layout.generated, expected.files, expected.extras)
     if changes.empty:
-        print("check: generated/ matches the specs and templates")
+        print("check: generated/, the README's operator table and schema/ match the specs and templates")
         return EXIT_OK
     for rel in changes.written:
         state = "differs from what the specs produce" if (layout.generated / rel).exists() else "is missing"
         print(f"stale: generated/{rel} {state}", file=sys.stderr)
     for rel in changes.removed:
         print(f"stale: generated/{rel} is no longer produced and should be removed", file=sys.stderr)
-    print("check: generated/ is stale; run `make generate` and commit the result", file=sys.stderr)
+    for rel in changes.extra:
+        state = "is missing" if not (layout.root / rel).exists() else "differs from what the specs produce"
+        if rel == readme.README:
+            state = "has an operator table (between the GENERATED markers) that differs from the specs"
+        print(f"stale: {rel} {state}", file=sys.stderr)
+    print("check: generated files are stale; run `make generate` and commit the result", file=sys.stderr)
     return EXIT_DIFFERS
 
 
-def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
-    recover(layout.generated)
-    expected = _expected(layout)
-    changes = compute_changes(layout.generated, expected)
-    for rel in (*changes.written, *changes.removed):
-        path = layout.generated / rel
-        old = path.read_text(errors="replace").splitlines(keepends=True) if path.exists() else []
-        new = expected[rel].decode().splitlines(keepends=True) if rel in expected else []
-        sys.stdout.writelines(
-            difflib.unified_diff(old, new, f"a/generated/{rel}", f"b/generated/{rel}" if rel in expected else "/dev/null")
+def _base_registry(layout: Layout, rev: str) -> bytes:
+    """generated/registry.json as committed at ``rev``."""
+    try:
+        result = subprocess.run(
+            ["git", "show", f"{rev}:generated/{REGISTRY}"], cwd=layout.root, capture_output=True, check=False, timeout=60
         )
-    return EXIT_DIFFERS if not changes.empty else EXIT_OK
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GeneratorError(f"--base {rev}: cannot run git ({exc})") from None
+    if result.returncode != 0:
+        message = result.stderr.decode(errors="replace").strip().splitlines()
+        raise GeneratorError(f"--base {rev}: git show {rev}:generated/{REGISTRY} failed: {message[-1] if message else 'no output'}")
+    return result.stdout
+
+
+def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> list[str]:
+    if args.base is not None:
+        source, old_bytes = f"{args.base}:generated/{REGISTRY}", _base_registry(layout, args.base)
+    else:
+        source, path = f"generated/{REGISTRY}", layout.generated / REGISTRY
+        try:
+            old_bytes = path.read_bytes()
+        except FileNotFoundError:
+            old_bytes = b'{"ops": {}}'  # nothing generated yet: every op is new
+        except OSError as exc:
+            return [f"semantic changes: unavailable ({source}: {exc.strerror})"]
+    try:
+        old = semantic_diff.parse_state(old_bytes, source)
+        new = semantic_diff.parse_state(new_registry, f"the rendered {REGISTRY}")
+    except semantic_diff.StateError as exc:
+        return [f"semantic changes: unavailable ({exc})"]
+    return semantic_diff.report(semantic_diff.compare(old, new), source)
+
+
+def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
+    recover(layout.generated, layout.extras)
+    expected = _expected(layout)
+    changes = compute_changes(layout.generated, expected.files, expected.extras)
+    summary = _semantic(layout, args, expected.files.get(REGISTRY, b'{"ops": {}}'))
+    semantic_changed = not summary[0].endswith(": none")
+    if changes.empty and not semantic_changed and args.base is None and not args.summary:
+        return EXIT_OK
+    print("\n".join(summary))
+    if not args.summary:
+        for shown, rel in _shown(changes):
+            in_tree = shown.startswith("generated/")
+            path = (layout.generated if in_tree else layout.root) / rel
+            data = (expected.files if in_tree else expected.extras).get(rel)
+            old = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.is_file() else []
+            new = data.decode().splitlines(keepends=True) if data is not None else []
+            sys.stdout.writelines(difflib.unified_diff(old, new, f"a/{shown}", f"b/{shown}" if data is not None else "/dev/null"))
+    return EXIT_DIFFERS if not changes.empty or semantic_changed else EXIT_OK
+
+
+def cmd_explain(layout: Layout, args: argparse.Namespace) -> int:
+    catalog = load_catalog(layout.specs, layout.root)
+    print("\n".join(explain(catalog, args.op, args.platform)))
+    return EXIT_OK
+
+
+def cmd_schema(layout: Layout, args: argparse.Namespace) -> int:
+    """Only the schemas: works while the specs themselves are broken, which is when an editor needs them."""
+    files = schema_files()
+    written = write_files(layout.root, files)
+    for rel in written:
+        print(f"wrote   {rel}")
+    print(f"schema: {len(files)} files, {len(written)} written")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
+    "generate": cmd_generate,
+    "check": cmd_check,
+    "diff": cmd_diff,
+    "explain": cmd_explain,
+    "schema": cmd_schema,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m generator", description="Generate per-platform kernel packages from specs.")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding specs/, templates/ and generated/")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("generate", help="render every package into generated/ (writes only changed files)")
-    sub.add_parser("check", help="exit 1 when generated/ is not what the specs produce")
-    sub.add_parser("diff", help="show, as a unified diff, what `generate` would change")
+    sub.add_parser("generate", help="render generated/, the README's operator table and schema/ (writes only changed files)")
+    sub.add_parser("check", help="exit 1 when generated/, the README's operator table or schema/ is not what the specs produce")
+    diff = sub.add_parser("diff", help="what `generate` would change: a semantic summary, then a unified diff")
+    diff.add_argument("--summary", action="store_true", help="print the semantic summary only")
+    diff.add_argument("--base", metavar="REV", help="summarise against generated/registry.json at git revision REV (e.g. origin/main)")
+    exp = sub.add_parser("explain", help="which backends an op runs on per platform, and why each candidate is accepted or refused")
+    exp.add_argument("op", help="op name, e.g. det_gemm")
+    exp.add_argument("--platform", help="one platform only (default: every platform)")
+    sub.add_parser("schema", help="write the JSON Schema of the spec files to schema/ (for editors)")
     args = parser.parse_args(argv)
     layout = Layout(args.root.resolve())
-    command = {"generate": cmd_generate, "check": cmd_check, "diff": cmd_diff}[args.command]
     try:
-        return command(layout, args)
+        return COMMANDS[args.command](layout, args)
     except SpecError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         kind = "contract violation" if isinstance(exc, ContractError) else "spec error"
         count = len(exc.problems)
-        print(f"error: {count} {kind}{'s' if count > 1 else ''}; generated/ was not changed", file=sys.stderr)
+        print(f"error: {count} {kind}{'s' if count > 1 else ''}; nothing was written", file=sys.stderr)
         return EXIT_ERROR
     except GeneratorError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -98,7 +98,7 @@ def check(catalog: Catalog) -> None:
         p, v = _op_problems(catalog, op)
         problems += p
         violations += v
-    orders = {}
+    orders: dict[int, str] = {}
     for platform in catalog.platforms:
         if platform.detection.order in orders:
             src = catalog.sources[f"platform:{platform.name}"]

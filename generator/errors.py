@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# Characters that would break "one problem, one line" (or hide text) when a spec's own
+# bytes end up in a message: controls, line/paragraph separators, bidi overrides.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with every character that could break or disguise a one-line message escaped."""
+    return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1] if m.group() not in "\n\t" else " ", text)
 
 
 class GeneratorError(Exception):
@@ -17,14 +27,15 @@ class SpecProblem:
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}"
-        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        where = f"{one_line(self.file)}:{self.line}"
+        message = one_line(self.message)
+        return f"{where}: {one_line(self.field)}: {message}" if self.field else f"{where}: {message}"
 
 
 class SpecError(GeneratorError):
     """One or more problems in the spec files, each with file, line and field path."""
 
-    def __init__(self, problems: list[SpecProblem]):
+    def __init__(self, problems: list[SpecProblem]) -> None:
         self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.field, p.message))
         super().__init__("\n".join(str(p) for p in self.problems))
 

@@ -7,6 +7,8 @@ pydantic error into ``file:line: field.path: message``.
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,36 +44,68 @@ class SourceMap:
         return self.lines.get((), 1)
 
     def problem(self, path: Path_, message: str) -> SpecProblem:
-        return SpecProblem(self.file, self.line(path), ".".join(str(p) for p in path), message)
+        return SpecProblem(self.file, self.line(path), field_path(path), message)
+
+
+def field_path(path: Path_) -> str:
+    """``args.0.name``; a key that is not a plain word (a spec may use any string as a key) is quoted."""
+    return ".".join(str(p) if isinstance(p, int) or re.fullmatch(r"[A-Za-z0-9_]+", p) else repr(p) for p in path)
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        # Line numbers as editors and grep count them (only "\n" ends a line); PyYAML's own marks
+        # also break lines at \r, U+0085, U+2028 and U+2029, which would point past the real line.
+        self.newlines = [i for i, c in enumerate(text) if c == "\n"]
+
+    def line_of(self, mark: yaml.Mark | None) -> int:
+        return bisect.bisect_left(self.newlines, mark.index) + 1 if mark is not None else 1
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.MarkedYAMLError(
-                problem="aliases (*name) are not allowed in spec files", problem_mark=event.start_mark
-            )
-        return super().compose_node(parent, index)
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.MarkedYAMLError(problem="aliases (*name) are not allowed in spec files", problem_mark=event.start_mark)
+        node: yaml.Node | None = super().compose_node(parent, index)
+        return node
 
 
-def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: yaml.SafeLoader) -> Any:
-    lines[path] = node.start_mark.line + 1
+_YAML = "tag:yaml.org,2002:"
+# Plain data only.  Other standard tags (timestamps, binary, sets, ordered maps) and local
+# tags have no meaning in a spec, and some make PyYAML's constructors raise plain Python errors.
+_SCALAR_TAGS = {f"{_YAML}{t}" for t in ("str", "int", "float", "bool", "null")}
+
+
+def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: _NoAliasLoader) -> Any:
+    lines[path] = loader.line_of(node.start_mark)
     if len(path) > MAX_DEPTH:
         raise SpecError([src.problem(path, f"nesting deeper than {MAX_DEPTH} levels")])
     if isinstance(node, yaml.MappingNode):
+        if node.tag != f"{_YAML}map":
+            raise SpecError([src.problem(path, f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain mapping")])
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != "tag:yaml.org,2002:str":
-                raise SpecError([SpecProblem(src.file, key_node.start_mark.line + 1, ".".join(map(str, path)), "keys must be plain strings")])
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != f"{_YAML}str":
+                raise SpecError([SpecProblem(src.file, loader.line_of(key_node.start_mark), field_path(path), "keys must be plain strings")])
             key = key_node.value
             if key in out:
-                raise SpecError([SpecProblem(src.file, key_node.start_mark.line + 1, ".".join(map(str, (*path, key))), "duplicate key")])
+                raise SpecError([SpecProblem(src.file, loader.line_of(key_node.start_mark), field_path((*path, key)), "duplicate key")])
             out[key] = _to_python(value_node, (*path, key), lines, src, loader)
+            # the key's line, not the value's: a block value starts on the line below its key
+            lines[path + (key,)] = loader.line_of(key_node.start_mark)
         return out
     if isinstance(node, yaml.SequenceNode):
+        if node.tag != f"{_YAML}seq":
+            raise SpecError([src.problem(path, f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain list")])
         return [_to_python(item, (*path, i), lines, src, loader) for i, item in enumerate(node.value)]
-    value = loader.construct_object(node, deep=True)
+    if node.tag not in _SCALAR_TAGS:
+        what = "a date or time" if node.tag == f"{_YAML}timestamp" else f"YAML tag {node.tag.removeprefix(_YAML)}"
+        raise SpecError([src.problem(path, f"{what} is not allowed in spec files; write a string, number, boolean or null (quote it to keep it as text)")])
+    try:
+        value = loader.construct_object(node, deep=True)
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        # e.g. `!!int abc`, `!!bool maybe`, or an integer beyond Python's digit limit
+        raise SpecError([src.problem(path, f"cannot read {node.value[:40]!r} as {node.tag.removeprefix(_YAML)}: {exc}")]) from None
     if not isinstance(value, (str, int, float, bool, type(None))):
         raise SpecError([src.problem(path, f"unsupported YAML value of type {type(value).__name__}")])
     return value
@@ -79,35 +113,46 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
 
 def read_yaml(file: Path, display: str) -> tuple[Any, SourceMap]:
     """Parse one YAML file into plain Python values plus a ``SourceMap``."""
-    src = SourceMap(display)
     try:
         raw = file.read_bytes()
     except OSError as exc:
-        raise SpecError([SpecProblem(display, 1, "", f"cannot read file: {exc.strerror}")]) from None
+        raise SpecError([SpecProblem(display, 1, "", f"cannot read file: {exc.strerror or exc}")]) from None
+    return parse_yaml(raw, display)
+
+
+def parse_yaml(raw: bytes, display: str) -> tuple[dict[str, Any], SourceMap]:
+    """Parse the bytes of one spec file; any problem is a ``SpecError`` naming ``display`` and a line."""
+    src = SourceMap(display)
     if len(raw) > MAX_SPEC_BYTES:
         raise SpecError([SpecProblem(display, 1, "", f"file is larger than {MAX_SPEC_BYTES} bytes")])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError([SpecProblem(display, 1, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
-    loader = _NoAliasLoader(text)
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SpecError([SpecProblem(display, line, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
+    loader: _NoAliasLoader | None = None
     try:
+        loader = _NoAliasLoader(text)  # its reader already rejects characters YAML does not allow
         root = loader.get_single_node()
         if root is None:
             raise SpecError([SpecProblem(display, 1, "", "file is empty; expected a mapping")])
         lines: dict[Path_, int] = {}
         data = _to_python(root, (), lines, src, loader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 1
+        line = loader.line_of(exc.problem_mark or exc.context_mark) if loader is not None else 1
         message = " ".join(str(part) for part in (exc.context, exc.problem) if part)
         raise SpecError([SpecProblem(display, line, "", f"YAML syntax: {message}")]) from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, e.g. NUL or a lone surrogate
+        line = text[: max(exc.position, 0)].count("\n") + 1
+        code = ord(exc.character) if isinstance(exc.character, str) else int(exc.character)
+        raise SpecError([SpecProblem(display, line, "", f"YAML syntax: character U+{code:04X} is not allowed in YAML text")]) from None
     except yaml.YAMLError as exc:
         raise SpecError([SpecProblem(display, 1, "", f"YAML syntax: {exc}")]) from None
     except RecursionError:
-        raise SpecError([SpecProblem(display, 1, "", "YAML nested too deeply")]) from None
+        raise SpecError([SpecProblem(display, 1, "", f"YAML nested too deeply (at most {MAX_DEPTH} levels)")]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         raise SpecError([SpecProblem(display, 1, "", f"expected a mapping at the top level, got {type(data).__name__}")])
     return data, SourceMap(display, lines)
@@ -156,9 +201,7 @@ def _data_path(data: Any, loc: tuple[Any, ...]) -> Path_:
     """``loc`` without the parts pydantic adds that are not keys of the data (union tags)."""
     node, out = data, []
     for i, part in enumerate(loc):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if (isinstance(node, dict) and part in node) or (isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
             node = node[part]
         elif i < len(loc) - 1:
             continue
@@ -215,11 +258,12 @@ def load_catalog(specs_dir: Path, display_root: Path | None = None) -> Catalog:
         except SpecError as exc:
             problems.extend(exc.problems)
             return None
-        if expect_name and getattr(spec, "name") != path.stem:
-            problems.append(src.problem(("name",), f"name {getattr(spec, 'name')!r} must match the file name {path.stem!r}"))
+        name = str(getattr(spec, "name", ""))
+        if expect_name and name != path.stem:
+            problems.append(src.problem(("name",), f"name {name!r} must match the file name {path.stem!r}"))
             return None
         kind = "package" if model is PackageSpec else ("platform" if model is PlatformSpec else "op")
-        sources[kind if kind == "package" else f"{kind}:{getattr(spec, 'name')}"] = src
+        sources[kind if kind == "package" else f"{kind}:{name}"] = src
         return spec
 
     package_file = specs_dir / "package.yaml"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Callable
 from enum import Enum
 from typing import Annotated, Literal
 
@@ -30,7 +31,7 @@ _CPP_KEYWORDS = frozenset(
 _RESERVED = frozenset({"self", "out", "stream", "torch", "at", "c10", "std", "rlk", "device"})
 
 
-def _pattern(regex: str, what: str, example: str):
+def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
     compiled = re.compile(regex)
 
     def check(value: str) -> str:
@@ -403,10 +404,11 @@ class OpSpec(StrictModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"duplicate argument/attribute/output names: {', '.join(dupes)}")
-        for tensor in (*self.args, *self.outputs):
+        declared: tuple[TensorArg | Output, ...] = (*self.args, *self.outputs)
+        for tensor in declared:
             if len(tensor.dtype) == 1 and tensor.dtype not in self.dtype_vars:
                 raise ValueError(f"{tensor.name}: dtype variable {tensor.dtype} is not declared in dtype_vars")
-        all_dims = {d for t in (*self.args, *self.outputs) for d in t.shape} | set(self.dynamic_dims)
+        all_dims = {d for t in declared for d in t.shape} | set(self.dynamic_dims)
         for var in self.dtype_vars:
             if var in all_dims:
                 raise ValueError(f"dtype variable {var} has the name of a dimension; both become C++ names in kernels")

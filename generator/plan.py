@@ -274,7 +274,7 @@ class OpView:
             return f"_grad_or_zeros(grad_{name}, {name})"
         return source
 
-    def backward_attrs(self, step: BackwardStep, step_op: "OpView") -> tuple[str, ...]:
+    def backward_attrs(self, step: BackwardStep, step_op: OpView) -> tuple[str, ...]:
         if step.attrs is not None:
             return step.attrs
         own = {a.name for a in self.spec.attrs}

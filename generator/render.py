@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import jinja2
 
@@ -83,20 +85,29 @@ def _normalise(text: str, max_blank: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], output: str) -> str:
+    try:
+        return env.get_template(template).render(context)
+    except jinja2.TemplateSyntaxError as exc:
+        raise RenderError(f"templates/{exc.name or template}:{exc.lineno}: template syntax: {exc.message}") from None
+    except jinja2.TemplateNotFound as exc:
+        raise RenderError(f"{output}: template not found: templates/{exc.name}") from None
+    except jinja2.UndefinedError as exc:
+        raise RenderError(f"templates/{template}: while rendering {output}: {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 -- a filter or a view raised: still a render failure, never a partial write
+        raise RenderError(f"templates/{template}: while rendering {output}: {type(exc).__name__}: {exc}") from None
+
+
 def render_all(jobs: list[RenderJob], templates_dir: Path) -> dict[str, bytes]:
     env = make_environment(templates_dir)
     rendered: dict[str, bytes] = {}
     for job in jobs:
-        try:
-            body = env.get_template(job.template).render(job.context, provenance=provenance(job))
-        except jinja2.TemplateSyntaxError as exc:
-            raise RenderError(f"templates/{exc.name or job.template}:{exc.lineno}: template syntax: {exc.message}") from None
-        except jinja2.TemplateNotFound as exc:
-            raise RenderError(f"{job.path}: template not found: templates/{exc.name}") from None
-        except jinja2.UndefinedError as exc:
-            raise RenderError(f"templates/{job.template}: while rendering {job.path}: {exc.message}") from None
-        except Exception as exc:  # a filter or a view raised: still a render failure, never a partial write
-            raise RenderError(f"templates/{job.template}: while rendering {job.path}: {type(exc).__name__}: {exc}") from None
+        body = _render(env, job.template, {**job.context, "provenance": provenance(job)}, job.path)
         max_blank = 2 if job.path.endswith(".py") else 1
         rendered[job.path] = (_header(job) + _normalise(body, max_blank)).encode("utf-8")
     return rendered
+
+
+def render_text(templates_dir: Path, template: str, context: Mapping[str, Any], output: str) -> str:
+    """One template rendered on its own (e.g. a block spliced into a hand-written file), normalised like the rest."""
+    return _normalise(_render(make_environment(templates_dir), template, context, output), 1)

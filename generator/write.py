@@ -2,23 +2,30 @@
 
 Files are written only when their bytes change (unchanged files keep their mtimes,
 so builds stay incremental), files the generator owned but no longer produces are
-removed, and ``manifest.json`` lists what it owns.
+removed, and ``manifest.json`` lists what it owns.  A few files outside the tree
+(``extras``: the README's operator table, the JSON Schemas) ride along in the same
+commit; they are rewritten when they differ but never owned, so never removed.
 
 A commit is two-phase: every new file is first written beside its target as
 ``<name>.rlk-new``; a failure there removes them all and leaves the tree as it was.
 Then a journal listing every rename and deletion is written atomically and the
 renames happen.  If the process dies after the journal exists, the next run
 finishes the commit (``recover``) before doing anything else; if it dies before,
-the next run removes the leftover ``.rlk-new`` files.
+the next run removes the leftover ``.rlk-new`` files.  The manifest is renamed
+last, so even a lost journal never orphans a file the old manifest owned: the next
+``generate`` still knows to remove it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import WriteError
 
@@ -30,20 +37,22 @@ NEW_SUFFIX = ".rlk-new"
 @dataclass(frozen=True)
 class Changes:
     written: tuple[str, ...]
-    """Created or changed files."""
+    """Created or changed files, relative to the output tree."""
     removed: tuple[str, ...]
     """Files the generator owned before and no longer produces."""
+    extra: tuple[str, ...] = ()
+    """Created or changed extras, relative to the project root (the tree's parent)."""
 
     @property
     def empty(self) -> bool:
-        return not self.written and not self.removed
+        return not self.written and not self.removed and not self.extra
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def manifest_bytes(files: dict[str, bytes]) -> bytes:
+def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
     body = {
         "_generated": "Files owned by rlkernels' generator; anything listed here may be rewritten or removed by `make generate`.",
         "files": {path: _sha(data) for path, data in sorted(files.items())},
@@ -52,32 +61,47 @@ def manifest_bytes(files: dict[str, bytes]) -> bytes:
 
 
 def owned_files(out_dir: Path) -> set[str]:
+    """What the manifest says the generator owns; a missing or mangled manifest owns nothing."""
     try:
         data = json.loads((out_dir / MANIFEST).read_text())
-        return set(data["files"])
+        return {rel for rel in data["files"] if isinstance(rel, str) and _is_inside(out_dir, rel)}
     except (OSError, ValueError, KeyError, TypeError):
         return set()
 
 
+def _is_inside(base: Path, rel: str) -> bool:
+    if not rel or "\x00" in rel or os.path.isabs(rel):
+        return False
+    target = (base / rel).resolve()
+    return base.resolve() in target.parents
+
+
 def _safe_target(out_dir: Path, rel: str) -> Path:
-    target = (out_dir / rel).resolve()
-    if out_dir.resolve() not in target.parents:
+    if not _is_inside(out_dir, rel):
         raise WriteError(f"refusing to touch {rel}: it lies outside {out_dir}")
-    return target
+    return out_dir / rel
 
 
-def compute_changes(out_dir: Path, files: dict[str, bytes]) -> Changes:
-    written = []
-    for rel, data in sorted(files.items()):
-        path = out_dir / rel
-        try:
-            if path.read_bytes() == data:
-                continue
-        except OSError:
-            pass
-        written.append(rel)
-    removed = sorted(rel for rel in owned_files(out_dir) - set(files) if (out_dir / rel).exists())
-    return Changes(tuple(written), tuple(removed))
+def _safe_extra(out_dir: Path, rel: str) -> Path:
+    """An extra lies in the project root (``out_dir``'s parent) but not in the output tree."""
+    root = out_dir.parent
+    if not _is_inside(root, rel) or out_dir.resolve() in (target := (root / rel).resolve(), *target.parents):
+        raise WriteError(f"refusing to touch {rel}: extras must lie in {root} but outside {out_dir}")
+    return root / rel
+
+
+def _differs(path: Path, data: bytes) -> bool:
+    try:
+        return path.read_bytes() != data
+    except OSError:
+        return True
+
+
+def compute_changes(out_dir: Path, files: Mapping[str, bytes], extras: Mapping[str, bytes] | None = None) -> Changes:
+    written = [rel for rel, data in sorted(files.items()) if _differs(out_dir / rel, data)]
+    removed = sorted(rel for rel in owned_files(out_dir) - set(files) if (out_dir / rel).is_file())
+    extra = [rel for rel, data in sorted((extras or {}).items()) if _differs(out_dir.parent / rel, data)]
+    return Changes(tuple(written), tuple(removed), tuple(extra))
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -87,78 +111,174 @@ def _fsync_write(path: Path, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
-def recover(out_dir: Path) -> None:
-    """Finish a commit that a killed process left half done, or undo one that never started."""
+def _fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable; not every platform or file system allows it, which is fine."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _prune_empty_dirs(start: Path, stop: Path) -> None:
+    """Remove ``start`` and its parents below ``stop`` while they are empty."""
+    while start != stop and stop in start.parents and start.is_dir() and not any(start.iterdir()):
+        start.rmdir()
+        start = start.parent
+
+
+def _paths(value: Any) -> list[str] | None:
+    return value if isinstance(value, list) and all(isinstance(rel, str) for rel in value) else None
+
+
+def _read_journal(journal: Path) -> tuple[list[str], list[str], list[str]]:
+    """The journal's rename, delete and extra lists, checked entry by entry: a damaged or hand-edited
+    journal must never make ``recover`` rename or delete anything outside the tree."""
+    try:
+        plan: Any = json.loads(journal.read_bytes())
+        problem = "expected an object whose rename, delete and extra are lists of paths"
+    except (OSError, ValueError) as exc:
+        plan, problem = None, str(exc)
+    renames = _paths(plan.get("rename")) if isinstance(plan, dict) else None
+    deletes = _paths(plan.get("delete")) if isinstance(plan, dict) else None
+    extras = _paths(plan.get("extra", [])) if isinstance(plan, dict) else None
+    if renames is None or deletes is None or extras is None:
+        raise WriteError(
+            f"{journal}: unreadable commit journal ({problem}); remove it and run `make generate` again, which rewrites every file that differs"
+        )
+    out_dir = journal.parent
+    for rel in (*renames, *deletes):
+        _safe_target(out_dir, rel)
+    for rel in extras:
+        _safe_extra(out_dir, rel)
+    return renames, deletes, extras
+
+
+def recover(out_dir: Path, extras: Iterable[str] = ()) -> None:
+    """Finish a commit that a killed process left half done, or undo one that never started.
+
+    ``extras``: the extras a run may have staged (relative to the project root), whose
+    leftover ``.rlk-new`` files are removed too.
+    """
     journal = out_dir / JOURNAL
-    if journal.exists():
+    if journal.is_file():
+        renames, deletes, staged_extras = _read_journal(journal)
         try:
-            plan = json.loads(journal.read_text())
-            renames, deletes = plan["rename"], plan["delete"]
-        except (OSError, ValueError, KeyError) as exc:
-            raise WriteError(f"{journal}: unreadable commit journal ({exc}); remove it and run `make generate` again") from None
-        _apply(out_dir, renames, deletes)
-        journal.unlink()
-    for leftover in out_dir.rglob(f"*{NEW_SUFFIX}") if out_dir.exists() else ():
-        leftover.unlink()
+            _apply(out_dir, renames, deletes, staged_extras)
+            journal.unlink()
+        except OSError as exc:
+            raise WriteError(f"could not finish the interrupted commit in {out_dir}: {exc}; fix the cause and run `make generate` again") from None
+    if not out_dir.is_dir():
+        return
+    # A run killed while staging leaves .rlk-new files (and maybe a half-written journal) but no journal:
+    # its commit never started, so the old tree is intact and the leftovers are simply dropped.
+    (out_dir / (JOURNAL + ".tmp")).unlink(missing_ok=True)
+    for leftover in sorted(out_dir.rglob(f"*{NEW_SUFFIX}")):
+        if leftover.is_file() or leftover.is_symlink():
+            leftover.unlink()
+            _prune_empty_dirs(leftover.parent, out_dir)
+    for rel in extras:
+        staged = out_dir.parent / (rel + NEW_SUFFIX)
+        if staged.is_file():
+            staged.unlink()
 
 
-def _apply(out_dir: Path, renames: list[str], deletes: list[str]) -> None:
-    for rel in renames:
-        staged = out_dir / (rel + NEW_SUFFIX)
+def _apply(out_dir: Path, renames: list[str], deletes: list[str], extras: list[str]) -> None:
+    """Idempotent: safe to run again on a partly applied journal."""
+
+    def rename(staged: Path, target: Path) -> None:
         if staged.exists():  # absent: already renamed before the crash
-            os.replace(staged, out_dir / rel)
+            os.replace(staged, target)
+
+    root = out_dir.parent
+    for rel in extras:
+        rename(root / (rel + NEW_SUFFIX), root / rel)
+    for rel in renames:
+        if rel != MANIFEST:
+            rename(out_dir / (rel + NEW_SUFFIX), out_dir / rel)
     for rel in deletes:
-        try:
-            (out_dir / rel).unlink()
-        except FileNotFoundError:
-            pass
-        parent = (out_dir / rel).parent
-        while parent != out_dir and parent.exists() and not any(parent.iterdir()):
-            parent.rmdir()
-            parent = parent.parent
+        (out_dir / rel).unlink(missing_ok=True)
+        _prune_empty_dirs((out_dir / rel).parent, out_dir)
+    if MANIFEST in renames:  # last: until here the old manifest still owns every file the commit removes
+        rename(out_dir / (MANIFEST + NEW_SUFFIX), out_dir / MANIFEST)
 
 
-def write_tree(out_dir: Path, files: dict[str, bytes]) -> Changes:
-    """Make ``out_dir`` hold exactly ``files`` (plus unowned files it already had)."""
-    recover(out_dir)
+def write_tree(out_dir: Path, files: Mapping[str, bytes], extras: Mapping[str, bytes] | None = None) -> Changes:
+    """Make ``out_dir`` hold exactly ``files`` (plus unowned files it already had), and each extra
+    (a path relative to ``out_dir.parent``) hold its bytes, in one all-or-nothing commit."""
+    extras = dict(extras or {})
+    recover(out_dir, extras)
     files = {**files, MANIFEST: manifest_bytes(files)}
-    changes = compute_changes(out_dir, files)
+    changes = compute_changes(out_dir, files, extras)
     if changes.empty:
         return changes
-    for rel in (*changes.written, *changes.removed):
-        _safe_target(out_dir, rel)
+    targets = [_safe_target(out_dir, rel) for rel in (*changes.written, *changes.removed)]
+    targets += [_safe_extra(out_dir, rel) for rel in changes.extra]
+    for target in targets:
+        if target.is_dir() and not target.is_symlink():
+            raise WriteError(f"cannot write {target}: a directory is in the way; {out_dir} was left as it was")
 
     staged: list[Path] = []
     made_dirs: list[Path] = []
+    journal_tmp = out_dir / (JOURNAL + ".tmp")
     try:
-        for rel in changes.written:
-            target = out_dir / rel
+        jobs = [(out_dir / rel, files[rel]) for rel in changes.written]
+        jobs += [(out_dir.parent / rel, extras[rel]) for rel in changes.extra]
+        for target, data in jobs:
             missing = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
             for directory in reversed(missing):
                 directory.mkdir()
                 made_dirs.append(directory)
             staged_path = target.with_name(target.name + NEW_SUFFIX)
             staged.append(staged_path)
-            _fsync_write(staged_path, files[rel])
-        journal_tmp = out_dir / (JOURNAL + ".tmp")
-        _fsync_write(journal_tmp, json.dumps({"rename": list(changes.written), "delete": list(changes.removed)}).encode())
+            _fsync_write(staged_path, data)
+        plan = {"rename": list(changes.written), "delete": list(changes.removed), "extra": list(changes.extra)}
+        _fsync_write(journal_tmp, json.dumps(plan).encode())
         os.replace(journal_tmp, out_dir / JOURNAL)
-    except OSError as exc:
+        _fsync_dir(out_dir)
+    except BaseException as exc:  # also Ctrl-C while staging: nothing was committed, so roll back
         for path in staged:
-            path.unlink(missing_ok=True)
-        (out_dir / (JOURNAL + ".tmp")).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            journal_tmp.unlink(missing_ok=True)
         for directory in reversed(made_dirs):
-            try:
+            with contextlib.suppress(OSError):
                 directory.rmdir()
-            except OSError:
-                pass
-        raise WriteError(f"could not write {out_dir}: {exc.strerror or exc} ({exc.filename}); it was left as it was") from None
+        if isinstance(exc, OSError):
+            raise WriteError(f"could not write {out_dir}: {exc.strerror or exc} ({exc.filename}); it was left as it was") from None
+        raise
 
     try:
-        _apply(out_dir, list(changes.written), list(changes.removed))
+        _apply(out_dir, list(changes.written), list(changes.removed), list(changes.extra))
         (out_dir / JOURNAL).unlink()
     except OSError as exc:
-        raise WriteError(
-            f"interrupted while committing to {out_dir}: {exc}; the next `make generate` finishes the commit"
-        ) from None
+        raise WriteError(f"interrupted while committing to {out_dir}: {exc}; the next `make generate` finishes the commit") from None
     return changes
+
+
+def write_files(root: Path, files: Mapping[str, bytes]) -> list[str]:
+    """Write each file (relative to ``root``) whose bytes differ, each atomically; for files
+    outside any managed tree that stand on their own (the JSON Schemas)."""
+    written = []
+    for rel, data in sorted(files.items()):
+        if not _is_inside(root, rel):
+            raise WriteError(f"refusing to touch {rel}: it lies outside {root}")
+        target = root / rel
+        if not _differs(target, data):
+            continue
+        staged = target.with_name(target.name + NEW_SUFFIX)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            _fsync_write(staged, data)
+            os.replace(staged, target)
+        except OSError as exc:
+            staged.unlink(missing_ok=True)
+            raise WriteError(f"could not write {target}: {exc.strerror or exc}") from None
+        written.append(rel)
+    return written

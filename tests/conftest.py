@@ -45,9 +45,16 @@ class Project:
         }
 
 
-def copy_project(dest: Path, with_generated: bool = True) -> Project:
-    for part in ("specs", "templates"):
-        shutil.copytree(REPO / part, dest / part)
+def copy_project(dest: Path, with_generated: bool = True, ops: tuple[str, ...] | None = None) -> Project:
+    """``ops``: copy only these op specs (None: all), for tests that need a valid catalog but not every op."""
+
+    def skipped(directory: str, names: list[str]) -> list[str]:
+        if ops is None or Path(directory).name != "ops" or Path(directory).parent.name != "specs":
+            return []
+        return [n for n in names if n.endswith(".yaml") and n.removesuffix(".yaml") not in ops]
+
+    shutil.copytree(REPO / "specs", dest / "specs", ignore=skipped)
+    shutil.copytree(REPO / "templates", dest / "templates")
     project = Project(dest)
     if with_generated:
         assert project.run("generate") == 0
@@ -64,3 +71,9 @@ def project(tmp_path: Path) -> Project:
 def bare_project(tmp_path: Path) -> Project:
     """specs/ and templates/ copied, nothing generated yet."""
     return copy_project(tmp_path / "proj", with_generated=False)
+
+
+@pytest.fixture
+def small_project(tmp_path: Path) -> Project:
+    """Like ``project`` with det_gemm as the only op: fast, and independent of the other ops' specs."""
+    return copy_project(tmp_path / "proj", ops=("det_gemm",))

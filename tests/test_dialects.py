@@ -69,7 +69,7 @@ def test_fp_contraction_is_off_in_every_flag_set(platform, device_flag):
 def test_templates_name_no_vendor():
     pattern = re.compile(r"\b(cuda|hip|musa|nvidia|amd|rocm|__nv_|__mt_)\w*", re.IGNORECASE)
     for path in sorted((REPO / "templates").rglob("*.j2")):
-        hits = sorted(set(m.group(0) for m in pattern.finditer(path.read_text())))
+        hits = sorted({m.group(0) for m in pattern.finditer(path.read_text())})
         assert not hits, f"{path.relative_to(REPO)} names a vendor: {hits}; move it into specs/platforms/"
 
 
