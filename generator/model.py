@@ -61,12 +61,20 @@ CppName = Annotated[
     AfterValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*", "C++ name", "at::cuda::getCurrentCUDAStream")),
 ]
 HeaderName = Annotated[str, AfterValidator(_pattern(r"[A-Za-z0-9_]+(/[A-Za-z0-9_.]+)*\.(h|hpp|cuh)", "header path", "cuda_runtime.h"))]
-DottedName = Annotated[str, AfterValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "Python dotted name", "torch.matmul"))]
+def _dotted_name(value: str) -> str:
+    _pattern(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "Python dotted name", "torch.matmul")(value)
+    keywords = [part for part in value.split(".") if keyword.iskeyword(part)]
+    if keywords:
+        raise ValueError(f"{value!r} contains the Python keyword {keywords[0]!r}, which cannot be imported")
+    return value
+
+
+DottedName = Annotated[str, AfterValidator(_dotted_name)]
 CompilerFlag = Annotated[str, AfterValidator(_pattern(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag", "-ffp-contract=off"))]
 EnvName = Annotated[str, AfterValidator(_pattern(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST"))]
 ArchName = Annotated[str, AfterValidator(_pattern(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90"))]
 Version = Annotated[str, AfterValidator(_pattern(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0"))]
-Text = Annotated[str, AfterValidator(_pattern(r"[^\x00-\x1f\x7f`$\\{}\"]*", "single line of text", "Deterministic GEMM"))]
+Text = Annotated[str, AfterValidator(_pattern(r"[^\x00-\x1f\x7f`$\\{}\"]{0,400}", "single line of text (at most 400 characters)", "Deterministic GEMM"))]
 """Free text that lands in comments, docstrings and string literals: one line, nothing that could
 close a comment or a string, or open a template expression."""
 Suffix = Literal[".cu", ".hip", ".mu", ".cpp"]
@@ -409,7 +417,9 @@ class OpSpec(StrictModel):
             if len(tensor.dtype) == 1 and tensor.dtype not in self.dtype_vars:
                 raise ValueError(f"{tensor.name}: dtype variable {tensor.dtype} is not declared in dtype_vars")
         all_dims = {d for t in declared for d in t.shape} | set(self.dynamic_dims)
-        for var in self.dtype_vars:
+        for var, dtypes in self.dtype_vars.items():
+            if len(set(dtypes)) != len(dtypes):
+                raise ValueError(f"dtype variable {var} lists a dtype twice")
             if var in all_dims:
                 raise ValueError(f"dtype variable {var} has the name of a dimension; both become C++ names in kernels")
             if not any(a.dtype == var and not a.optional for a in self.args):
