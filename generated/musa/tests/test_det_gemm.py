@@ -23,14 +23,17 @@ SHAPES = [
     {"K": 96, "M": 64, "N": 72},
     {"K": 7, "M": 1, "N": 5},
 ]
-# (name, dtype or dtype variable, shape)
+# (name, dtype or dtype variable, shape, optional, how to fill it)
 ARGS = [
-    ("a", "T", ("M", "K")),
-    ("b", "T", ("K", "N")),
+    ("a", "T", ("M", "K"), False, None),
+    ("b", "T", ("K", "N"), False, None),
 ]
+ATTRS = {"out_fp32": False}
+# (name, shape, differentiable)
 OUTPUTS = [
-    ("c", ("M", "N")),
+    ("c", ("M", "N"), True),
 ]
+GRAD_INPUTS = ["a", "b"]
 DTYPES = ["float32", "float16", "bfloat16"]
 BATCH_DIM = "M"
 BATCH_SIZES = [1, 5, 64]
@@ -38,17 +41,33 @@ CHUNK_AT = 25
 PAD_BY = 7
 
 
-def run(*args):
-    out = rlkernels.det_gemm(*args)
+def run(*args, **attrs):
+    out = rlkernels.det_gemm(*args, **{**ATTRS, **attrs})
+    return out if isinstance(out, tuple) else (out,)
+
+
+def reference(*args):
+    fn = _resolve(OP.kernels[OP.reference].python)
+    out = fn(*[t.cpu().float() if t is not None and t.is_floating_point() else (None if t is None else t.cpu()) for t in args], **ATTRS)
     return out if isinstance(out, tuple) else (out,)
 
 
 def make_inputs(dims, dtype, device, seed=0):
     generator = torch.Generator().manual_seed(seed)
     tensors = []
-    for _, arg_dtype, shape in ARGS:
+    for _, arg_dtype, shape, _, values in ARGS:
+        size = [dims[d] for d in shape]
         torch_dtype = getattr(torch, dtype if len(arg_dtype) == 1 else arg_dtype)
-        tensors.append(torch.randn([dims[d] for d in shape], generator=generator).to(torch_dtype).to(device))
+        if values is None and torch_dtype.is_floating_point:
+            tensor = torch.randn(size, generator=generator)
+        else:
+            values = values or {"low": 0, "high": 2, "include": [], "every": 5}
+            high = dims[values["high"]] if isinstance(values["high"], str) else values["high"]
+            tensor = torch.randint(values["low"], high, size, generator=generator)
+            flat = tensor.view(-1)
+            for i, position in enumerate(range(0, flat.numel(), values["every"]) if values["include"] else ()):
+                flat[position] = values["include"][i % len(values["include"])]
+        tensors.append(tensor.to(torch_dtype).to(device))
     return tensors
 
 
@@ -67,13 +86,14 @@ def backend_for(device):
 def test_accuracy(device, dtype, shape):
     inputs = make_inputs(shape, dtype, device)
     got = run(*inputs)
-    reference = _resolve(OP.kernels[OP.reference].python)
-    want = reference(*[t.cpu().float() for t in inputs])
-    want = want if isinstance(want, tuple) else (want,)
+    want = reference(*inputs)
     atol, rtol = TOLERANCES[OP.tolerance][dtype]
-    for (name, shape_dims), g, w in zip(OUTPUTS, got, want):
-        assert list(g.shape) == [shape[d] for d in shape_dims], name
-        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+    for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
+        assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
+        if g.is_floating_point():
+            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+        else:
+            assert torch.equal(g.cpu(), w.to(g.dtype)), f"{name}: integer output differs from the reference"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -87,7 +107,7 @@ def test_deterministic(device, dtype):
 
 
 def _batch_axes():
-    return [shape.index(BATCH_DIM) if BATCH_DIM in shape else None for _, _, shape in ARGS]
+    return [shape.index(BATCH_DIM) if BATCH_DIM in shape else None for _, _, shape, _, _ in ARGS]
 
 
 def _take(tensors, start, stop):
@@ -95,10 +115,11 @@ def _take(tensors, start, stop):
 
 
 def _out_take(outputs, start, stop):
-    axes = [shape.index(BATCH_DIM) if BATCH_DIM in shape else None for _, shape in OUTPUTS]
+    axes = [shape.index(BATCH_DIM) if BATCH_DIM in shape else None for _, shape, _ in OUTPUTS]
     return tuple(o if axis is None else o.narrow(axis, start, stop - start) for o, axis in zip(outputs, axes))
 
 
+@pytest.mark.skipif(BATCH_DIM is None, reason="the op has no batch dimension")
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_batch_invariant(device, dtype):
     if "batch_invariant" not in backend_for(device).guarantees:
@@ -113,7 +134,7 @@ def test_batch_invariant(device, dtype):
 
     head = run(*_take(inputs, 0, CHUNK_AT))
     tail = run(*_take(inputs, CHUNK_AT, total))
-    axes = [shape.index(BATCH_DIM) for _, shape in OUTPUTS]
+    axes = [shape.index(BATCH_DIM) for _, shape, _ in OUTPUTS]
     chunked = tuple(torch.cat([h, t], dim=axis) for h, t, axis in zip(head, tail, axes))
     assert_bitwise_equal(chunked, full, f"chunked at {CHUNK_AT}")
 
@@ -137,17 +158,56 @@ def test_portable(device, dtype):
 
 def test_native_op_matches_public_function(device):
     inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=4)
-    native = torch.ops.rlkernels.det_gemm(*inputs)
+    native = torch.ops.rlkernels.det_gemm(*inputs, **ATTRS)
     native = native if isinstance(native, tuple) else (native,)
     assert_bitwise_equal(native, run(*inputs), "torch.ops vs public function")
 
 
 def test_fake_kernel_under_torch_compile():
     inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=5)
-    compiled = torch.compile(torch.ops.rlkernels.det_gemm.default, backend="aot_eager", fullgraph=True)
-    got = compiled(*inputs)
+    torch._dynamo.reset()  # every op's test compiles afresh, within dynamo's recompile limit
+
+    def native(*args):
+        return torch.ops.rlkernels.det_gemm.default(*args)
+
+    compiled = torch.compile(native, backend="aot_eager", fullgraph=True)
+    got = compiled(*inputs, *ATTRS.values())
     got = got if isinstance(got, tuple) else (got,)
     assert_bitwise_equal(got, run(*inputs), "torch.compile vs eager")
+
+
+def _loss_and_grads(inputs, outputs_of, cotangent_seed, output_dtypes=None):
+    output_dtypes = output_dtypes or {}
+    leaves = [t.detach().requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, inputs)]
+    outputs = outputs_of(*leaves)
+    generator = torch.Generator().manual_seed(cotangent_seed)
+    # Cotangents are rounded to each output's dtype first, so the float32 reference
+    # receives exactly the gradients the kernels receive.
+    loss = sum(
+        (o.float() * torch.randn(o.shape, generator=generator).to(output_dtypes.get(name, o.dtype)).float().to(o.device)).sum()
+        for o, (name, _, differentiable) in zip(outputs, OUTPUTS)
+        if differentiable and o.is_floating_point()
+    )
+    return torch.autograd.grad(loss, [leaf for leaf in leaves if leaf.requires_grad])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_matches_reference(device, dtype):
+    inputs = make_inputs(SHAPES[0], dtype, device, seed=7)
+    got = _loss_and_grads(inputs, run, cotangent_seed=8)
+    dtypes = {name: o.dtype for (name, *_), o in zip(OUTPUTS, run(*inputs))}
+    ref_inputs = [t.cpu().float() if t.is_floating_point() else t.cpu() for t in inputs]
+    want = _loss_and_grads(ref_inputs, lambda *a: reference(*a), cotangent_seed=8, output_dtypes=dtypes)
+    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    for name, g, w in zip(GRAD_INPUTS, got, want):
+        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, msg=lambda m: f"grad of {name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_is_deterministic(device, dtype):
+    inputs = make_inputs(SHAPES[0], dtype, device, seed=9)
+    first = _loss_and_grads(inputs, run, cotangent_seed=10)
+    assert_bitwise_equal(_loss_and_grads(inputs, run, cotangent_seed=10), first, "repeated backward")
 
 
 # ---------------------------------------------------------------- bad inputs
@@ -162,7 +222,7 @@ def _bad_cases():
     cases.append(pytest.param("a", lambda t, ts: t.to(torch.int32), "det_gemm: argument 'a' must have dtype float32, float16 or bfloat16", id="dtype-a"))
     cases.append(pytest.param("b", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "det_gemm: argument 'b' must have the same dtype as argument 'a' (T)", id="same-dtype-b"))
     cases.append(pytest.param("b", lambda t, ts: t.to("meta"), "det_gemm: argument 'b' must be on the same device as argument 'a'", id="device-b"))
-    cases.append(pytest.param("b", lambda t, ts: torch.cat([t, t.narrow(0, 0, 1)], dim=0), "det_gemm: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1)", id="dim-b-axis0"))
+    cases.append(pytest.param("b", lambda t, ts: torch.cat([t, t.narrow(0, 0, 1)], dim=0), "det_gemm: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1)", id="dim-K-b"))
     cases.append(pytest.param("a", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm: argument 'a' must be contiguous (call .contiguous() on it)", id="contiguous-a"))
     cases.append(pytest.param("b", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm: argument 'b' must be contiguous (call .contiguous() on it)", id="contiguous-b"))
     return cases
@@ -171,10 +231,14 @@ def _bad_cases():
 @pytest.mark.parametrize("arg, breaker, message", _bad_cases())
 @pytest.mark.parametrize("entry", ["public", "native"])
 def test_bad_input_is_rejected(arg, breaker, message, entry):
-    inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=6)
-    names = [name for name, _, _ in ARGS]
-    index = names.index(arg)
-    inputs[index] = breaker(inputs[index], inputs)
+    if isinstance(breaker, dict):  # a size that breaks a divisibility rule: rebuild every argument
+        dims = dict(SHAPES[0])
+        dims[breaker["dim"]] -= 1
+        inputs = make_inputs(dims, DTYPES[0], "cpu", seed=6)
+    else:
+        inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=6)
+        index = [name for name, *_ in ARGS].index(arg)
+        inputs[index] = breaker(inputs[index], inputs)
     call = rlkernels.det_gemm if entry == "public" else torch.ops.rlkernels.det_gemm
     with pytest.raises((ValueError, RuntimeError)) as caught:
         call(*inputs)

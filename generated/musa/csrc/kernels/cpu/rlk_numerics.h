@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../../rlk_abi.h"
+
 #define RLK_HD inline
 #define RLK_ARITH inline
 
@@ -129,6 +131,24 @@ template <>
 RLK_HD half_t from_float<half_t>(float x) { return from_storage_bits<half_t>(float_to_half_bits(x)); }
 template <>
 RLK_HD bfloat16_t from_float<bfloat16_t>(float x) { return from_storage_bits<bfloat16_t>(float_to_bf16_bits(x)); }
+
+// Runtime-dtype access, for arguments whose dtype is only known at run time (e.g. an
+// output that is float32 on request).  The branch is uniform across a launch.
+RLK_HD float load_as(Dtype dtype, const void* base, int64_t index) {
+  switch (dtype) {
+    case Dtype::float16: return to_float(static_cast<const half_t*>(base)[index]);
+    case Dtype::bfloat16: return to_float(static_cast<const bfloat16_t*>(base)[index]);
+    default: return static_cast<const float*>(base)[index];
+  }
+}
+
+RLK_HD void store_as(Dtype dtype, void* base, int64_t index, float value) {
+  switch (dtype) {
+    case Dtype::float16: static_cast<half_t*>(base)[index] = from_float<half_t>(value); break;
+    case Dtype::bfloat16: static_cast<bfloat16_t*>(base)[index] = from_float<bfloat16_t>(value); break;
+    default: static_cast<float*>(base)[index] = value; break;
+  }
+}
 
 }  // namespace cpu
 }  // namespace rlk

@@ -16,6 +16,9 @@ namespace rlk {
 namespace rocm {
 namespace {
 
+// Operand layouts: A is [M, K], B is [K, N];
+// C is [M, N].  The layout changes only where an element is read, never the order of the sum.
+
 // Fixed tile configuration for every M: a 64x64 output tile per block of 256
 // threads, each thread owning a 4x4 grid of outputs strided by 16.
 constexpr int kTileM = 64;
@@ -25,9 +28,9 @@ constexpr int kThreads = 256;
 constexpr int kThreadsN = 16;
 constexpr int kPerThread = 4;
 
-template <typename T>
+template <typename T, typename TC>
 __global__ void __launch_bounds__(kThreads)
-    det_gemm_simt_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c,
+    det_gemm_simt_kernel(const T* __restrict__ a, const T* __restrict__ b, TC* __restrict__ c,
                                       int64_t M, int64_t K, int64_t N) {
   // Padded by one column so that column-wise reads spread over memory banks.
   __shared__ float a_tile[kTileK][kTileM + 1];
@@ -44,14 +47,14 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
     for (int i = tid; i < kTileM * kTileK; i += kThreads) {
-      const int m = i / kTileK, k = i % kTileK;
-      const int64_t gm = row0 + m, gk = k0 + k;
-      a_tile[k][m] = (gm < M && gk < K) ? to_float(a[gm * K + gk]) : 0.0f;
+      const int tm = i / kTileK, tk = i % kTileK;
+      const int64_t m = row0 + tm, k = k0 + tk;
+      a_tile[tk][tm] = (m < M && k < K) ? to_float(a[m * K + k]) : 0.0f;
     }
     for (int i = tid; i < kTileK * kTileN; i += kThreads) {
-      const int k = i / kTileN, n = i % kTileN;
-      const int64_t gk = k0 + k, gn = col0 + n;
-      b_tile[k][n] = (gk < K && gn < N) ? to_float(b[gk * N + gn]) : 0.0f;
+      const int tk = i / kTileN, tn = i % kTileN;
+      const int64_t k = k0 + tk, n = col0 + tn;
+      b_tile[tk][tn] = (k < K && n < N) ? to_float(b[k * N + n]) : 0.0f;
     }
     __syncthreads();
     // Only real k steps are added, never the zero padding, so the sequence of
@@ -72,36 +75,39 @@ __global__ void __launch_bounds__(kThreads)
     if (m >= M) continue;
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t n = col0 + tx + j * kThreadsN;
-      if (n < N) c[m * N + n] = from_float<T>(acc[i][j]);
+      if (n < N) c[m * N + n] = from_float<TC>(acc[i][j]);
     }
   }
 }
 
-template <typename T>
+template <typename T, typename TC>
 hipError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N,
                      hipStream_t stream) {
   if (M == 0 || N == 0) return hipSuccess;
   const dim3 grid(static_cast<unsigned>((N + kTileN - 1) / kTileN), static_cast<unsigned>((M + kTileM - 1) / kTileM));
-  det_gemm_simt_kernel<T><<<grid, kThreads, 0, stream>>>(
-      static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), M, K, N);
+  det_gemm_simt_kernel<T, TC><<<grid, kThreads, 0, stream>>>(
+      static_cast<const T*>(a), static_cast<const T*>(b), static_cast<TC*>(c), M, K, N);
   return hipGetLastError();
 }
 
 }  // namespace
 
-hipError_t det_gemm_simt(const void* a, const void* b, void* c, Dtype dtype_T, int64_t M, int64_t K, int64_t N, hipStream_t stream) {
+hipError_t det_gemm_simt(const void* a, const void* b, void* c, Dtype dtype_T, Dtype dtype_c, int64_t M, int64_t K, int64_t N, bool out_fp32, hipStream_t stream) {
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(a, b, c, M, K, N, stream);
+      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, c, M, K, N, stream);
+      return launch<T, T>(a, b, c, M, K, N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(a, b, c, M, K, N, stream);
+      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, c, M, K, N, stream);
+      return launch<T, T>(a, b, c, M, K, N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(a, b, c, M, K, N, stream);
+      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, c, M, K, N, stream);
+      return launch<T, T>(a, b, c, M, K, N, stream);
     }
   }
   return hipErrorInvalidValue;
