@@ -318,6 +318,20 @@ def stage_compare(args) -> tuple[bool, str]:
     return passed, "\n".join(body)
 
 
+# An ascending float32 sum's error grows with K, and the spec's tolerances are set at the
+# reference shape (K = 2048); at larger K an error within this factor of cuBLAS's own error
+# (both against a float64 product) also counts as accurate.
+CUBLAS_ERROR_FACTOR = 4.0
+
+
+def accurate(result, reference, atol: float, rtol: float, cublas_error: float) -> bool:
+    import torch
+
+    if torch.allclose(result.double(), reference, atol=atol, rtol=rtol):
+        return True
+    return (result.double() - reference).abs().max().item() <= CUBLAS_ERROR_FACTOR * cublas_error
+
+
 def stage_invariance(args) -> tuple[bool, str]:
     import torch
 
@@ -334,7 +348,8 @@ def stage_invariance(args) -> tuple[bool, str]:
     table, passed = [], True
     for dtype in ALL_DTYPES:
         a, b = inputs(rows_n, k, n, dtype, args.device, seed=7)
-        reference = torch.matmul(a.float(), b.float())
+        reference = torch.matmul(a.double(), b.double())
+        cublas_error = (torch.matmul(a, b).double() - reference).abs().max().item()
         atol, rtol = TOLERANCES[OPS[OP].tolerance][dtype]
         for name, fn, required in candidates:
             try:
@@ -343,7 +358,7 @@ def stage_invariance(args) -> tuple[bool, str]:
                     torch.equal(bits(fn(a[:1].contiguous(), b)), bits(full[:1])),
                     torch.equal(bits(fn(a[start:].contiguous(), b)), bits(full[start:])),
                     torch.equal(bits(fn(a, b)), bits(full)),
-                    bool(torch.allclose(full.float(), reference, atol=atol, rtol=rtol)),
+                    accurate(full, reference, atol, rtol, cublas_error),
                 ]
                 cells = " | ".join("yes" if ok else "**no**" if required else "no" for ok in checks)
                 ok = all(checks)
@@ -357,7 +372,8 @@ def stage_invariance(args) -> tuple[bool, str]:
     body = [
         (f"A[{rows_n}×{k}]·B[{k}×{n}] on {args.device}: the first row computed alone, and the rows from "
          f"{start} computed alone, must equal the same rows of the full result bit for bit; a rerun must "
-         f"repeat every bit; accuracy against the fp32 product within the spec's '{OPS[OP].tolerance}' tolerances."),
+         f"repeat every bit; accuracy against the float64 product within the spec's '{OPS[OP].tolerance}' tolerances, "
+         f"or a largest error at most {CUBLAS_ERROR_FACTOR:g}x cuBLAS's (K beyond the spec's reference shape)."),
         "",
         f"| kernel | dtype | {' | '.join(columns)} |",
         "| --- | --- |" + " --- |" * len(columns),
