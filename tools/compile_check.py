@@ -25,9 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the generator of this checkout, even outside its .venv
 
-from generator.errors import GeneratorError  # noqa: E402
-from generator.load import Catalog, load_catalog  # noqa: E402
-from generator.model import PlatformSpec  # noqa: E402
+from generator.errors import GeneratorError
+from generator.load import Catalog, load_catalog
+from generator.model import PlatformSpec
 
 MUSA_SHIM = Path(__file__).resolve().parent / "musa_shim"
 WORKERS = 2  # the work machines have two cores
