@@ -75,5 +75,6 @@ def bare_project(tmp_path: Path) -> Project:
 
 @pytest.fixture
 def small_project(tmp_path: Path) -> Project:
-    """Like ``project`` with det_gemm as the only op: fast, and independent of the other ops' specs."""
-    return copy_project(tmp_path / "proj", ops=("det_gemm",))
+    """Like ``project`` with only the det_gemm family (det_gemm differentiates with nt and tn): fast,
+    and independent of the other ops' specs."""
+    return copy_project(tmp_path / "proj", ops=("det_gemm", "det_gemm_nt", "det_gemm_tn"))

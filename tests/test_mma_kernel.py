@@ -48,7 +48,8 @@ def test_mma_launcher_covers_every_dtype_and_never_uses_tf32():
     for dtype in ("float32", "float16", "bfloat16"):
         assert f"case Dtype::{dtype}:" in launcher
     assert "return cudaErrorInvalidValue;" in launcher, "an unknown dtype must fail loudly"
-    assert "return det_gemm_simt(a, b, c, Dtype::float32, M, K, N, stream);" in source, "float32 goes to the simt kernel"
+    assert "return det_gemm_simt(a, b, c, Dtype::float32, Dtype::float32, M, K, N, false, stream);" in source, "float32 goes to the simt kernel"
+    assert "return det_gemm_simt(a, b, c, dtype_T, dtype_c, M, K, N, out_fp32, stream);" in source, "so does a float32 output"
     assert ".tf32" not in source and "mma.sync.aligned.m16n8k8" not in source
     assert not re.search(r"\batomic[A-Z]\w*\(|\batom\.|\bred\.", source), "no atomics in a deterministic reduction"
 

@@ -96,7 +96,7 @@ def select_backend(op: str, platform: str) -> Kernel:
     entry = OPS[op]
     if platform not in entry.backends:
         carried = ", ".join(CARRIED_PLATFORMS)
-        label = next(p.wheel_label for p in PLATFORMS if p.name == platform)
+        label = next(p.wheel_label for p in PLATFORMS if p.name == platform).replace("{version}", "<version>")
         raise UnsupportedError(
             f"{PACKAGE}.{op}: this build carries kernels for {carried}, not for {platform} tensors; "
             f"install the {PACKAGE} wheel built for {platform} (+{label})"
