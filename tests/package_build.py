@@ -6,10 +6,12 @@ recompiles only the translation units that changed.
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".build"
@@ -44,3 +46,15 @@ def build_inplace(platform: str = "cpu", generated: Path = REPO / "generated", p
     if result.returncode != 0:
         raise RuntimeError(f"building {platform} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return dest
+
+
+def import_built(platform: str, request) -> ModuleType:  # type: ignore[no-untyped-def]
+    """Build ``generated/<platform>`` and import its ``rlkernels`` for one test module."""
+    root = build_inplace(platform)
+    sys.path.insert(0, str(root))
+    request.addfinalizer(lambda: sys.path.remove(str(root)))
+    for name in [m for m in sys.modules if m == "rlkernels" or m.startswith("rlkernels.")]:
+        del sys.modules[name]
+    module = importlib.import_module("rlkernels")
+    assert module.NATIVE_ERROR is None, module.NATIVE_ERROR
+    return module

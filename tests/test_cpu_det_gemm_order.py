@@ -10,14 +10,12 @@ row computed alone must equal the same row computed in a batch.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 np = pytest.importorskip("numpy", reason="the emulation needs numpy (make test installs it)")
 
-from package_build import build_inplace
+from package_build import import_built
 
 pytestmark = pytest.mark.slow
 
@@ -43,15 +41,7 @@ THREADS = ["1", "4"]
 
 @pytest.fixture(scope="module")
 def rlkernels(request):
-    root = build_inplace("cpu")
-    sys.path.insert(0, str(root))
-    request.addfinalizer(lambda: sys.path.remove(str(root)))
-    for name in [m for m in sys.modules if m == "rlkernels" or m.startswith("rlkernels.")]:
-        del sys.modules[name]
-    import rlkernels as module
-
-    assert module.NATIVE_ERROR is None, module.NATIVE_ERROR
-    return module
+    return import_built("cpu", request)
 
 
 @pytest.fixture

@@ -9,25 +9,16 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 
-from package_build import build_inplace
+from package_build import import_built
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def rlkernels(request):
-    root = build_inplace("cpu")
-    sys.path.insert(0, str(root))
-    request.addfinalizer(lambda: sys.path.remove(str(root)))
-    for name in [m for m in sys.modules if m == "rlkernels" or m.startswith("rlkernels.")]:
-        del sys.modules[name]
-    import rlkernels as module
-
-    assert module.NATIVE_ERROR is None, module.NATIVE_ERROR
-    return module
+    return import_built("cpu", request)
 
 
-TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.float16: (1e-3, 1e-3), torch.bfloat16: (5e-2, 2e-2)}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -37,7 +28,7 @@ def test_det_gemm_matches_matmul_within_reduction_tolerance(rlkernels, dtype):
     b = torch.randn(130, 45, generator=g).to(dtype)
     c = rlkernels.det_gemm(a, b)
     assert c.dtype == dtype and c.shape == (37, 45)
-    atol, rtol = TOLERANCE[dtype]
+    atol, rtol = rlkernels.TOLERANCES["reduction"][str(dtype).removeprefix("torch.")]  # the spec's one table
     torch.testing.assert_close(c.float(), torch.matmul(a.float(), b.float()), atol=atol, rtol=rtol)
 
 
