@@ -211,7 +211,6 @@ class PlatformSpec(StrictModel):
     kind: Literal["host", "device"]
     source_suffix: Suffix
     compiler: Text
-    device_compile_macro: CppName | None
     headers: Headers
     types: DeviceTypes
     runtime: RuntimeApi | None
@@ -234,7 +233,6 @@ class PlatformSpec(StrictModel):
                     ("torch.stream_getter", self.torch.stream_getter),
                     ("torch.launch_check", self.torch.launch_check),
                     ("build.compiler_key", self.build.compiler_key),
-                    ("device_compile_macro", self.device_compile_macro),
                 )
                 if value is None
             ]

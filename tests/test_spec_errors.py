@@ -38,7 +38,7 @@ def errors_of(project: Project, capsys) -> str:
         (OP, "  - {name: c, dtype: T, shape: [M, N]", "  - {name: c, dtype: T, shape: [M, Q]", "", "dimension Q does not appear"),
         (CUDA, "  compiler_key: nvcc", "  compiler_key: 42", "build.compiler_key", "Input should be a valid string"),
         (CUDA, "  stream: cudaStream_t", "  stream: cudaStream_t; system()", "types.stream", "is not a valid C++ name"),
-        (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false]", "  device_flags: [-O3, '$(rm -rf /)']", "build.device_flags.1", "is not a valid compiler flag"),
+        (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false, -Xcompiler=-ffp-contract=off]", "  device_flags: [-O3, '$(rm -rf /)']", "build.device_flags.1", "is not a valid compiler flag"),
     ],
 )
 def test_field_errors_name_file_line_and_field(bare_project: Project, capsys, file, old, new, field, message):

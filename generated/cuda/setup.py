@@ -58,7 +58,7 @@ SOURCES = [
     "csrc/kernels/cpu/unpack_rows.cpp",
 ]
 HOST_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off"]
-DEVICE_FLAGS = ["-O3", "-std=c++17", "-fmad=false"]
+DEVICE_FLAGS = ["-O3", "-std=c++17", "-fmad=false", "-Xcompiler=-ffp-contract=off"]
 
 
 def fail(message: str) -> None:
