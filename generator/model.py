@@ -337,6 +337,13 @@ class DynamicDim(StrictModel):
     """The argument whose nonzero entries are counted (synchronises with the device)."""
 
 
+class DerivedDim(StrictModel):
+    """An output dimension a fixed offset from an argument's, e.g. B1 = B + 1 for cu_seqlens."""
+
+    dim: DimName
+    plus: int = Field(ge=-64, le=64)
+
+
 class BackwardStep(StrictModel):
     """One call of the backward pass: ``op(*args)`` returns the gradients of ``gives``, in order.
 
@@ -392,6 +399,7 @@ class OpSpec(StrictModel):
     attrs: tuple[Attr, ...] = ()
     outputs: tuple[Output, ...] = Field(min_length=1)
     dynamic_dims: dict[DimName, DynamicDim] = {}
+    derived_dims: dict[DimName, DerivedDim] = {}
     constraints: tuple[DimConstraint, ...] = ()
     reduction: Reduction | None = None
     tolerance: Identifier
@@ -414,7 +422,7 @@ class OpSpec(StrictModel):
         for tensor in declared:
             if len(tensor.dtype) == 1 and tensor.dtype not in self.dtype_vars:
                 raise ValueError(f"{tensor.name}: dtype variable {tensor.dtype} is not declared in dtype_vars")
-        all_dims = {d for t in declared for d in t.shape} | set(self.dynamic_dims)
+        all_dims = {d for t in declared for d in t.shape} | set(self.dynamic_dims) | set(self.derived_dims)
         for var, dtypes in self.dtype_vars.items():
             if len(set(dtypes)) != len(dtypes):
                 raise ValueError(f"dtype variable {var} lists a dtype twice")
@@ -447,9 +455,14 @@ class OpSpec(StrictModel):
                 raise ValueError(f"dynamic dimension {dim} is already bound by an argument's shape")
             if dynamic.count_nonzero not in {a.name for a in self.args if not a.optional}:
                 raise ValueError(f"dynamic dimension {dim}: {dynamic.count_nonzero} is not a required argument")
+        for dim, derived in self.derived_dims.items():
+            if dim in bound or dim in self.dynamic_dims:
+                raise ValueError(f"derived dimension {dim} is already bound by an argument or a dynamic dimension")
+            if derived.dim not in bound:
+                raise ValueError(f"derived dimension {dim}: {derived.dim} appears in no required argument's shape")
         for out in self.outputs:
             for d in out.shape:
-                if d not in bound and d not in self.dynamic_dims:
+                if d not in bound and d not in self.dynamic_dims and d not in self.derived_dims:
                     raise ValueError(f"output {out.name}: dimension {d} does not appear in any argument's shape")
         for c in self.constraints:
             if c.dim not in bound:

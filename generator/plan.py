@@ -236,6 +236,7 @@ class OpView:
         params += [f"Dtype dtype_{o.name}" for o in self.variable_outputs]
         params += [f"int64_t {d.dim}" for d in self.dims]
         params += [f"int64_t {d}" for d in self.spec.dynamic_dims]
+        params += [f"int64_t {d}" for d in self.spec.derived_dims]
         params += [f"{_ATTR_CPP[a.type]} {a.name}" for a in self.spec.attrs]
         if target.types.stream is not None:
             params.append(f"{target.types.stream} stream")
@@ -250,6 +251,7 @@ class OpView:
         args += [f"to_rlk_dtype({o.name})" for o in self.variable_outputs]
         args += [d.dim for d in self.dims]
         args += list(self.spec.dynamic_dims)
+        args += list(self.spec.derived_dims)
         args += [f"static_cast<{_ATTR_CPP[a.type]}>({a.name})" for a in self.spec.attrs]
         if target.types.stream is not None:
             args.append("stream")

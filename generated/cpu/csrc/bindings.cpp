@@ -377,16 +377,18 @@ void check_pack(const at::Tensor& x, const at::Tensor& mask) {
   TORCH_CHECK(mask.is_contiguous(), "pack: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor pack_rows_cpu(const at::Tensor& x, const at::Tensor& mask) {
+std::tuple<at::Tensor, at::Tensor> pack_rows_cpu(const at::Tensor& x, const at::Tensor& mask) {
   check_pack(x, mask);
   const int64_t B = x.size(0);
   const int64_t S = x.size(1);
   const int64_t H = x.size(2);
   // Known only from the data: counting waits for the inputs to be ready.
   const int64_t TOTAL = mask.count_nonzero().item<int64_t>();
+  const int64_t B1 = B + 1;
   at::Tensor packed = at::empty({TOTAL, H}, x.options());
-  rlk::cpu::pack_rows(x.data_ptr(), mask.data_ptr(), packed.data_ptr(), to_rlk_dtype(x), B, S, H, TOTAL, at::get_num_threads());
-  return packed;
+  at::Tensor cu_seqlens = at::empty({B1}, x.options().dtype(scalar_type_of("int64")));
+  rlk::cpu::pack_rows(x.data_ptr(), mask.data_ptr(), packed.data_ptr(), cu_seqlens.data_ptr(), to_rlk_dtype(x), B, S, H, TOTAL, B1, at::get_num_threads());
+  return { packed, cu_seqlens };
 }
 
 // ---------------------------------------------------------------- ratio_kl (specs/ops/ratio_kl.yaml)
@@ -737,8 +739,8 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("logp.rows(Tensor logits, Tensor ids, int ignore_index=-100) -> (Tensor, Tensor)");
   m.def("logp_backward(Tensor grad_lp, Tensor logits, Tensor ids, Tensor lse, int ignore_index=-100) -> Tensor");
   m.def("logp_backward.rows(Tensor grad_lp, Tensor logits, Tensor ids, Tensor lse, int ignore_index=-100) -> Tensor");
-  m.def("pack(Tensor x, Tensor mask) -> Tensor");
-  m.def("pack.rows(Tensor x, Tensor mask) -> Tensor");
+  m.def("pack(Tensor x, Tensor mask) -> (Tensor, Tensor)");
+  m.def("pack.rows(Tensor x, Tensor mask) -> (Tensor, Tensor)");
   m.def("ratio_kl(Tensor lp, Tensor old_lp, Tensor ref_lp, Tensor mask) -> (Tensor, Tensor)");
   m.def("ratio_kl.elementwise(Tensor lp, Tensor old_lp, Tensor ref_lp, Tensor mask) -> (Tensor, Tensor)");
   m.def("ratio_kl_backward(Tensor grad_ratio, Tensor grad_kl, Tensor lp, Tensor old_lp, Tensor ref_lp, Tensor mask) -> Tensor");

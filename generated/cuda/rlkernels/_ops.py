@@ -437,7 +437,7 @@ def _fake_logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.
     return grad_logits
 
 
-def _run_pack(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _run_pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_pack(x, mask)
     kernel = _runtime.select_backend("pack", _runtime.platform_of(x.device))
     return _runtime.call("pack", kernel, x, mask)
@@ -448,12 +448,13 @@ class _PackFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, mask):  # type: ignore[override]
-        packed = _run_pack(x, mask)
+        packed, cu_seqlens = _run_pack(x, mask)
         ctx.save_for_backward(mask, packed)
-        return packed
+        ctx.mark_non_differentiable(cu_seqlens)
+        return packed, cu_seqlens
 
     @staticmethod
-    def backward(ctx, grad_packed):  # type: ignore[override]
+    def backward(ctx, grad_packed, grad_cu_seqlens):  # type: ignore[override]
         mask, packed = ctx.saved_tensors
         needs = dict(zip(("x", "mask"), ctx.needs_input_grad))
         grads: dict[str, torch.Tensor] = {}
@@ -464,8 +465,8 @@ class _PackFunction(torch.autograd.Function):
         return grads.get("x"), grads.get("mask")
 
 
-def pack(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Varlen packing, packed = x[mask], the unmasked rows of every sequence back to back.
+def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Varlen packing, packed = x[mask], the unmasked rows of every sequence back to back, with cu_seqlens.
 
     Contract: deterministic, batch_invariant, portable.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
@@ -478,20 +479,23 @@ def pack(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
     Returns:
         packed: [TOTAL, H] same dtype as x. the kept rows in (b, s) order
+        cu_seqlens: [B1] int64. sequence b's rows are packed[cu_seqlens[b]:cu_seqlens[b+1]]
     """
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x,)):
         return _PackFunction.apply(x, mask)
     return _run_pack(x, mask)
 
 
-def _fake_pack(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _fake_pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_pack(x, mask)
     B = x.shape[0]
     S = x.shape[1]
     H = x.shape[2]
     TOTAL = torch.library.get_ctx().new_dynamic_size()  # data-dependent
+    B1 = B + 1
     packed = x.new_empty((TOTAL, H))
-    return packed
+    cu_seqlens = x.new_empty((B1,), dtype=torch.int64)
+    return packed, cu_seqlens
 
 
 def _run_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

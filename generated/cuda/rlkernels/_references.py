@@ -93,10 +93,10 @@ def logp_backward(
     grad = grad_lp.unsqueeze(-1) * (onehot - torch.exp(logits - lse.unsqueeze(-1)))
     return torch.where(ignored.unsqueeze(-1), torch.zeros_like(grad), grad)
 
-
-def pack(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """x[mask]: the rows whose mask entry is true, in (b, s) order."""
-    return x[mask]
+def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x[mask]: the rows whose mask entry is true, in (b, s) order; and the sequences' offsets."""
+    cu_seqlens = F.pad(mask.sum(dim=1).cumsum(dim=0), (1, 0))
+    return x[mask], cu_seqlens
 
 
 def ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -353,7 +353,7 @@ OPS = {
     ),
     "pack": Op(
         name="pack",
-        summary="Varlen packing, packed = x[mask], the unmasked rows of every sequence back to back",
+        summary="Varlen packing, packed = x[mask], the unmasked rows of every sequence back to back, with cu_seqlens",
         requires=frozenset({"batch_invariant", "deterministic", "portable"}),
         kernels={
             "rows": Kernel(

@@ -32,6 +32,7 @@ ATTRS = {}
 # (name, shape, differentiable)
 OUTPUTS = [
     ("packed", ("TOTAL", "H"), True),
+    ("cu_seqlens", ("B1",), False),
 ]
 GRAD_INPUTS = ["x"]
 DTYPES = ["float32", "float16", "bfloat16"]

@@ -90,7 +90,8 @@ musaError_t launch(const void* packed, const void* mask, void* x, int64_t B, int
   if (B == 0 || S == 0 || H == 0) return musaSuccess;
   if (B > 0x7fffffff) return musaErrorInvalidValue;  // one block per sequence
   unpack_rows_kernel<T><<<static_cast<unsigned>(B), kThreads, 0, stream>>>(
-      static_cast<const T*>(packed), static_cast<const bool*>(mask), static_cast<T*>(x), S, H, TOTAL);
+      static_cast<const T*>(packed), static_cast<const bool*>(mask), static_cast<T*>(x),
+      S, H, TOTAL);
   return musaGetLastError();
 }
 
