@@ -400,6 +400,9 @@ class OpSpec(StrictModel):
     outputs: tuple[Output, ...] = Field(min_length=1)
     dynamic_dims: dict[DimName, DynamicDim] = {}
     derived_dims: dict[DimName, DerivedDim] = {}
+    leading_dim: DimName | None = None
+    """A first dimension callers may pass as several ([B, T, H] for [N, H]): the public function
+    flattens them for the kernels and restores them on the outputs."""
     constraints: tuple[DimConstraint, ...] = ()
     reduction: Reduction | None = None
     tolerance: Identifier
@@ -435,6 +438,12 @@ class OpSpec(StrictModel):
             if out.float32_if is not None and out.float32_if not in bool_attrs:
                 raise ValueError(f"output {out.name}: float32_if names {out.float32_if}, which is not a bool attribute")
         bound = {d for a in self.args if not a.optional for d in a.shape}
+        if self.leading_dim is not None:
+            if self.leading_dim not in bound:
+                raise ValueError(f"leading_dim {self.leading_dim} appears in no required argument's shape")
+            for tensor in declared:
+                if self.leading_dim in tensor.shape[1:]:
+                    raise ValueError(f"leading_dim {self.leading_dim} must be the first dimension of {tensor.name}")
         for arg in self.args:
             for d in arg.shape:
                 if d not in bound:

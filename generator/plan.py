@@ -282,6 +282,18 @@ class OpView:
         own = {a.name for a in self.spec.attrs}
         return tuple(a.name for a in step_op.spec.attrs if a.name in own)
 
+    def leads_with(self, tensor: TensorArg | Output) -> bool:
+        """Whether ``tensor``'s first dimension is the op's leading_dim (flattened by the public function)."""
+        return self.spec.leading_dim is not None and tensor.shape[:1] == (self.spec.leading_dim,)
+
+    @property
+    def output_leads(self) -> tuple[bool, ...]:
+        return tuple(self.leads_with(o) for o in self.spec.outputs)
+
+    @property
+    def leading_arg(self) -> TensorArg | None:
+        return next((a for a in self.spec.args if not a.optional and self.leads_with(a)), None)
+
     @property
     def grad_inputs(self) -> tuple[str, ...]:
         """Forward arguments that receive a gradient from some backward step."""

@@ -38,6 +38,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = []
 DTYPES = ["float32", "float16", "bfloat16"]
+LEADING_DIM = "N"
 BATCH_DIM = "N"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -179,6 +180,15 @@ def test_fake_kernel_under_torch_compile():
     assert_bitwise_equal(got, run(*inputs), "torch.compile vs eager")
 
 
+def test_leading_dimensions_are_flattened_and_restored(device):
+    """N given as two dimensions gives the same bits, shaped back."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=11)
+    flat = run(*inputs)
+    lifted = [t.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    expected = tuple(o.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else o for o, (_, shape, _) in zip(flat, OUTPUTS))
+    assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
+
+
 # ---------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.
@@ -186,10 +196,10 @@ def test_fake_kernel_under_torch_compile():
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("grad_lp", lambda t, ts: t.unsqueeze(0), "logp_backward: argument 'grad_lp' must be 1-D with shape [N]", id="rank-grad_lp"))
-    cases.append(pytest.param("logits", lambda t, ts: t.unsqueeze(0), "logp_backward: argument 'logits' must be 2-D with shape [N, V]", id="rank-logits"))
-    cases.append(pytest.param("ids", lambda t, ts: t.unsqueeze(0), "logp_backward: argument 'ids' must be 1-D with shape [N]", id="rank-ids"))
-    cases.append(pytest.param("lse", lambda t, ts: t.unsqueeze(0), "logp_backward: argument 'lse' must be 1-D with shape [N]", id="rank-lse"))
+    cases.append(pytest.param("grad_lp", lambda t, ts: t.reshape(-1)[0], "logp_backward: argument 'grad_lp' must be 1-D with shape [N]", id="rank-grad_lp"))
+    cases.append(pytest.param("logits", lambda t, ts: t.reshape(-1), "logp_backward: argument 'logits' must be 2-D with shape [N, V]", id="rank-logits"))
+    cases.append(pytest.param("ids", lambda t, ts: t.reshape(-1)[0], "logp_backward: argument 'ids' must be 1-D with shape [N]", id="rank-ids"))
+    cases.append(pytest.param("lse", lambda t, ts: t.reshape(-1)[0], "logp_backward: argument 'lse' must be 1-D with shape [N]", id="rank-lse"))
     cases.append(pytest.param("grad_lp", lambda t, ts: t.to(torch.int32), "logp_backward: argument 'grad_lp' must have dtype float32", id="dtype-grad_lp"))
     cases.append(pytest.param("logits", lambda t, ts: t.to(torch.int32), "logp_backward: argument 'logits' must have dtype float32, float16 or bfloat16", id="dtype-logits"))
     cases.append(pytest.param("ids", lambda t, ts: t.to(torch.int32), "logp_backward: argument 'ids' must have dtype int64", id="dtype-ids"))

@@ -39,6 +39,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = []
 DTYPES = ["float32"]
+LEADING_DIM = None
 BATCH_DIM = "B"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -187,12 +188,12 @@ def test_fake_kernel_under_torch_compile():
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("grad_ratio", lambda t, ts: t.unsqueeze(0), "ratio_kl_backward: argument 'grad_ratio' must be 2-D with shape [B, T]", id="rank-grad_ratio"))
-    cases.append(pytest.param("grad_kl", lambda t, ts: t.unsqueeze(0), "ratio_kl_backward: argument 'grad_kl' must be 2-D with shape [B, T]", id="rank-grad_kl"))
-    cases.append(pytest.param("lp", lambda t, ts: t.unsqueeze(0), "ratio_kl_backward: argument 'lp' must be 2-D with shape [B, T]", id="rank-lp"))
-    cases.append(pytest.param("old_lp", lambda t, ts: t.unsqueeze(0), "ratio_kl_backward: argument 'old_lp' must be 2-D with shape [B, T]", id="rank-old_lp"))
-    cases.append(pytest.param("ref_lp", lambda t, ts: t.unsqueeze(0), "ratio_kl_backward: argument 'ref_lp' must be 2-D with shape [B, T]", id="rank-ref_lp"))
-    cases.append(pytest.param("mask", lambda t, ts: t.unsqueeze(0), "ratio_kl_backward: argument 'mask' must be 2-D with shape [B, T]", id="rank-mask"))
+    cases.append(pytest.param("grad_ratio", lambda t, ts: t.reshape(-1), "ratio_kl_backward: argument 'grad_ratio' must be 2-D with shape [B, T]", id="rank-grad_ratio"))
+    cases.append(pytest.param("grad_kl", lambda t, ts: t.reshape(-1), "ratio_kl_backward: argument 'grad_kl' must be 2-D with shape [B, T]", id="rank-grad_kl"))
+    cases.append(pytest.param("lp", lambda t, ts: t.reshape(-1), "ratio_kl_backward: argument 'lp' must be 2-D with shape [B, T]", id="rank-lp"))
+    cases.append(pytest.param("old_lp", lambda t, ts: t.reshape(-1), "ratio_kl_backward: argument 'old_lp' must be 2-D with shape [B, T]", id="rank-old_lp"))
+    cases.append(pytest.param("ref_lp", lambda t, ts: t.reshape(-1), "ratio_kl_backward: argument 'ref_lp' must be 2-D with shape [B, T]", id="rank-ref_lp"))
+    cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "ratio_kl_backward: argument 'mask' must be 2-D with shape [B, T]", id="rank-mask"))
     cases.append(pytest.param("grad_ratio", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'grad_ratio' must have dtype float32", id="dtype-grad_ratio"))
     cases.append(pytest.param("grad_kl", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'grad_kl' must have dtype float32", id="dtype-grad_kl"))
     cases.append(pytest.param("lp", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'lp' must have dtype float32", id="dtype-lp"))

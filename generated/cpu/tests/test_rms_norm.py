@@ -37,6 +37,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = ["x", "w"]
 DTYPES = ["float32", "float16", "bfloat16"]
+LEADING_DIM = "T"
 BATCH_DIM = "T"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -212,6 +213,15 @@ def test_backward_is_deterministic(device, dtype):
     assert_bitwise_equal(_loss_and_grads(inputs, run, cotangent_seed=10), first, "repeated backward")
 
 
+def test_leading_dimensions_are_flattened_and_restored(device):
+    """T given as two dimensions gives the same bits, shaped back."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=11)
+    flat = run(*inputs)
+    lifted = [t.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    expected = tuple(o.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else o for o, (_, shape, _) in zip(flat, OUTPUTS))
+    assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
+
+
 # ---------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.
@@ -219,8 +229,8 @@ def test_backward_is_deterministic(device, dtype):
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("x", lambda t, ts: t.unsqueeze(0), "rms_norm: argument 'x' must be 2-D with shape [T, H]", id="rank-x"))
-    cases.append(pytest.param("w", lambda t, ts: t.unsqueeze(0), "rms_norm: argument 'w' must be 1-D with shape [H]", id="rank-w"))
+    cases.append(pytest.param("x", lambda t, ts: t.reshape(-1), "rms_norm: argument 'x' must be 2-D with shape [T, H]", id="rank-x"))
+    cases.append(pytest.param("w", lambda t, ts: t.reshape(-1)[0], "rms_norm: argument 'w' must be 1-D with shape [H]", id="rank-w"))
     cases.append(pytest.param("x", lambda t, ts: t.to(torch.int32), "rms_norm: argument 'x' must have dtype float32, float16 or bfloat16", id="dtype-x"))
     cases.append(pytest.param("w", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "rms_norm: argument 'w' must have the same dtype as argument 'x' (D)", id="same-dtype-w"))
     cases.append(pytest.param("w", lambda t, ts: t.to("meta"), "rms_norm: argument 'w' must be on the same device as argument 'x'", id="device-w"))

@@ -38,6 +38,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = []
 DTYPES = ["float32"]
+LEADING_DIM = None
 BATCH_DIM = None
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -187,9 +188,9 @@ def test_fake_kernel_under_torch_compile():
 def _bad_cases():
     cases = []
     cases.append(pytest.param("grad_loss", lambda t, ts: t.unsqueeze(0), "grpo_loss_backward: argument 'grad_loss' must be 0-D with shape []", id="rank-grad_loss"))
-    cases.append(pytest.param("ratio", lambda t, ts: t.unsqueeze(0), "grpo_loss_backward: argument 'ratio' must be 3-D with shape [G, S, T]", id="rank-ratio"))
-    cases.append(pytest.param("mask", lambda t, ts: t.unsqueeze(0), "grpo_loss_backward: argument 'mask' must be 3-D with shape [G, S, T]", id="rank-mask"))
-    cases.append(pytest.param("adv", lambda t, ts: t.unsqueeze(0), "grpo_loss_backward: argument 'adv' must be 2-D with shape [G, S]", id="rank-adv"))
+    cases.append(pytest.param("ratio", lambda t, ts: t.reshape(-1), "grpo_loss_backward: argument 'ratio' must be 3-D with shape [G, S, T]", id="rank-ratio"))
+    cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "grpo_loss_backward: argument 'mask' must be 3-D with shape [G, S, T]", id="rank-mask"))
+    cases.append(pytest.param("adv", lambda t, ts: t.reshape(-1), "grpo_loss_backward: argument 'adv' must be 2-D with shape [G, S]", id="rank-adv"))
     cases.append(pytest.param("grad_loss", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'grad_loss' must have dtype float32", id="dtype-grad_loss"))
     cases.append(pytest.param("ratio", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'ratio' must have dtype float32", id="dtype-ratio"))
     cases.append(pytest.param("mask", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'mask' must have dtype bool", id="dtype-mask"))

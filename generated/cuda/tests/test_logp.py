@@ -38,6 +38,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = ["logits"]
 DTYPES = ["float32", "float16", "bfloat16"]
+LEADING_DIM = "N"
 BATCH_DIM = "N"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -213,6 +214,15 @@ def test_backward_is_deterministic(device, dtype):
     assert_bitwise_equal(_loss_and_grads(inputs, run, cotangent_seed=10), first, "repeated backward")
 
 
+def test_leading_dimensions_are_flattened_and_restored(device):
+    """N given as two dimensions gives the same bits, shaped back."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=11)
+    flat = run(*inputs)
+    lifted = [t.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    expected = tuple(o.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else o for o, (_, shape, _) in zip(flat, OUTPUTS))
+    assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
+
+
 # ---------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.
@@ -220,8 +230,8 @@ def test_backward_is_deterministic(device, dtype):
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("logits", lambda t, ts: t.unsqueeze(0), "logp: argument 'logits' must be 2-D with shape [N, V]", id="rank-logits"))
-    cases.append(pytest.param("ids", lambda t, ts: t.unsqueeze(0), "logp: argument 'ids' must be 1-D with shape [N]", id="rank-ids"))
+    cases.append(pytest.param("logits", lambda t, ts: t.reshape(-1), "logp: argument 'logits' must be 2-D with shape [N, V]", id="rank-logits"))
+    cases.append(pytest.param("ids", lambda t, ts: t.reshape(-1)[0], "logp: argument 'ids' must be 1-D with shape [N]", id="rank-ids"))
     cases.append(pytest.param("logits", lambda t, ts: t.to(torch.int32), "logp: argument 'logits' must have dtype float32, float16 or bfloat16", id="dtype-logits"))
     cases.append(pytest.param("ids", lambda t, ts: t.to(torch.int32), "logp: argument 'ids' must have dtype int64", id="dtype-ids"))
     cases.append(pytest.param("ids", lambda t, ts: t.to("meta"), "logp: argument 'ids' must be on the same device as argument 'logits'", id="device-ids"))

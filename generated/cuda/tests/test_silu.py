@@ -34,6 +34,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = ["x"]
 DTYPES = ["float32", "float16", "bfloat16"]
+LEADING_DIM = "R"
 BATCH_DIM = "R"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -209,6 +210,15 @@ def test_backward_is_deterministic(device, dtype):
     assert_bitwise_equal(_loss_and_grads(inputs, run, cotangent_seed=10), first, "repeated backward")
 
 
+def test_leading_dimensions_are_flattened_and_restored(device):
+    """R given as two dimensions gives the same bits, shaped back."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=11)
+    flat = run(*inputs)
+    lifted = [t.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    expected = tuple(o.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else o for o, (_, shape, _) in zip(flat, OUTPUTS))
+    assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
+
+
 # ---------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.
@@ -216,7 +226,7 @@ def test_backward_is_deterministic(device, dtype):
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("x", lambda t, ts: t.unsqueeze(0), "silu: argument 'x' must be 2-D with shape [R, C]", id="rank-x"))
+    cases.append(pytest.param("x", lambda t, ts: t.reshape(-1), "silu: argument 'x' must be 2-D with shape [R, C]", id="rank-x"))
     cases.append(pytest.param("x", lambda t, ts: t.to(torch.int32), "silu: argument 'x' must have dtype float32, float16 or bfloat16", id="dtype-x"))
     cases.append(pytest.param("x", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "silu: argument 'x' must be contiguous (call .contiguous() on it)", id="contiguous-x"))
     return cases

@@ -35,6 +35,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = ["g", "u"]
 DTYPES = ["float32", "float16", "bfloat16"]
+LEADING_DIM = "R"
 BATCH_DIM = "R"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -210,6 +211,15 @@ def test_backward_is_deterministic(device, dtype):
     assert_bitwise_equal(_loss_and_grads(inputs, run, cotangent_seed=10), first, "repeated backward")
 
 
+def test_leading_dimensions_are_flattened_and_restored(device):
+    """R given as two dimensions gives the same bits, shaped back."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=11)
+    flat = run(*inputs)
+    lifted = [t.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    expected = tuple(o.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else o for o, (_, shape, _) in zip(flat, OUTPUTS))
+    assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
+
+
 # ---------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.
@@ -217,8 +227,8 @@ def test_backward_is_deterministic(device, dtype):
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("g", lambda t, ts: t.unsqueeze(0), "swiglu: argument 'g' must be 2-D with shape [R, C]", id="rank-g"))
-    cases.append(pytest.param("u", lambda t, ts: t.unsqueeze(0), "swiglu: argument 'u' must be 2-D with shape [R, C]", id="rank-u"))
+    cases.append(pytest.param("g", lambda t, ts: t.reshape(-1), "swiglu: argument 'g' must be 2-D with shape [R, C]", id="rank-g"))
+    cases.append(pytest.param("u", lambda t, ts: t.reshape(-1), "swiglu: argument 'u' must be 2-D with shape [R, C]", id="rank-u"))
     cases.append(pytest.param("g", lambda t, ts: t.to(torch.int32), "swiglu: argument 'g' must have dtype float32, float16 or bfloat16", id="dtype-g"))
     cases.append(pytest.param("u", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "swiglu: argument 'u' must have the same dtype as argument 'g' (T)", id="same-dtype-u"))
     cases.append(pytest.param("u", lambda t, ts: t.to("meta"), "swiglu: argument 'u' must be on the same device as argument 'g'", id="device-u"))

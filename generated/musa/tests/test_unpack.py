@@ -35,6 +35,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = []
 DTYPES = ["float32", "float16", "bfloat16"]
+LEADING_DIM = None
 BATCH_DIM = None
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -183,8 +184,8 @@ def test_fake_kernel_under_torch_compile():
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("packed", lambda t, ts: t.unsqueeze(0), "unpack: argument 'packed' must be 2-D with shape [TOTAL, H]", id="rank-packed"))
-    cases.append(pytest.param("mask", lambda t, ts: t.unsqueeze(0), "unpack: argument 'mask' must be 2-D with shape [B, S]", id="rank-mask"))
+    cases.append(pytest.param("packed", lambda t, ts: t.reshape(-1), "unpack: argument 'packed' must be 2-D with shape [TOTAL, H]", id="rank-packed"))
+    cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "unpack: argument 'mask' must be 2-D with shape [B, S]", id="rank-mask"))
     cases.append(pytest.param("packed", lambda t, ts: t.to(torch.int32), "unpack: argument 'packed' must have dtype float32, float16 or bfloat16", id="dtype-packed"))
     cases.append(pytest.param("mask", lambda t, ts: t.to(torch.int32), "unpack: argument 'mask' must have dtype bool", id="dtype-mask"))
     cases.append(pytest.param("mask", lambda t, ts: t.to("meta"), "unpack: argument 'mask' must be on the same device as argument 'packed'", id="device-mask"))

@@ -11,6 +11,20 @@ from . import _checks, _runtime
 from ._registry import OPS
 
 
+def _leading(tensor: torch.Tensor, rank: int) -> tuple[int, ...] | None:
+    """The leading sizes that stand for one dimension, when ``tensor`` has more than ``rank`` dims."""
+    if isinstance(tensor, torch.Tensor) and tensor.dim() > rank:
+        return tuple(tensor.shape[: tensor.dim() - rank + 1])
+    return None
+
+
+def _restore(result, lead: tuple[int, ...], leads: tuple[bool, ...]):
+    """Give the outputs that start with the flattened dimension their leading sizes back."""
+    outputs = result if isinstance(result, tuple) else (result,)
+    outputs = tuple(o.reshape(*lead, *o.shape[1:]) if flag else o for o, flag in zip(outputs, leads))
+    return outputs if isinstance(result, tuple) else outputs[0]
+
+
 def _grad_or_zeros(grad: torch.Tensor | None, output: torch.Tensor) -> torch.Tensor:
     """Autograd passes None for outputs that did not reach the loss; the kernels want zeros."""
     return torch.zeros_like(output) if grad is None else grad.contiguous()
@@ -389,6 +403,12 @@ def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> t
         lp: [N] float32. log-probability of the selected token
         lse: [N] float32. logsumexp of each row (0 for ignored rows), saved for the backward
     """
+    # N may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(logits, 2)
+    if lead is not None:
+        logits = logits.reshape(-1, *logits.shape[len(lead) :])
+        ids = ids.reshape(-1, *ids.shape[len(lead) :])
+        return _restore(logp(logits, ids, ignore_index), lead, (True, True))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (logits,)):
         return _LogpFunction.apply(logits, ids, ignore_index)
     return _run_logp(logits, ids, ignore_index)
@@ -426,6 +446,14 @@ def logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor
     Returns:
         grad_logits: [N, V] same dtype as logits. gradient of the logits, rounded once to their dtype
     """
+    # N may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(grad_lp, 1)
+    if lead is not None:
+        grad_lp = grad_lp.reshape(-1, *grad_lp.shape[len(lead) :])
+        logits = logits.reshape(-1, *logits.shape[len(lead) :])
+        ids = ids.reshape(-1, *ids.shape[len(lead) :])
+        lse = lse.reshape(-1, *lse.shape[len(lead) :])
+        return _restore(logp_backward(grad_lp, logits, ids, lse, ignore_index), lead, (True,))
     return _run_logp_backward(grad_lp, logits, ids, lse, ignore_index)
 
 
@@ -638,6 +666,11 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torc
         y: [T, H] same dtype as x. normalised rows in x's dtype
         rstd: [T] float32. rsqrt(mean(x^2) + eps) of each row, kept for the backward pass
     """
+    # T may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(x, 2)
+    if lead is not None:
+        x = x.reshape(-1, *x.shape[len(lead) :])
+        return _restore(rms_norm(x, w, eps), lead, (True, True))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w,)):
         return _RmsNormFunction.apply(x, w, eps)
     return _run_rms_norm(x, w, eps)
@@ -675,6 +708,13 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rs
         dx: [T, H] same dtype as grad_y. gradient with respect to x, in x's dtype
         dw: [H] same dtype as grad_y. gradient with respect to w, in w's dtype
     """
+    # T may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(grad_y, 2)
+    if lead is not None:
+        grad_y = grad_y.reshape(-1, *grad_y.shape[len(lead) :])
+        x = x.reshape(-1, *x.shape[len(lead) :])
+        rstd = rstd.reshape(-1, *rstd.shape[len(lead) :])
+        return _restore(rms_norm_backward(grad_y, x, w, rstd), lead, (True, False))
     return _run_rms_norm_backward(grad_y, x, w, rstd)
 
 
@@ -728,6 +768,11 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     Returns:
         y: [R, C] same dtype as x. x * sigmoid(x) in x's dtype
     """
+    # R may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(x, 2)
+    if lead is not None:
+        x = x.reshape(-1, *x.shape[len(lead) :])
+        return _restore(silu(x), lead, (True,))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x,)):
         return _SiluFunction.apply(x)
     return _run_silu(x)
@@ -761,6 +806,12 @@ def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     Returns:
         dx: [R, C] same dtype as grad_y. gradient with respect to x, in x's dtype
     """
+    # R may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(grad_y, 2)
+    if lead is not None:
+        grad_y = grad_y.reshape(-1, *grad_y.shape[len(lead) :])
+        x = x.reshape(-1, *x.shape[len(lead) :])
+        return _restore(silu_backward(grad_y, x), lead, (True,))
     return _run_silu_backward(grad_y, x)
 
 
@@ -814,6 +865,12 @@ def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Returns:
         y: [R, C] same dtype as g. silu(g) * u in the input dtype
     """
+    # R may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(g, 2)
+    if lead is not None:
+        g = g.reshape(-1, *g.shape[len(lead) :])
+        u = u.reshape(-1, *u.shape[len(lead) :])
+        return _restore(swiglu(g, u), lead, (True,))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (g, u,)):
         return _SwigluFunction.apply(g, u)
     return _run_swiglu(g, u)
@@ -849,6 +906,13 @@ def swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> t
         dg: [R, C] same dtype as grad_y. gradient with respect to g, in the input dtype
         du: [R, C] same dtype as grad_y. gradient with respect to u, in the input dtype
     """
+    # R may come as several leading dimensions: the kernels see them flattened.
+    lead = _leading(grad_y, 2)
+    if lead is not None:
+        grad_y = grad_y.reshape(-1, *grad_y.shape[len(lead) :])
+        g = g.reshape(-1, *g.shape[len(lead) :])
+        u = u.reshape(-1, *u.shape[len(lead) :])
+        return _restore(swiglu_backward(grad_y, g, u), lead, (True, True))
     return _run_swiglu_backward(grad_y, g, u)
 
 

@@ -35,6 +35,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = []
 DTYPES = ["bfloat16"]
+LEADING_DIM = None
 BATCH_DIM = "M"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -183,8 +184,8 @@ def test_fake_kernel_under_torch_compile():
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("a", lambda t, ts: t.unsqueeze(0), "det_gemm_ktree: argument 'a' must be 2-D with shape [M, K]", id="rank-a"))
-    cases.append(pytest.param("b", lambda t, ts: t.unsqueeze(0), "det_gemm_ktree: argument 'b' must be 2-D with shape [K, N]", id="rank-b"))
+    cases.append(pytest.param("a", lambda t, ts: t.reshape(-1), "det_gemm_ktree: argument 'a' must be 2-D with shape [M, K]", id="rank-a"))
+    cases.append(pytest.param("b", lambda t, ts: t.reshape(-1), "det_gemm_ktree: argument 'b' must be 2-D with shape [K, N]", id="rank-b"))
     cases.append(pytest.param("a", lambda t, ts: t.to(torch.int32), "det_gemm_ktree: argument 'a' must have dtype bfloat16", id="dtype-a"))
     cases.append(pytest.param("b", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "det_gemm_ktree: argument 'b' must have the same dtype as argument 'a' (T)", id="same-dtype-b"))
     cases.append(pytest.param("b", lambda t, ts: t.to("meta"), "det_gemm_ktree: argument 'b' must be on the same device as argument 'a'", id="device-b"))

@@ -39,6 +39,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = ["ratio", "kl"]
 DTYPES = ["float32"]
+LEADING_DIM = None
 BATCH_DIM = None
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -221,10 +222,10 @@ def test_backward_is_deterministic(device, dtype):
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("ratio", lambda t, ts: t.unsqueeze(0), "grpo_loss: argument 'ratio' must be 3-D with shape [G, S, T]", id="rank-ratio"))
-    cases.append(pytest.param("kl", lambda t, ts: t.unsqueeze(0), "grpo_loss: argument 'kl' must be 3-D with shape [G, S, T]", id="rank-kl"))
-    cases.append(pytest.param("mask", lambda t, ts: t.unsqueeze(0), "grpo_loss: argument 'mask' must be 3-D with shape [G, S, T]", id="rank-mask"))
-    cases.append(pytest.param("rewards", lambda t, ts: t.unsqueeze(0), "grpo_loss: argument 'rewards' must be 2-D with shape [G, S]", id="rank-rewards"))
+    cases.append(pytest.param("ratio", lambda t, ts: t.reshape(-1), "grpo_loss: argument 'ratio' must be 3-D with shape [G, S, T]", id="rank-ratio"))
+    cases.append(pytest.param("kl", lambda t, ts: t.reshape(-1), "grpo_loss: argument 'kl' must be 3-D with shape [G, S, T]", id="rank-kl"))
+    cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "grpo_loss: argument 'mask' must be 3-D with shape [G, S, T]", id="rank-mask"))
+    cases.append(pytest.param("rewards", lambda t, ts: t.reshape(-1), "grpo_loss: argument 'rewards' must be 2-D with shape [G, S]", id="rank-rewards"))
     cases.append(pytest.param("ratio", lambda t, ts: t.to(torch.int32), "grpo_loss: argument 'ratio' must have dtype float32", id="dtype-ratio"))
     cases.append(pytest.param("kl", lambda t, ts: t.to(torch.int32), "grpo_loss: argument 'kl' must have dtype float32", id="dtype-kl"))
     cases.append(pytest.param("mask", lambda t, ts: t.to(torch.int32), "grpo_loss: argument 'mask' must have dtype bool", id="dtype-mask"))

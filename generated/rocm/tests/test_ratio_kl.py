@@ -39,6 +39,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = ["lp"]
 DTYPES = ["float32"]
+LEADING_DIM = None
 BATCH_DIM = "B"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -221,10 +222,10 @@ def test_backward_is_deterministic(device, dtype):
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("lp", lambda t, ts: t.unsqueeze(0), "ratio_kl: argument 'lp' must be 2-D with shape [B, T]", id="rank-lp"))
-    cases.append(pytest.param("old_lp", lambda t, ts: t.unsqueeze(0), "ratio_kl: argument 'old_lp' must be 2-D with shape [B, T]", id="rank-old_lp"))
-    cases.append(pytest.param("ref_lp", lambda t, ts: t.unsqueeze(0), "ratio_kl: argument 'ref_lp' must be 2-D with shape [B, T]", id="rank-ref_lp"))
-    cases.append(pytest.param("mask", lambda t, ts: t.unsqueeze(0), "ratio_kl: argument 'mask' must be 2-D with shape [B, T]", id="rank-mask"))
+    cases.append(pytest.param("lp", lambda t, ts: t.reshape(-1), "ratio_kl: argument 'lp' must be 2-D with shape [B, T]", id="rank-lp"))
+    cases.append(pytest.param("old_lp", lambda t, ts: t.reshape(-1), "ratio_kl: argument 'old_lp' must be 2-D with shape [B, T]", id="rank-old_lp"))
+    cases.append(pytest.param("ref_lp", lambda t, ts: t.reshape(-1), "ratio_kl: argument 'ref_lp' must be 2-D with shape [B, T]", id="rank-ref_lp"))
+    cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "ratio_kl: argument 'mask' must be 2-D with shape [B, T]", id="rank-mask"))
     cases.append(pytest.param("lp", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'lp' must have dtype float32", id="dtype-lp"))
     cases.append(pytest.param("old_lp", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'old_lp' must have dtype float32", id="dtype-old_lp"))
     cases.append(pytest.param("ref_lp", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'ref_lp' must have dtype float32", id="dtype-ref_lp"))

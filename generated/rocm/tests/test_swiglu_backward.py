@@ -37,6 +37,7 @@ OUTPUTS = [
 ]
 GRAD_INPUTS = []
 DTYPES = ["float32", "float16", "bfloat16"]
+LEADING_DIM = "R"
 BATCH_DIM = "R"
 BATCH_SIZES = [1, 5, 64]
 CHUNK_AT = 25
@@ -178,6 +179,15 @@ def test_fake_kernel_under_torch_compile():
     assert_bitwise_equal(got, run(*inputs), "torch.compile vs eager")
 
 
+def test_leading_dimensions_are_flattened_and_restored(device):
+    """R given as two dimensions gives the same bits, shaped back."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=11)
+    flat = run(*inputs)
+    lifted = [t.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    expected = tuple(o.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else o for o, (_, shape, _) in zip(flat, OUTPUTS))
+    assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
+
+
 # ---------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.
@@ -185,9 +195,9 @@ def test_fake_kernel_under_torch_compile():
 
 def _bad_cases():
     cases = []
-    cases.append(pytest.param("grad_y", lambda t, ts: t.unsqueeze(0), "swiglu_backward: argument 'grad_y' must be 2-D with shape [R, C]", id="rank-grad_y"))
-    cases.append(pytest.param("g", lambda t, ts: t.unsqueeze(0), "swiglu_backward: argument 'g' must be 2-D with shape [R, C]", id="rank-g"))
-    cases.append(pytest.param("u", lambda t, ts: t.unsqueeze(0), "swiglu_backward: argument 'u' must be 2-D with shape [R, C]", id="rank-u"))
+    cases.append(pytest.param("grad_y", lambda t, ts: t.reshape(-1), "swiglu_backward: argument 'grad_y' must be 2-D with shape [R, C]", id="rank-grad_y"))
+    cases.append(pytest.param("g", lambda t, ts: t.reshape(-1), "swiglu_backward: argument 'g' must be 2-D with shape [R, C]", id="rank-g"))
+    cases.append(pytest.param("u", lambda t, ts: t.reshape(-1), "swiglu_backward: argument 'u' must be 2-D with shape [R, C]", id="rank-u"))
     cases.append(pytest.param("grad_y", lambda t, ts: t.to(torch.int32), "swiglu_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16", id="dtype-grad_y"))
     cases.append(pytest.param("g", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "swiglu_backward: argument 'g' must have the same dtype as argument 'grad_y' (T)", id="same-dtype-g"))
     cases.append(pytest.param("u", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "swiglu_backward: argument 'u' must have the same dtype as argument 'grad_y' (T)", id="same-dtype-u"))
