@@ -287,6 +287,13 @@ class OpView:
         return self.spec.leading_dim is not None and tensor.shape[:1] == (self.spec.leading_dim,)
 
     @property
+    def output_dims(self) -> tuple[DimBinding, ...]:
+        """Argument-bound dimensions that some output's shape needs (directly or through a derived one)."""
+        needed = {d for o in self.spec.outputs for d in o.shape}
+        needed |= {derived.dim for name, derived in self.spec.derived_dims.items() if name in needed}
+        return tuple(d for d in self.dims if d.dim in needed)
+
+    @property
     def output_leads(self) -> tuple[bool, ...]:
         return tuple(self.leads_with(o) for o in self.spec.outputs)
 

@@ -78,7 +78,7 @@ def det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b,)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b)):
         return _DetGemmFunction.apply(a, b, out_fp32)
     return _run_det_gemm(a, b, out_fp32)
 
@@ -86,7 +86,6 @@ def det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.
 def _fake_det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_det_gemm(a, b)
     M = a.shape[0]
-    K = a.shape[1]
     N = b.shape[1]
     c = a.new_empty((M, N), dtype=torch.float32 if out_fp32 else a.dtype)
     return c
@@ -118,7 +117,6 @@ def det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _fake_det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     _checks.check_det_gemm_ktree(a, b)
     M = a.shape[0]
-    K = a.shape[1]
     N = b.shape[1]
     c = a.new_empty((M, N))
     return c
@@ -172,7 +170,7 @@ def det_gemm_nt(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> tor
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b,)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b)):
         return _DetGemmNtFunction.apply(a, b, out_fp32)
     return _run_det_gemm_nt(a, b, out_fp32)
 
@@ -183,7 +181,6 @@ det_linear = det_gemm_nt
 def _fake_det_gemm_nt(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_det_gemm_nt(a, b)
     M = a.shape[0]
-    K = a.shape[1]
     N = b.shape[0]
     c = a.new_empty((M, N), dtype=torch.float32 if out_fp32 else a.dtype)
     return c
@@ -237,14 +234,13 @@ def det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> tor
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b,)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b)):
         return _DetGemmTnFunction.apply(a, b, out_fp32)
     return _run_det_gemm_tn(a, b, out_fp32)
 
 
 def _fake_det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_det_gemm_tn(a, b)
-    K = a.shape[0]
     M = a.shape[1]
     N = b.shape[1]
     c = a.new_empty((M, N), dtype=torch.float32 if out_fp32 else a.dtype)
@@ -303,7 +299,7 @@ def grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, rewards
         loss: [] float32. masked mean of the per-token loss (a 0-d tensor)
         adv: [G, S] float32. group-normalised advantages, for logging and the backward
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (ratio, kl,)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (ratio, kl)):
         return _GrpoLossFunction.apply(ratio, kl, mask, rewards, eps_low, eps_high, beta)
     return _run_grpo_loss(ratio, kl, mask, rewards, eps_low, eps_high, beta)
 
@@ -312,7 +308,6 @@ def _fake_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, r
     _checks.check_grpo_loss(ratio, kl, mask, rewards)
     G = ratio.shape[0]
     S = ratio.shape[1]
-    T = ratio.shape[2]
     loss = ratio.new_empty((), dtype=torch.float32)
     adv = ratio.new_empty((G, S), dtype=torch.float32)
     return loss, adv
@@ -417,7 +412,6 @@ def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> t
 def _fake_logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_logp(logits, ids)
     N = logits.shape[0]
-    V = logits.shape[1]
     lp = logits.new_empty((N,), dtype=torch.float32)
     lse = logits.new_empty((N,), dtype=torch.float32)
     return lp, lse
@@ -517,7 +511,6 @@ def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 def _fake_pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_pack(x, mask)
     B = x.shape[0]
-    S = x.shape[1]
     H = x.shape[2]
     TOTAL = torch.library.get_ctx().new_dynamic_size()  # data-dependent
     B1 = B + 1
@@ -671,7 +664,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torc
     if lead is not None:
         x = x.reshape(-1, *x.shape[len(lead) :])
         return _restore(rms_norm(x, w, eps), lead, (True, True))
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w,)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w)):
         return _RmsNormFunction.apply(x, w, eps)
     return _run_rms_norm(x, w, eps)
 
@@ -871,7 +864,7 @@ def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         g = g.reshape(-1, *g.shape[len(lead) :])
         u = u.reshape(-1, *u.shape[len(lead) :])
         return _restore(swiglu(g, u), lead, (True,))
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (g, u,)):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (g, u)):
         return _SwigluFunction.apply(g, u)
     return _run_swiglu(g, u)
 
@@ -950,7 +943,6 @@ def unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def _fake_unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     _checks.check_unpack(packed, mask)
-    TOTAL = packed.shape[0]
     H = packed.shape[1]
     B = mask.shape[0]
     S = mask.shape[1]

@@ -7,7 +7,7 @@ against.  Plain PyTorch in float32; never a backend (they make no guarantees).""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F  # noqa: F401  (used by some references)
+import torch.nn.functional as F
 
 def det_gemm(a, b, out_fp32=False):
     return a @ b
