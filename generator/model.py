@@ -299,8 +299,18 @@ class Output(StrictModel):
 
 
 class DimConstraint(StrictModel):
+    """A rule on one dimension: a divisor, or equality with the number of true/nonzero
+    entries of an argument (checked on the data, so it waits for the device)."""
+
     dim: DimName
-    multiple_of: int = Field(ge=1, le=1 << 20)
+    multiple_of: int | None = Field(default=None, ge=1, le=1 << 20)
+    count_nonzero_of: Identifier | None = None
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> DimConstraint:
+        if (self.multiple_of is None) == (self.count_nonzero_of is None):
+            raise ValueError("give exactly one of multiple_of and count_nonzero_of")
+        return self
 
 
 class Reduction(StrictModel):
@@ -476,6 +486,8 @@ class OpSpec(StrictModel):
         for c in self.constraints:
             if c.dim not in bound:
                 raise ValueError(f"constraint on {c.dim}: no argument has that dimension")
+            if c.count_nonzero_of is not None and c.count_nonzero_of not in {a.name for a in self.args if not a.optional}:
+                raise ValueError(f"constraint on {c.dim}: {c.count_nonzero_of} is not a required argument")
         if self.reduction is not None and self.reduction.dim not in bound:
             raise ValueError(f"reduction over {self.reduction.dim}: no argument has that dimension")
         if self.tests.batch_dim is not None and self.tests.batch_dim not in bound:

@@ -54,7 +54,7 @@ class Check:
     ``message`` is the fixed part, shared by both languages; each appends ", got …".
     """
 
-    kind: Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "contiguous"]
+    kind: Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "count_nonzero", "contiguous"]
     arg: str
     message: str
     optional: bool = False
@@ -138,13 +138,26 @@ class OpView:
         bound = {d.dim: d for d in self.dims}
         for constraint in self.spec.constraints:
             b = bound[constraint.dim]
+            if constraint.count_nonzero_of is not None:
+                out.append(
+                    Check(
+                        "count_nonzero",
+                        b.arg,
+                        f"{op}: dimension {constraint.dim} (axis {b.axis} of argument '{b.arg}') must equal the number of "
+                        f"nonzero entries of argument '{constraint.count_nonzero_of}'",
+                        axis=b.axis,
+                        other=constraint.count_nonzero_of,
+                        dim=constraint.dim,
+                    )
+                )
+                continue
             out.append(
                 Check(
                     "multiple_of",
                     b.arg,
                     f"{op}: dimension {constraint.dim} (axis {b.axis} of argument '{b.arg}') must be a multiple of {constraint.multiple_of}",
                     axis=b.axis,
-                    multiple_of=constraint.multiple_of,
+                    multiple_of=constraint.multiple_of or 1,
                     dim=constraint.dim,
                 )
             )

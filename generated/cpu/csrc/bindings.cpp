@@ -704,6 +704,9 @@ void check_unpack(const at::Tensor& packed, const at::Tensor& mask) {
               "unpack: argument 'mask' must have dtype bool, got ", dtype_name(mask.scalar_type()));
   TORCH_CHECK(mask.device() == packed.device(), "unpack: argument 'mask' must be on the same device as argument 'packed', got ", mask.device(), " and ",
               packed.device());
+  // Counting reads the data: this waits for the device.
+  TORCH_CHECK(packed.size(0) == mask.count_nonzero().item<int64_t>(), "unpack: dimension TOTAL (axis 0 of argument 'packed') must equal the number of nonzero entries of argument 'mask', got ",
+              packed.size(0), " and ", mask.count_nonzero().item<int64_t>());
   TORCH_CHECK(packed.is_contiguous(), "unpack: argument 'packed' must be contiguous (call .contiguous() on it)");
   TORCH_CHECK(mask.is_contiguous(), "unpack: argument 'mask' must be contiguous (call .contiguous() on it)");
 }

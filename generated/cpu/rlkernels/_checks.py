@@ -23,6 +23,13 @@ class InputError(ValueError):
     """An argument does not fit the op's signature."""
 
 
+def _has_data(t: torch.Tensor) -> bool:
+    """False for meta tensors and the fake tensors torch.compile traces with."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return t.device.type != "meta" and not is_fake(t)
+
+
 def _dtype(t: torch.Tensor) -> str:
     return _NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
 
@@ -645,6 +652,10 @@ def check_unpack(packed: torch.Tensor, mask: torch.Tensor) -> None:
         raise InputError(f"unpack: argument 'mask' must have dtype bool, got {_dtype(mask)}")
     if mask.device != packed.device:
         raise InputError(f"unpack: argument 'mask' must be on the same device as argument 'packed', got {mask.device} and {packed.device}")
+    if _has_data(mask):  # traced and meta tensors have no values to count
+        count = int(mask.count_nonzero())
+        if packed.shape[0] != count:
+            raise InputError(f"unpack: dimension TOTAL (axis 0 of argument 'packed') must equal the number of nonzero entries of argument 'mask', got {packed.shape[0]} and {count}")
     if not packed.is_contiguous():
         raise InputError("unpack: argument 'packed' must be contiguous (call .contiguous() on it)")
     if not mask.is_contiguous():

@@ -189,6 +189,7 @@ def _bad_cases():
     cases.append(pytest.param("packed", lambda t, ts: t.to(torch.int32), "unpack: argument 'packed' must have dtype float32, float16 or bfloat16", id="dtype-packed"))
     cases.append(pytest.param("mask", lambda t, ts: t.to(torch.int32), "unpack: argument 'mask' must have dtype bool", id="dtype-mask"))
     cases.append(pytest.param("mask", lambda t, ts: t.to("meta"), "unpack: argument 'mask' must be on the same device as argument 'packed'", id="device-mask"))
+    cases.append(pytest.param("packed", lambda t, ts: torch.cat([t, t.narrow(0, 0, 1)], dim=0), "unpack: dimension TOTAL (axis 0 of argument 'packed') must equal the number of nonzero entries of argument 'mask'", id="count-TOTAL"))
     cases.append(pytest.param("packed", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "unpack: argument 'packed' must be contiguous (call .contiguous() on it)", id="contiguous-packed"))
     cases.append(pytest.param("mask", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "unpack: argument 'mask' must be contiguous (call .contiguous() on it)", id="contiguous-mask"))
     return cases
