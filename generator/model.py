@@ -9,6 +9,7 @@ platform, a backend lacking a guarantee) live in ``contracts``.
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from collections.abc import Callable
 from enum import Enum
@@ -285,6 +286,8 @@ class Attr(StrictModel):
         kinds = {"float": (float, int), "int": (int,), "bool": (bool,)}[self.type]
         if isinstance(self.default, bool) != (self.type == "bool") or not isinstance(self.default, kinds):
             raise ValueError(f"default {self.default!r} is not a {self.type}")
+        if isinstance(self.default, float) and not math.isfinite(self.default):
+            raise ValueError(f"default {self.default!r} is not a finite number")
         return self
 
 
@@ -436,9 +439,17 @@ class OpSpec(StrictModel):
             if len(tensor.dtype) == 1 and tensor.dtype not in self.dtype_vars:
                 raise ValueError(f"{tensor.name}: dtype variable {tensor.dtype} is not declared in dtype_vars")
         all_dims = {d for t in declared for d in t.shape} | set(self.dynamic_dims) | set(self.derived_dims)
+        optional_seen = False
+        for arg in self.args:
+            if arg.optional:
+                optional_seen = True
+            elif optional_seen:
+                raise ValueError(f"argument {arg.name} is required but follows an optional argument; optional arguments come last")
         for var, dtypes in self.dtype_vars.items():
             if len(set(dtypes)) != len(dtypes):
                 raise ValueError(f"dtype variable {var} lists a dtype twice")
+            if any(d not in FLOAT_DTYPES for d in dtypes):
+                raise ValueError(f"dtype variable {var} may only range over float32, float16 and bfloat16 (kernels dispatch on those)")
             if var in all_dims:
                 raise ValueError(f"dtype variable {var} has the name of a dimension; both become C++ names in kernels")
             if not any(a.dtype == var and not a.optional for a in self.args):

@@ -286,6 +286,9 @@ class OpView:
         """Python expression for a backward step argument inside ``Function.backward``."""
         if source.startswith("grad("):
             name = source[5:-1]
+            if name in {o.name for o in self.variable_outputs}:
+                # a float32 output on request: its gradient goes back in the inputs' dtype
+                return f"_grad_or_zeros(grad_{name}, {name}).to(ctx.{name}_dtype)"
             return f"_grad_or_zeros(grad_{name}, {name})"
         return source
 

@@ -97,3 +97,19 @@ def test_det_linear_is_differentiable_with_the_catalog_kernels(rlkernels):
     # The gradients are det_gemm / det_gemm_tn results, bit for bit.
     assert torch.equal(x.grad, rlkernels.det_gemm(torch.ones(6, 24), w.detach()))
     assert torch.equal(w.grad, rlkernels.det_gemm_tn(torch.ones(6, 24), x.detach()))
+
+
+def test_fp32_output_is_differentiable_back_to_the_input_dtype(rlkernels):
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(8, 16, generator=g).to(torch.bfloat16).requires_grad_()
+    b = torch.randn(16, 4, generator=g).to(torch.bfloat16).requires_grad_()
+    rlkernels.det_gemm(a, b, out_fp32=True).sum().backward()
+    assert a.grad.dtype == b.grad.dtype == torch.bfloat16
+    ones = torch.ones(8, 4, dtype=torch.bfloat16)
+    assert torch.equal(a.grad, rlkernels.det_gemm_nt(ones, b.detach()))
+    assert torch.equal(b.grad, rlkernels.det_gemm_tn(a.detach(), ones))
+
+
+def test_leading_dimensions_may_be_empty(rlkernels):
+    assert rlkernels.silu(torch.randn(2, 3, 0)).shape == (2, 3, 0)
+    assert rlkernels.silu(torch.randn(0, 3, 5)).shape == (0, 3, 5)

@@ -189,6 +189,20 @@ def test_leading_dimensions_are_flattened_and_restored(device):
     assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
 
 
+def test_public_function_under_torch_compile():
+    """Backend choice and checks trace too: the public function compiles into one graph."""
+    torch._dynamo.reset()
+    inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=12)
+
+    def public(*args):
+        return rlkernels.rms_norm_backward(*args)
+
+    compiled = torch.compile(public, backend="aot_eager", fullgraph=True)
+    got = compiled(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    assert_bitwise_equal(got, run(*inputs), "compiled public function vs eager")
+
+
 # ---------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.

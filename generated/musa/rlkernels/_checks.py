@@ -24,7 +24,10 @@ class InputError(ValueError):
 
 
 def _has_data(t: torch.Tensor) -> bool:
-    """False for meta tensors and the fake tensors torch.compile traces with."""
+    """False while torch.compile traces and for meta tensors: there are no values to count
+    (the native op checks again when it runs)."""
+    if torch.compiler.is_compiling():
+        return False
     from torch._subclasses.fake_tensor import is_fake
 
     return t.device.type != "meta" and not is_fake(t)

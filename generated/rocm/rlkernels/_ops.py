@@ -44,6 +44,7 @@ class _DetGemmFunction(torch.autograd.Function):
         c = _run_det_gemm(a, b, out_fp32)
         ctx.save_for_backward(a, b, c)
         ctx.out_fp32 = out_fp32
+        ctx.c_dtype = a.dtype
         return c
 
     @staticmethod
@@ -52,11 +53,11 @@ class _DetGemmFunction(torch.autograd.Function):
         needs = dict(zip(("a", "b"), ctx.needs_input_grad))
         grads: dict[str, torch.Tensor] = {}
         if needs["a"]:
-            result = det_gemm_nt(_grad_or_zeros(grad_c, c), b)
+            result = det_gemm_nt(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), b)
             result = result if isinstance(result, tuple) else (result,)
             grads.update(zip(("a",), result))
         if needs["b"]:
-            result = det_gemm_tn(a, _grad_or_zeros(grad_c, c))
+            result = det_gemm_tn(a, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
             result = result if isinstance(result, tuple) else (result,)
             grads.update(zip(("b",), result))
         return grads.get("a"), grads.get("b"), None
@@ -136,6 +137,7 @@ class _DetGemmNtFunction(torch.autograd.Function):
         c = _run_det_gemm_nt(a, b, out_fp32)
         ctx.save_for_backward(a, b, c)
         ctx.out_fp32 = out_fp32
+        ctx.c_dtype = a.dtype
         return c
 
     @staticmethod
@@ -144,11 +146,11 @@ class _DetGemmNtFunction(torch.autograd.Function):
         needs = dict(zip(("a", "b"), ctx.needs_input_grad))
         grads: dict[str, torch.Tensor] = {}
         if needs["a"]:
-            result = det_gemm(_grad_or_zeros(grad_c, c), b)
+            result = det_gemm(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), b)
             result = result if isinstance(result, tuple) else (result,)
             grads.update(zip(("a",), result))
         if needs["b"]:
-            result = det_gemm_tn(_grad_or_zeros(grad_c, c), a)
+            result = det_gemm_tn(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), a)
             result = result if isinstance(result, tuple) else (result,)
             grads.update(zip(("b",), result))
         return grads.get("a"), grads.get("b"), None
@@ -200,6 +202,7 @@ class _DetGemmTnFunction(torch.autograd.Function):
         c = _run_det_gemm_tn(a, b, out_fp32)
         ctx.save_for_backward(a, b, c)
         ctx.out_fp32 = out_fp32
+        ctx.c_dtype = a.dtype
         return c
 
     @staticmethod
@@ -208,11 +211,11 @@ class _DetGemmTnFunction(torch.autograd.Function):
         needs = dict(zip(("a", "b"), ctx.needs_input_grad))
         grads: dict[str, torch.Tensor] = {}
         if needs["a"]:
-            result = det_gemm_nt(b, _grad_or_zeros(grad_c, c))
+            result = det_gemm_nt(b, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
             result = result if isinstance(result, tuple) else (result,)
             grads.update(zip(("a",), result))
         if needs["b"]:
-            result = det_gemm(a, _grad_or_zeros(grad_c, c))
+            result = det_gemm(a, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
             result = result if isinstance(result, tuple) else (result,)
             grads.update(zip(("b",), result))
         return grads.get("a"), grads.get("b"), None
@@ -401,8 +404,8 @@ def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> t
     # N may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(logits, 2)
     if lead is not None:
-        logits = logits.reshape(-1, *logits.shape[len(lead) :])
-        ids = ids.reshape(-1, *ids.shape[len(lead) :])
+        logits = logits.flatten(0, len(lead) - 1)
+        ids = ids.flatten(0, len(lead) - 1)
         return _restore(logp(logits, ids, ignore_index), lead, (True, True))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (logits,)):
         return _LogpFunction.apply(logits, ids, ignore_index)
@@ -443,10 +446,10 @@ def logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor
     # N may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_lp, 1)
     if lead is not None:
-        grad_lp = grad_lp.reshape(-1, *grad_lp.shape[len(lead) :])
-        logits = logits.reshape(-1, *logits.shape[len(lead) :])
-        ids = ids.reshape(-1, *ids.shape[len(lead) :])
-        lse = lse.reshape(-1, *lse.shape[len(lead) :])
+        grad_lp = grad_lp.flatten(0, len(lead) - 1)
+        logits = logits.flatten(0, len(lead) - 1)
+        ids = ids.flatten(0, len(lead) - 1)
+        lse = lse.flatten(0, len(lead) - 1)
         return _restore(logp_backward(grad_lp, logits, ids, lse, ignore_index), lead, (True,))
     return _run_logp_backward(grad_lp, logits, ids, lse, ignore_index)
 
@@ -662,7 +665,7 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torc
     # T may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(x, 2)
     if lead is not None:
-        x = x.reshape(-1, *x.shape[len(lead) :])
+        x = x.flatten(0, len(lead) - 1)
         return _restore(rms_norm(x, w, eps), lead, (True, True))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w)):
         return _RmsNormFunction.apply(x, w, eps)
@@ -704,9 +707,9 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rs
     # T may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_y, 2)
     if lead is not None:
-        grad_y = grad_y.reshape(-1, *grad_y.shape[len(lead) :])
-        x = x.reshape(-1, *x.shape[len(lead) :])
-        rstd = rstd.reshape(-1, *rstd.shape[len(lead) :])
+        grad_y = grad_y.flatten(0, len(lead) - 1)
+        x = x.flatten(0, len(lead) - 1)
+        rstd = rstd.flatten(0, len(lead) - 1)
         return _restore(rms_norm_backward(grad_y, x, w, rstd), lead, (True, False))
     return _run_rms_norm_backward(grad_y, x, w, rstd)
 
@@ -764,7 +767,7 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(x, 2)
     if lead is not None:
-        x = x.reshape(-1, *x.shape[len(lead) :])
+        x = x.flatten(0, len(lead) - 1)
         return _restore(silu(x), lead, (True,))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x,)):
         return _SiluFunction.apply(x)
@@ -802,8 +805,8 @@ def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_y, 2)
     if lead is not None:
-        grad_y = grad_y.reshape(-1, *grad_y.shape[len(lead) :])
-        x = x.reshape(-1, *x.shape[len(lead) :])
+        grad_y = grad_y.flatten(0, len(lead) - 1)
+        x = x.flatten(0, len(lead) - 1)
         return _restore(silu_backward(grad_y, x), lead, (True,))
     return _run_silu_backward(grad_y, x)
 
@@ -861,8 +864,8 @@ def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(g, 2)
     if lead is not None:
-        g = g.reshape(-1, *g.shape[len(lead) :])
-        u = u.reshape(-1, *u.shape[len(lead) :])
+        g = g.flatten(0, len(lead) - 1)
+        u = u.flatten(0, len(lead) - 1)
         return _restore(swiglu(g, u), lead, (True,))
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (g, u)):
         return _SwigluFunction.apply(g, u)
@@ -902,9 +905,9 @@ def swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> t
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_y, 2)
     if lead is not None:
-        grad_y = grad_y.reshape(-1, *grad_y.shape[len(lead) :])
-        g = g.reshape(-1, *g.shape[len(lead) :])
-        u = u.reshape(-1, *u.shape[len(lead) :])
+        grad_y = grad_y.flatten(0, len(lead) - 1)
+        g = g.flatten(0, len(lead) - 1)
+        u = u.flatten(0, len(lead) - 1)
         return _restore(swiglu_backward(grad_y, g, u), lead, (True, True))
     return _run_swiglu_backward(grad_y, g, u)
 

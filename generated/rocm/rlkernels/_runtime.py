@@ -79,7 +79,7 @@ def platform_of(device: torch.device | str) -> str:
     raise UnsupportedError(f"{PACKAGE}: no platform handles tensors on device type {device_type!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@torch.compiler.assume_constant_result  # a fact of the loaded library: torch.compile need not trace it
 def _native_available(op: str, kernel: str, platform: str) -> str | None:
     """None when the kernel can run, else why not."""
     if NATIVE_ERROR is not None:

@@ -21,10 +21,12 @@ constexpr int kMaxDepth = 64;
 
 RLK_HD float round_bf16(float x) { return to_float(from_float<bfloat16_t>(x)); }
 
+// Explicitly rounded products and sums, so the bits never depend on contraction flags.
+
 // One output element: the tree over its leaves, walked in post-order with explicit
 // stacks (no recursion, which not every device compiler allows).
 template <typename T>
-RLK_HD float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, int64_t N) {
+RLK_ARITH float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, int64_t N) {
   const int64_t leaves = (K + kLeaf - 1) / kLeaf;
   if (leaves == 0) return 0.0f;
   int64_t lo[kMaxDepth], hi[kMaxDepth];
@@ -38,8 +40,7 @@ RLK_HD float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, i
       float sum = 0.0f;
       const int64_t end = (lo[f] + 1) * kLeaf < K ? (lo[f] + 1) * kLeaf : K;
       for (int64_t k = lo[f] * kLeaf; k < end; ++k) {
-        const float product = to_float(a[m * K + k]) * to_float(b[k * N + n]);  // rounded: no contraction
-        sum = sum + product;
+        sum = add_rn(sum, mul_rn(to_float(a[m * K + k]), to_float(b[k * N + n])));
       }
       value[values++] = round_bf16(sum);
       --frames;
@@ -55,7 +56,7 @@ RLK_HD float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, i
     } else {
       const float right = value[--values];
       const float left = value[--values];
-      value[values++] = round_bf16(left + right);
+      value[values++] = round_bf16(add_rn(left, right));
       --frames;
     }
   }

@@ -43,7 +43,7 @@ void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int6
       return mul_rn(v, v);
     });
     const float r = row_rstd(ss, H, eps);
-    rstd[t] = r;
+    rstd[t] = from_float<float>(r);
     for (int64_t h = 0; h < H; ++h) yr[h] = from_float<D>(normalized(to_float(xr[h]), r, to_float(w[h])));
   }
 }

@@ -21,10 +21,12 @@ constexpr int kMaxDepth = 64;
 
 RLK_HD float round_bf16(float x) { return to_float(from_float<bfloat16_t>(x)); }
 
+// Explicitly rounded products and sums, so the bits never depend on contraction flags.
+
 // One output element: the tree over its leaves, walked in post-order with explicit
 // stacks (no recursion, which not every device compiler allows).
 template <typename T>
-RLK_HD float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, int64_t N) {
+RLK_ARITH float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, int64_t N) {
   const int64_t leaves = (K + kLeaf - 1) / kLeaf;
   if (leaves == 0) return 0.0f;
   int64_t lo[kMaxDepth], hi[kMaxDepth];
@@ -38,8 +40,7 @@ RLK_HD float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, i
       float sum = 0.0f;
       const int64_t end = (lo[f] + 1) * kLeaf < K ? (lo[f] + 1) * kLeaf : K;
       for (int64_t k = lo[f] * kLeaf; k < end; ++k) {
-        const float product = to_float(a[m * K + k]) * to_float(b[k * N + n]);  // rounded: no contraction
-        sum = sum + product;
+        sum = add_rn(sum, mul_rn(to_float(a[m * K + k]), to_float(b[k * N + n])));
       }
       value[values++] = round_bf16(sum);
       --frames;
@@ -55,7 +56,7 @@ RLK_HD float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, i
     } else {
       const float right = value[--values];
       const float left = value[--values];
-      value[values++] = round_bf16(left + right);
+      value[values++] = round_bf16(add_rn(left, right));
       --frames;
     }
   }
@@ -63,20 +64,25 @@ RLK_HD float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, i
 }
 
 constexpr int kThreads = 256;
+// A grid every device accepts (some cap the total thread count at 2^32 - 1); threads stride
+// over the outputs, and each output is computed alone, so the stride never changes a bit.
+constexpr int64_t kMaxBlocks = 65535;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     det_gemm_ktree_tree_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c, int64_t M, int64_t K, int64_t N) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (index >= M * N) return;
-  const int64_t m = index / N, n = index % N;
-  c[index] = from_float<T>(tree_dot(a, b, m, n, K, N));
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t index = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; index < M * N; index += stride) {
+    const int64_t m = index / N, n = index % N;
+    c[index] = from_float<T>(tree_dot(a, b, m, n, K, N));
+  }
 }
 
 template <typename T>
 cudaError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N, cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
-  const int64_t blocks = (M * N + kThreads - 1) / kThreads;
+  const int64_t wanted = (M * N + kThreads - 1) / kThreads;
+  const int64_t blocks = wanted < kMaxBlocks ? wanted : kMaxBlocks;
   det_gemm_ktree_tree_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), M, K, N);
   return cudaGetLastError();

@@ -42,23 +42,24 @@ constexpr int kDwThreads = kDwColumns * kDwLanes;
 template <typename D>
 __global__ void __launch_bounds__(kLanes)
     rms_norm_backward_dx_kernel(const D* __restrict__ g, const D* __restrict__ x, const D* __restrict__ w,
-                            const float* __restrict__ rstd, D* __restrict__ dx, int64_t H) {
+                            const float* __restrict__ rstd, D* __restrict__ dx, int64_t T, int64_t H) {
   __shared__ float scratch[kLanes];
   const int lane = static_cast<int>(threadIdx.x);
-  const int64_t row = static_cast<int64_t>(blockIdx.x);
-  const D* gr = g + row * H;
-  const D* xr = x + row * H;
-  const float r = rstd[row];
-
-  float partial = 0.0f;
-  for (int64_t h = lane; h < H; h += kLanes) {
-    const float gw = mul_rn(to_float(gr[h]), to_float(w[h]));
-    partial = add_rn(partial, mul_rn(gw, to_float(xr[h])));
-  }
-  const float k = row_scale(block_sum_lanes_tree<kLanes>(partial, scratch), r, H);
-  for (int64_t h = lane; h < H; h += kLanes) {
-    const float gw = mul_rn(to_float(gr[h]), to_float(w[h]));
-    dx[row * H + h] = from_float<D>(input_grad(gw, to_float(xr[h]), r, k));
+  // A block per row, striding when there are more rows than blocks.
+  for (int64_t row = static_cast<int64_t>(blockIdx.x); row < T; row += gridDim.x) {
+    const D* gr = g + row * H;
+    const D* xr = x + row * H;
+    const float r = rstd[row];
+    float partial = 0.0f;
+    for (int64_t h = lane; h < H; h += kLanes) {
+      const float gw = mul_rn(to_float(gr[h]), to_float(w[h]));
+      partial = add_rn(partial, mul_rn(gw, to_float(xr[h])));
+    }
+    const float k = row_scale(block_sum_lanes_tree<kLanes>(partial, scratch), r, H);
+    for (int64_t h = lane; h < H; h += kLanes) {
+      const float gw = mul_rn(to_float(gr[h]), to_float(w[h]));
+      dx[row * H + h] = from_float<D>(input_grad(gw, to_float(xr[h]), r, k));
+    }
   }
 }
 
@@ -90,11 +91,10 @@ template <typename D>
 cudaError_t launch(const void* g, const void* x, const void* w, const void* rstd, void* dx, void* dw,
                      int64_t T, int64_t H, cudaStream_t stream) {
   if (H == 0) return cudaSuccess;
-  if (T > 0x7fffffff) return cudaErrorInvalidValue;  // one block per row
   if (T > 0)
-    rms_norm_backward_dx_kernel<D><<<static_cast<unsigned>(T), kLanes, 0, stream>>>(
+    rms_norm_backward_dx_kernel<D><<<static_cast<unsigned>(T < 65535 ? T : 65535), kLanes, 0, stream>>>(
         static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const D*>(w), static_cast<const float*>(rstd),
-        static_cast<D*>(dx), H);
+        static_cast<D*>(dx), T, H);
   rms_norm_backward_dw_kernel<D><<<static_cast<unsigned>((H + kDwColumns - 1) / kDwColumns), kDwThreads, 0, stream>>>(
       static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const float*>(rstd), static_cast<D*>(dw), T, H);
   return cudaGetLastError();

@@ -32,30 +32,32 @@ RLK_ARITH float normalized(float x, float rstd, float w) { return mul_rn(mul_rn(
 template <typename D>
 __global__ void __launch_bounds__(kLanes)
     rms_norm_rows_kernel(const D* __restrict__ x, const D* __restrict__ w, D* __restrict__ y,
-                                      float* __restrict__ rstd, int64_t H, float eps) {
+                                      float* __restrict__ rstd, int64_t T, int64_t H, float eps) {
   __shared__ float scratch[kLanes];
   const int lane = static_cast<int>(threadIdx.x);
-  const int64_t row = static_cast<int64_t>(blockIdx.x);
-  const D* xr = x + row * H;
-  D* yr = y + row * H;
-
-  float partial = 0.0f;
-  for (int64_t h = lane; h < H; h += kLanes) {
-    const float v = to_float(xr[h]);
-    partial = add_rn(partial, mul_rn(v, v));
+  // A block per row, striding when there are more rows than blocks: a row's bits never
+  // depend on which block takes it.
+  for (int64_t row = static_cast<int64_t>(blockIdx.x); row < T; row += gridDim.x) {
+    const D* xr = x + row * H;
+    D* yr = y + row * H;
+    float partial = 0.0f;
+    for (int64_t h = lane; h < H; h += kLanes) {
+      const float v = to_float(xr[h]);
+      partial = add_rn(partial, mul_rn(v, v));
+    }
+    const float r = row_rstd(block_sum_lanes_tree<kLanes>(partial, scratch), H, eps);
+    if (lane == 0) rstd[row] = from_float<float>(r);
+    for (int64_t h = lane; h < H; h += kLanes) yr[h] = from_float<D>(normalized(to_float(xr[h]), r, to_float(w[h])));
   }
-  const float r = row_rstd(block_sum_lanes_tree<kLanes>(partial, scratch), H, eps);
-  if (lane == 0) rstd[row] = r;
-  for (int64_t h = lane; h < H; h += kLanes) yr[h] = from_float<D>(normalized(to_float(xr[h]), r, to_float(w[h])));
 }
 
 template <typename D>
 cudaError_t launch(const void* x, const void* w, void* y, void* rstd, int64_t T, int64_t H, float eps,
                      cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  if (T > 0x7fffffff) return cudaErrorInvalidValue;  // one block per row
-  rms_norm_rows_kernel<D><<<static_cast<unsigned>(T), kLanes, 0, stream>>>(
-      static_cast<const D*>(x), static_cast<const D*>(w), static_cast<D*>(y), static_cast<float*>(rstd), H, eps);
+  const int64_t blocks = T < 65535 ? T : 65535;  // a grid every device accepts
+  rms_norm_rows_kernel<D><<<static_cast<unsigned>(blocks), kLanes, 0, stream>>>(
+      static_cast<const D*>(x), static_cast<const D*>(w), static_cast<D*>(y), static_cast<float*>(rstd), T, H, eps);
   return cudaGetLastError();
 }
 

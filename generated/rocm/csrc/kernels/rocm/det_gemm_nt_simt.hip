@@ -38,8 +38,9 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % kThreadsN;
   const int ty = tid / kThreadsN;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kTileM;
-  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  // Row tiles on x, whose limit (2^31 - 1 blocks) a long batch cannot reach; column tiles on y.
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileM;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTileN;
 
   float acc[kPerThread][kPerThread];
   for (int i = 0; i < kPerThread; ++i)
@@ -84,7 +85,8 @@ template <typename T, typename TC>
 hipError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N,
                      hipStream_t stream) {
   if (M == 0 || N == 0) return hipSuccess;
-  const dim3 grid(static_cast<unsigned>((N + kTileN - 1) / kTileN), static_cast<unsigned>((M + kTileM - 1) / kTileM));
+  if ((N + kTileN - 1) / kTileN > 65535) return hipErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((M + kTileM - 1) / kTileM), static_cast<unsigned>((N + kTileN - 1) / kTileN));
   det_gemm_nt_simt_kernel<T, TC><<<grid, kThreads, 0, stream>>>(
       static_cast<const T*>(a), static_cast<const T*>(b), static_cast<TC*>(c), M, K, N);
   return hipGetLastError();

@@ -66,10 +66,15 @@ RLK_ARITH float add_rn(float a, float b) {
 // bfloat16 -> float32 is exact: the bf16 bits are the high half of the float.
 RLK_HD float bf16_bits_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
-// float32 -> bfloat16, round to nearest even; a NaN stays a (quiet) NaN of the same sign.
+// The one NaN every store writes.  Hardware and libraries produce NaNs with different
+// signs and payloads (an x86 CPU's -inf * 0 is 0xffc00000, a GPU's 0x7fffffff), so a
+// stored NaN is made canonical to keep results bit-identical across platforms.
+constexpr uint32_t kCanonicalNan = 0x7fc00000u;
+
+// float32 -> bfloat16, round to nearest even; every NaN becomes the canonical quiet NaN.
 RLK_HD uint16_t float_to_bf16_bits(float x) {
   uint32_t u = float_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(kCanonicalNan >> 16);
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
@@ -97,7 +102,7 @@ RLK_HD uint16_t float_to_half_bits(float x) {
   const uint32_t u = float_bits(x);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a > 0x7f800000u) return static_cast<uint16_t>(0x7e00u);  // the canonical quiet NaN
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
   if (a < 0x38800000u) {                                               // below 2^-14: subnormal
     if (a < 0x33000000u) return static_cast<uint16_t>(sign);           // below 2^-25: zero
@@ -118,11 +123,12 @@ RLK_HD float to_float(float x) { return x; }
 RLK_HD float to_float(half_t x) { return half_bits_to_float(storage_bits(x)); }
 RLK_HD float to_float(bfloat16_t x) { return bf16_bits_to_float(storage_bits(x)); }
 
-// Store float32 into a storage type: the one rounding point of every kernel.
+// Store float32 into a storage type: the one rounding point of every kernel, and where a
+// NaN becomes canonical.
 template <typename T>
 RLK_HD T from_float(float x);
 template <>
-RLK_HD float from_float<float>(float x) { return x; }
+RLK_HD float from_float<float>(float x) { return x != x ? bits_float(kCanonicalNan) : x; }
 template <>
 RLK_HD half_t from_float<half_t>(float x) { return from_storage_bits<half_t>(float_to_half_bits(x)); }
 template <>
@@ -142,7 +148,7 @@ RLK_HD void store_as(Dtype dtype, void* base, int64_t index, float value) {
   switch (dtype) {
     case Dtype::float16: static_cast<half_t*>(base)[index] = from_float<half_t>(value); break;
     case Dtype::bfloat16: static_cast<bfloat16_t*>(base)[index] = from_float<bfloat16_t>(value); break;
-    default: static_cast<float*>(base)[index] = value; break;
+    default: static_cast<float*>(base)[index] = from_float<float>(value); break;
   }
 }
 
