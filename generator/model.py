@@ -29,7 +29,13 @@ _CPP_KEYWORDS = frozenset(
     xor_eq""".split()
 )
 # Names that would shadow the tensors, streams or helpers every generated op uses.
-_RESERVED = frozenset({"self", "out", "stream", "torch", "at", "c10", "std", "rlk", "device"})
+_RESERVED = frozenset(
+    {"self", "out", "stream", "torch", "at", "c10", "std", "rlk", "device"}
+    # locals and helpers of the generated bindings, launchers and Python wrappers
+    | {"kernel", "lead", "ctx", "needs", "grads", "result", "count", "status", "num_threads", "device_guard"}
+)
+# Object-like macros of the C and C++ standard libraries, which a dimension name would meet as a C++ local.
+_C_MACROS = frozenset({"NULL", "EOF", "NAN", "EDOM", "EILSEQ", "ERANGE", "EINVAL", "BUFSIZ", "INFINITY", "SEEK_SET", "SEEK_CUR", "SEEK_END"})
 
 
 def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
@@ -55,7 +61,14 @@ def _identifier(value: str) -> str:
 Identifier = Annotated[str, AfterValidator(_identifier)]
 """Lower-case name used for ops, args, kernels and platforms in C++ and Python."""
 
-DimName = Annotated[str, AfterValidator(_pattern(r"[A-Z][A-Z0-9]{0,7}", "dimension name", "K"))]
+def _dim_name(value: str) -> str:
+    _pattern(r"[A-Z][A-Z0-9]{0,7}", "dimension name", "K")(value)
+    if value in _C_MACROS:
+        raise ValueError(f"{value!r} is a C/C++ standard macro; pick another dimension name")
+    return value
+
+
+DimName = Annotated[str, AfterValidator(_dim_name)]
 TypeVar = Annotated[str, AfterValidator(_pattern(r"[A-Z]", "dtype variable", "T"))]
 CppName = Annotated[
     str,

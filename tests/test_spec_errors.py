@@ -98,3 +98,15 @@ def test_cli_prints_no_traceback(bare_project: Project):
     assert "Traceback" not in result.stderr
     assert "specs/ops/det_gemm.yaml:" in result.stderr and "colour" in result.stderr
     assert not bare_project.generated.exists()
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("  - {name: a, dtype: T", "  - {name: kernel, dtype: T", "reserved in C++, Python or generated code"),
+        ("  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [NULL, K]", "is a C/C++ standard macro"),
+    ],
+)
+def test_names_that_generated_code_uses_are_refused(bare_project: Project, capsys, old, new, message):
+    bare_project.edit(OP, old, new)
+    assert message in errors_of(bare_project, capsys)
