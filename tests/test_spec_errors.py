@@ -104,7 +104,7 @@ def test_cli_prints_no_traceback(bare_project: Project):
     "old, new, message",
     [
         ("  - {name: a, dtype: T", "  - {name: kernel, dtype: T", "reserved in C++, Python or generated code"),
-        ("  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [NULL, K]", "is a C/C++ standard macro"),
+        ("  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [EOF, K]", "is a C/C++ standard macro"),
     ],
 )
 def test_names_that_generated_code_uses_are_refused(bare_project: Project, capsys, old, new, message):
