@@ -233,6 +233,8 @@ class PlatformSpec(StrictModel):
     build: Build
     detection: Detection
     warp_sizes: dict[ArchName, Annotated[int, Field(ge=1, le=1024)]]
+    max_grid_blocks: int | None = Field(default=None, ge=1, le=(1 << 31) - 1)
+    """Blocks a strided grid may launch, and the limit of a grid's second axis (device platforms)."""
     wheel: Wheel
 
     @model_validator(mode="after")
@@ -247,6 +249,7 @@ class PlatformSpec(StrictModel):
                     ("torch.stream_getter", self.torch.stream_getter),
                     ("torch.launch_check", self.torch.launch_check),
                     ("build.compiler_key", self.build.compiler_key),
+                    ("max_grid_blocks", self.max_grid_blocks),
                 )
                 if value is None
             ]

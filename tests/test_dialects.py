@@ -77,4 +77,5 @@ def test_no_kernel_assumes_a_warp_size():
     for path in GENERATED.rglob("csrc/kernels/**/*"):
         if path.is_file():
             text = path.read_text()
-            assert "warpSize" not in text and "__shfl" not in text or "width" in text, path
+            # Reductions go through rlk_reduce.h's fixed lanes tree, never warp primitives.
+            assert "warpSize" not in text and "__shfl" not in text, path

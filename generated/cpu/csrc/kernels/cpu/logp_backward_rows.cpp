@@ -18,14 +18,10 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 // What grad_lp[r] multiplies at column v, or the whole element for special rows.
 RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, int64_t V, int64_t ignore_index) {
   if (id == ignore_index) return 0.0f;
-  if (id < 0 || id >= V) return bits_float(0x7fc00000u);
+  if (id < 0 || id >= V) return bits_float(kCanonicalNan);
   const float p = exp_f32(add_rn(x, -lse));
   return canonical(mul_rn(grad, v == id ? add_rn(1.0f, -p) : -p));
 }

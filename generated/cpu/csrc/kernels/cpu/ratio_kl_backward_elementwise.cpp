@@ -17,10 +17,6 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 RLK_ARITH float element(int64_t i, const float* grad_ratio, const float* grad_kl, const float* lp, const float* old_lp,
                         const float* ref_lp, const bool* mask) {
   if (!mask[i]) return 0.0f;

@@ -28,10 +28,6 @@ namespace {
 constexpr int kLanes = 1024;
 constexpr float kMinStd = 1e-6f;
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 // PyTorch's clamp(x, lo, hi) = min(max(x, lo), hi); a NaN stays NaN.
 RLK_ARITH float clip(float x, float lo, float hi) {
   const float above = x < lo ? lo : x;

@@ -19,10 +19,6 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 RLK_ARITH void element(int64_t i, const float* lp, const float* old_lp, const float* ref_lp, const bool* mask, float* ratio,
                        float* kl) {
   if (!mask[i]) {

@@ -85,7 +85,7 @@ template <typename T, typename TC>
 cudaError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N,
                      cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
-  if ((N + kTileN - 1) / kTileN > 65535) return cudaErrorInvalidValue;
+  if ((N + kTileN - 1) / kTileN > kMaxGridBlocks) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((M + kTileM - 1) / kTileM), static_cast<unsigned>((N + kTileN - 1) / kTileN));
   det_gemm_tn_simt_kernel<T, TC><<<grid, kThreads, 0, stream>>>(
       static_cast<const T*>(a), static_cast<const T*>(b), static_cast<TC*>(c), M, K, N);

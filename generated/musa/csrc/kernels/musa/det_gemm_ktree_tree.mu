@@ -66,7 +66,6 @@ RLK_ARITH float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K
 constexpr int kThreads = 256;
 // A grid every device accepts (some cap the total thread count at 2^32 - 1); threads stride
 // over the outputs, and each output is computed alone, so the stride never changes a bit.
-constexpr int64_t kMaxBlocks = 65535;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -82,7 +81,7 @@ template <typename T>
 musaError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N, musaStream_t stream) {
   if (M == 0 || N == 0) return musaSuccess;
   const int64_t wanted = (M * N + kThreads - 1) / kThreads;
-  const int64_t blocks = wanted < kMaxBlocks ? wanted : kMaxBlocks;
+  const int64_t blocks = wanted < kMaxGridBlocks ? wanted : kMaxGridBlocks;
   det_gemm_ktree_tree_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), M, K, N);
   return musaGetLastError();

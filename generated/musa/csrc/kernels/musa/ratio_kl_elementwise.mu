@@ -19,10 +19,6 @@ namespace rlk {
 namespace musa {
 namespace {
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 RLK_ARITH void element(int64_t i, const float* lp, const float* old_lp, const float* ref_lp, const bool* mask, float* ratio,
                        float* kl) {
   if (!mask[i]) {
@@ -36,7 +32,6 @@ RLK_ARITH void element(int64_t i, const float* lp, const float* old_lp, const fl
 }
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
 
 __global__ void __launch_bounds__(kThreads) ratio_kl_elementwise_kernel(
     const float* __restrict__ lp, const float* __restrict__ old_lp, const float* __restrict__ ref_lp,
@@ -52,7 +47,7 @@ musaError_t ratio_kl_elementwise(const void* lp, const void* old_lp, const void*
   const int64_t n = B * T;
   if (n == 0) return musaSuccess;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  ratio_kl_elementwise_kernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0, stream>>>(
+  ratio_kl_elementwise_kernel<<<static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks), kThreads, 0, stream>>>(
       static_cast<const float*>(lp), static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp),
       static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl), n);
   return musaGetLastError();

@@ -71,6 +71,11 @@ RLK_HD float bf16_bits_to_float(uint16_t h) { return bits_float(static_cast<uint
 // stored NaN is made canonical to keep results bit-identical across platforms.
 constexpr uint32_t kCanonicalNan = 0x7fc00000u;
 
+RLK_HD float canonical(float x) { return x != x ? bits_float(kCanonicalNan) : x; }
+
+// The most blocks a strided grid launches, and the limit of a grid's second axis.
+constexpr int64_t kMaxGridBlocks = 65535;
+
 // float32 -> bfloat16, round to nearest even; every NaN becomes the canonical quiet NaN.
 RLK_HD uint16_t float_to_bf16_bits(float x) {
   uint32_t u = float_bits(x);
@@ -128,7 +133,7 @@ RLK_HD float to_float(bfloat16_t x) { return bf16_bits_to_float(storage_bits(x))
 template <typename T>
 RLK_HD T from_float(float x);
 template <>
-RLK_HD float from_float<float>(float x) { return x != x ? bits_float(kCanonicalNan) : x; }
+RLK_HD float from_float<float>(float x) { return canonical(x); }
 template <>
 RLK_HD half_t from_float<half_t>(float x) { return from_storage_bits<half_t>(float_to_half_bits(x)); }
 template <>

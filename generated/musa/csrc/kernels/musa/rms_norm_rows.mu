@@ -55,7 +55,7 @@ template <typename D>
 musaError_t launch(const void* x, const void* w, void* y, void* rstd, int64_t T, int64_t H, float eps,
                      musaStream_t stream) {
   if (T == 0) return musaSuccess;
-  const int64_t blocks = T < 65535 ? T : 65535;  // a grid every device accepts
+  const int64_t blocks = T < kMaxGridBlocks ? T : kMaxGridBlocks;  // a grid every device accepts
   rms_norm_rows_kernel<D><<<static_cast<unsigned>(blocks), kLanes, 0, stream>>>(
       static_cast<const D*>(x), static_cast<const D*>(w), static_cast<D*>(y), static_cast<float*>(rstd), T, H, eps);
   return musaGetLastError();

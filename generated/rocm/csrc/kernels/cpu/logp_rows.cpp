@@ -28,10 +28,6 @@ constexpr int kLanes = 512;
 
 RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 // The host_max/block_max rule: a NaN, once seen, wins.
 RLK_ARITH float max_step(float best, float v) { return (best != best || best > v) ? best : v; }
 
@@ -46,7 +42,7 @@ template <typename T>
 RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float sum, float* lp, float* lse) {
   const float row_lse = add_rn(shift, log_f32(sum));
   *lse = canonical(row_lse);
-  *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(0x7fc00000u));
+  *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(kCanonicalNan));
 }
 
 template <typename T>

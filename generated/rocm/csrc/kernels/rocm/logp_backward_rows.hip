@@ -18,14 +18,10 @@ namespace rlk {
 namespace rocm {
 namespace {
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 // What grad_lp[r] multiplies at column v, or the whole element for special rows.
 RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, int64_t V, int64_t ignore_index) {
   if (id == ignore_index) return 0.0f;
-  if (id < 0 || id >= V) return bits_float(0x7fc00000u);
+  if (id < 0 || id >= V) return bits_float(kCanonicalNan);
   const float p = exp_f32(add_rn(x, -lse));
   return canonical(mul_rn(grad, v == id ? add_rn(1.0f, -p) : -p));
 }
@@ -35,7 +31,6 @@ constexpr int kThreads = 256;
 // block does enough work to pay for starting it.
 constexpr int64_t kColumnsPerThread = 8;
 // Both grid axes are capped and strided over, so any N and V fit in a launch.
-constexpr int64_t kMaxBlocks = 65535;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) logp_backward_rows_kernel(
@@ -57,8 +52,8 @@ hipError_t launch(const void* grad_lp, const void* logits, const void* ids, cons
     int64_t N, int64_t V, int64_t ignore_index, hipStream_t stream) {
   if (N == 0 || V == 0) return hipSuccess;
   const int64_t columns = (V + kThreads * kColumnsPerThread - 1) / (kThreads * kColumnsPerThread);
-  const dim3 grid(static_cast<unsigned>(columns < kMaxBlocks ? columns : kMaxBlocks),
-                  static_cast<unsigned>(N < kMaxBlocks ? N : kMaxBlocks));
+  const dim3 grid(static_cast<unsigned>(columns < kMaxGridBlocks ? columns : kMaxGridBlocks),
+                  static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks));
   logp_backward_rows_kernel<T><<<grid, kThreads, 0, stream>>>(
       static_cast<const float*>(grad_lp), static_cast<const T*>(logits), static_cast<const int64_t*>(ids),
       static_cast<const float*>(lse), static_cast<T*>(grad_logits), N, V, ignore_index);

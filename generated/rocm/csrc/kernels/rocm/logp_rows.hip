@@ -28,10 +28,6 @@ constexpr int kLanes = 512;
 
 RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 // The host_max/block_max rule: a NaN, once seen, wins.
 RLK_ARITH float max_step(float best, float v) { return (best != best || best > v) ? best : v; }
 
@@ -46,12 +42,11 @@ template <typename T>
 RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float sum, float* lp, float* lse) {
   const float row_lse = add_rn(shift, log_f32(sum));
   *lse = canonical(row_lse);
-  *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(0x7fc00000u));
+  *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(kCanonicalNan));
 }
 
 // Rows are strided over the grid, so the grid may be smaller than N; which block
 // reduces a row never changes how it is reduced.
-constexpr int64_t kMaxBlocks = 65535;
 
 template <typename T>
 __global__ void __launch_bounds__(kLanes) logp_rows_kernel(
@@ -83,7 +78,7 @@ template <typename T>
 hipError_t launch(
     const void* logits, const void* ids, void* lp, void* lse, int64_t N, int64_t V, int64_t ignore_index, hipStream_t stream) {
   if (N == 0) return hipSuccess;
-  const unsigned blocks = static_cast<unsigned>(N < kMaxBlocks ? N : kMaxBlocks);
+  const unsigned blocks = static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks);
   logp_rows_kernel<T><<<blocks, kLanes, 0, stream>>>(
       static_cast<const T*>(logits), static_cast<const int64_t*>(ids), static_cast<float*>(lp), static_cast<float*>(lse), N, V,
       ignore_index);

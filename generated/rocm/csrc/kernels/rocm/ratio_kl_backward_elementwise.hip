@@ -17,10 +17,6 @@ namespace rlk {
 namespace rocm {
 namespace {
 
-// NaN bits differ between processors (an x86 core makes 0xffc00000, others 0x7fffffff or
-// pass an operand's payload on), so every NaN this kernel stores is 0x7fc00000.
-RLK_ARITH float canonical(float v) { return v != v ? bits_float(0x7fc00000u) : v; }
-
 RLK_ARITH float element(int64_t i, const float* grad_ratio, const float* grad_kl, const float* lp, const float* old_lp,
                         const float* ref_lp, const bool* mask) {
   if (!mask[i]) return 0.0f;
@@ -30,7 +26,6 @@ RLK_ARITH float element(int64_t i, const float* grad_ratio, const float* grad_kl
 }
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
 
 __global__ void __launch_bounds__(kThreads) ratio_kl_backward_elementwise_kernel(
     const float* __restrict__ grad_ratio, const float* __restrict__ grad_kl, const float* __restrict__ lp,
@@ -47,7 +42,7 @@ hipError_t ratio_kl_backward_elementwise(const void* grad_ratio, const void* gra
   const int64_t n = B * T;
   if (n == 0) return hipSuccess;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  ratio_kl_backward_elementwise_kernel<<<static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks), kThreads, 0, stream>>>(
+  ratio_kl_backward_elementwise_kernel<<<static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks), kThreads, 0, stream>>>(
       static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const float*>(lp),
       static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp), static_cast<const bool*>(mask),
       static_cast<float*>(grad_lp), n);

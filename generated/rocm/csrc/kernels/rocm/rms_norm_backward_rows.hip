@@ -92,7 +92,7 @@ hipError_t launch(const void* g, const void* x, const void* w, const void* rstd,
                      int64_t T, int64_t H, hipStream_t stream) {
   if (H == 0) return hipSuccess;
   if (T > 0)
-    rms_norm_backward_dx_kernel<D><<<static_cast<unsigned>(T < 65535 ? T : 65535), kLanes, 0, stream>>>(
+    rms_norm_backward_dx_kernel<D><<<static_cast<unsigned>(T < kMaxGridBlocks ? T : kMaxGridBlocks), kLanes, 0, stream>>>(
         static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const D*>(w), static_cast<const float*>(rstd),
         static_cast<D*>(dx), T, H);
   rms_norm_backward_dw_kernel<D><<<static_cast<unsigned>((H + kDwColumns - 1) / kDwColumns), kDwThreads, 0, stream>>>(

@@ -26,11 +26,10 @@ RLK_ARITH float input_grad(float dy, float x) { return mul_rn(dy, silu_grad_f32(
 // A fixed block size and a grid capped at a size every device accepts; each element is
 // computed on its own, so which thread takes it never changes its bits.
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 65535;
 
 inline unsigned blocks_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < kMaxBlocks ? blocks : kMaxBlocks);
+  return static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks);
 }
 
 __device__ __forceinline__ int64_t first_index() {
