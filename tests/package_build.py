@@ -7,32 +7,16 @@ recompiles only the translation units that changed.
 from __future__ import annotations
 
 import importlib
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tools"))
+from build_wheel import sync_tree  # the project's one copy-if-changed
+
 CACHE = REPO / ".build"
-
-
-def sync_tree(src: Path, dest: Path) -> list[str]:
-    """Make ``dest`` mirror ``src`` (build outputs aside); return the files that were copied."""
-    copied = []
-    wanted = {p.relative_to(src) for p in src.rglob("*") if p.is_file()}
-    for rel in sorted(wanted):
-        target = dest / rel
-        if target.exists() and target.read_bytes() == (src / rel).read_bytes():
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / rel, target)
-        copied.append(rel.as_posix())
-    for old in dest.rglob("*"):
-        rel = old.relative_to(dest)
-        if old.is_file() and rel.parts[0] in {"csrc", "rlkernels", "tests"} and rel not in wanted and old.suffix != ".so":
-            old.unlink()
-    return copied
 
 
 def build_inplace(platform: str = "cpu", generated: Path = REPO / "generated", python: str = sys.executable) -> Path:

@@ -34,6 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from build_wheel import sync_tree
+
 BUILD = ROOT / ".build" / "bench-cpu"
 DOC = ROOT / "docs" / "performance.md"
 
@@ -47,20 +50,6 @@ SYNTHETIC_OPS = [100, 300, 1000]
 
 
 # ---------------------------------------------------------------- building the package
-
-
-def sync_tree(src: Path, dest: Path) -> None:
-    """Make dest mirror src, copying only files whose bytes changed; build outputs stay."""
-    wanted = {p.relative_to(src) for p in src.rglob("*") if p.is_file()}
-    for rel in wanted:
-        target = dest / rel
-        if not target.is_file() or target.read_bytes() != (src / rel).read_bytes():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src / rel, target)
-    for old in dest.rglob("*"):
-        rel = old.relative_to(dest)
-        if old.is_file() and rel.parts[0] in {"csrc", "rlkernels", "tests"} and rel not in wanted and old.suffix != ".so":
-            old.unlink()
 
 
 def build_cpu_package():
