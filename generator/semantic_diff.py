@@ -225,7 +225,7 @@ def compare(old: State, new: State) -> list[Change]:
     old_ops, new_ops = _dict(old.get("ops")), _dict(new.get("ops"))
     for name in _ordered(old_ops.keys() | new_ops.keys()):
         if name not in new_ops:
-            out.append(Change(name, "op removed (unsupported everywhere now)", weakens=True))
+            out.append(Change(name, "op removed", weakens=True))
         elif name not in old_ops:
             op = _dict(new_ops[name])
             backends = _dict(op.get("backends"))
