@@ -163,6 +163,10 @@ class RuntimeApi(StrictModel):
     invalid_value: CppName
     get_last_error: CppName
     error_string: CppName
+    set_function_attribute: CppName
+    """Sets an attribute of a kernel function, e.g. to opt in to more shared memory."""
+    max_dynamic_shared_memory: CppName
+    """The attribute that raises a kernel's dynamic shared-memory limit."""
 
 
 class Intrinsics(StrictModel):
@@ -386,6 +390,11 @@ class BackwardStep(StrictModel):
     """Attributes passed on; null: every attribute the step's op shares by name with this op."""
 
 
+# Headers rendered next to a platform's kernels only when a kernel there asks for them
+# (templates/package/<name>.j2).
+SupportHeader = Literal["rlk_tensor_core.h"]
+
+
 class NativeKernel(StrictModel):
     kind: Literal["native"]
     template: Annotated[str, AfterValidator(_pattern(r"kernels/[a-z0-9_]+\.j2", "kernel template", "kernels/det_gemm_simt.j2"))]
@@ -394,6 +403,8 @@ class NativeKernel(StrictModel):
     """Platforms the template can render for (e.g. a tensor-core kernel); null: every platform."""
     params: dict[Identifier, bool | int] = {}
     """Template parameters, so one template serves several ops (e.g. operand layouts)."""
+    support_headers: tuple[SupportHeader, ...] = ()
+    """Package headers the kernel includes beyond the ones every kernel may use."""
     doc: Text = ""
 
 

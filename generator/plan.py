@@ -369,6 +369,16 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
             jobs.append(RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,)))
             jobs.append(RenderJob(f"{tdir}/rlk_math.h", "package/rlk_math.h.j2", tctx, (tfile,)))
             jobs.append(RenderJob(f"{tdir}/rlk_reduce.h", "package/rlk_reduce.h.j2", tctx, (tfile,)))
+            wanted: dict[str, list[str]] = {}
+            for op in ops:
+                for kernel in op.native_kernels(target.name):
+                    spec = op.spec.kernels[kernel]
+                    assert isinstance(spec, NativeKernel)
+                    for wanted_header in spec.support_headers:
+                        wanted.setdefault(wanted_header, []).append(op.spec_file)
+            # Support headers: only next to kernels that include them, citing the specs that ask.
+            for name, users in sorted(wanted.items()):
+                jobs.append(RenderJob(f"{tdir}/{name}", f"package/{name}.j2", tctx, (*sorted(set(users)), tfile)))
             for op in ops:
                 for kernel in op.native_kernels(target.name):
                     spec = op.spec.kernels[kernel]

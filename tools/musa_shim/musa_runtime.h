@@ -13,3 +13,8 @@ constexpr musaError_t musaErrorInvalidValue = cudaErrorInvalidValue;
 
 inline musaError_t musaGetLastError() { return cudaGetLastError(); }
 inline const char* musaGetErrorString(musaError_t error) { return cudaGetErrorString(error); }
+
+constexpr cudaFuncAttribute musaFuncAttributeMaxDynamicSharedMemorySize = cudaFuncAttributeMaxDynamicSharedMemorySize;
+inline musaError_t musaFuncSetAttribute(const void* func, cudaFuncAttribute attribute, int value) {
+  return cudaFuncSetAttribute(func, attribute, value);
+}
