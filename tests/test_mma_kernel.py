@@ -1,6 +1,6 @@
-"""det_gemm's tensor-core kernel `mma`: rendered for CUDA only, listed before the portable
-simt fallback without claiming `portable`, refused on other platforms, and compiling for
-sm_90 without register spills in its cp.async path."""
+"""The tensor-core kernel `mma` of det_gemm, det_gemm_nt and det_gemm_tn: rendered for CUDA
+only, listed before the portable simt fallback without claiming `portable`, refused on other
+platforms, and compiling for sm_90 without register spills."""
 
 from __future__ import annotations
 
@@ -17,19 +17,24 @@ from conftest import REPO, Project
 
 OP = "specs/ops/det_gemm.yaml"
 GENERATED = REPO / "generated"
-MMA_SOURCE = GENERATED / "cuda/csrc/kernels/cuda/det_gemm_mma.cu"
+KERNELS = GENERATED / "cuda/csrc/kernels/cuda"
+MMA_SOURCE = KERNELS / "det_gemm_mma.cu"
+MMA_OPS = ("det_gemm", "det_gemm_nt", "det_gemm_tn")
 
 
 def test_mma_renders_for_cuda_only():
-    found = sorted(p.relative_to(GENERATED).as_posix() for p in GENERATED.rglob("det_gemm_mma*"))
-    assert found == ["cuda/csrc/kernels/cuda/det_gemm_mma.cu", "cuda/csrc/kernels/cuda/det_gemm_mma.h"]
+    found = sorted(p.relative_to(GENERATED).as_posix() for p in GENERATED.rglob("*_mma.*"))
+    assert found == sorted(f"cuda/csrc/kernels/cuda/{op}_mma.{ext}" for op in MMA_OPS for ext in ("cu", "h"))
+    # The instruction wrappers come with the kernels that include them, nowhere else.
+    assert sorted(p.relative_to(GENERATED).as_posix() for p in GENERATED.rglob("rlk_tensor_core.h")) == ["cuda/csrc/kernels/cuda/rlk_tensor_core.h"]
     for platform in ("cpu", "rocm", "musa"):
         bindings = (GENERATED / platform / "csrc/bindings.cpp").read_text()
-        assert "det_gemm_mma(" not in bindings, f"{platform} bindings call the cuda-only mma launcher"
+        assert "_mma(" not in bindings, f"{platform} bindings call a cuda-only mma launcher"
 
 
-def test_cuda_registry_prefers_mma_with_simt_as_portable_fallback():
-    entry = json.loads((GENERATED / "registry.json").read_text())["ops"]["det_gemm"]
+@pytest.mark.parametrize("op", MMA_OPS)
+def test_cuda_registry_prefers_mma_with_simt_as_portable_fallback(op: str):
+    entry = json.loads((GENERATED / "registry.json").read_text())["ops"][op]
     assert entry["backends"]["cuda"] == ["mma", "simt"]
     assert {platform: names for platform, names in entry["backends"].items() if platform != "cuda"} == {
         "cpu": ["simt"],
@@ -39,19 +44,25 @@ def test_cuda_registry_prefers_mma_with_simt_as_portable_fallback():
     assert entry["kernels"]["mma"]["guarantees"] == ["batch_invariant", "deterministic"]
     assert "portable" in entry["kernels"]["simt"]["guarantees"]
     registry = (GENERATED / "cuda/rlkernels/_registry.py").read_text()
-    assert re.search(r"""["']cuda["']: \(["']mma["'], ["']simt["'],?\)""", registry), "the cuda package's registry must list mma, then simt"
+    block = registry[registry.index(f'    "{op}": Op(') :]
+    block = block[: block.index("\n    ),\n")]
+    assert re.search(r"""["']cuda["']: \(["']mma["'], ["']simt["'],?\)""", block), f"the cuda package's registry must list mma, then simt, for {op}"
 
 
-def test_mma_launcher_covers_every_dtype_and_never_uses_tf32():
-    source = MMA_SOURCE.read_text()
-    launcher = source[source.index("cudaError_t det_gemm_mma(") :]
+@pytest.mark.parametrize(("op", "dims"), [("det_gemm", "M, K, N"), ("det_gemm_nt", "M, K, N"), ("det_gemm_tn", "K, M, N")])
+def test_mma_launcher_covers_every_dtype_and_never_uses_tf32(op: str, dims: str):
+    source = (KERNELS / f"{op}_mma.cu").read_text()
+    launcher = source[source.index(f"cudaError_t {op}_mma(") :]
     for dtype in ("float32", "float16", "bfloat16"):
         assert f"case Dtype::{dtype}:" in launcher
     assert "return cudaErrorInvalidValue;" in launcher, "an unknown dtype must fail loudly"
-    assert "return det_gemm_simt(a, b, c, Dtype::float32, Dtype::float32, M, K, N, false, stream);" in source, "float32 goes to the simt kernel"
-    assert "return det_gemm_simt(a, b, c, dtype_T, dtype_c, M, K, N, out_fp32, stream);" in source, "so does a float32 output"
-    assert ".tf32" not in source and "mma.sync.aligned.m16n8k8" not in source
-    assert not re.search(r"\batomic[A-Z]\w*\(|\batom\.|\bred\.", source), "no atomics in a deterministic reduction"
+    # The simt launcher takes the dims in its op's order (K first when A is [K, M]).
+    assert f"return {op}_simt(a, b, c, Dtype::float32, Dtype::float32, {dims}, false, stream);" in source, "float32 goes to the simt kernel"
+    assert f"return {op}_simt(a, b, c, dtype_T, dtype_c, {dims}, out_fp32, stream);" in source, "so does a float32 output"
+    instructions = source + (KERNELS / "rlk_tensor_core.h").read_text()
+    assert ".tf32" not in instructions and "mma.sync.aligned.m16n8k8" not in instructions
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in instructions
+    assert not re.search(r"\batomic[A-Z]\w*\(|\batom\.|\bred\.", instructions), "no atomics in a deterministic reduction"
 
 
 def test_mma_listed_for_rocm_is_refused_and_nothing_is_written(project: Project, capsys):
@@ -73,13 +84,14 @@ def _nvcc() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
-def test_generated_mma_kernel_compiles_for_sm90_without_spills(tmp_path: Path):
+@pytest.mark.parametrize("op", MMA_OPS)
+def test_generated_mma_kernel_compiles_for_sm90_without_spills(tmp_path: Path, op: str):
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found: install the CUDA toolkit and set CUDA_HOME=/usr/local/cuda")
     result = subprocess.run(
         [nvcc, "-std=c++17", "-O3", "-fmad=false", "-c", "-gencode", "arch=compute_90,code=sm_90", "--ptxas-options=-v",
-         str(MMA_SOURCE), "-o", str(tmp_path / "det_gemm_mma.o")],
+         str(KERNELS / f"{op}_mma.cu"), "-o", str(tmp_path / f"{op}_mma.o")],
         capture_output=True,
         text=True,
         timeout=600,
@@ -87,7 +99,7 @@ def test_generated_mma_kernel_compiles_for_sm90_without_spills(tmp_path: Path):
     assert result.returncode == 0, result.stderr
     # ptxas reports each kernel as "Compiling entry function '<name>'", then its spills and registers.
     reports = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores.*?Used (\d+) registers", result.stderr, re.DOTALL)
-    kernels = [r for r in reports if "det_gemm_mma_kernel" in r[0]]
+    kernels = [r for r in reports if f"{op}_mma_kernel" in r[0]]
     assert len(kernels) == 4, result.stderr  # bf16 and fp16, each with the cp.async and the element loader
     for name, spill, registers in kernels:
         assert int(spill) == 0, f"{name} spills {spill} bytes: the accumulators no longer fit in registers"
@@ -95,10 +107,17 @@ def test_generated_mma_kernel_compiles_for_sm90_without_spills(tmp_path: Path):
 
 
 def test_mma_for_another_layout_renders_a_named_compile_error(project: Project):
-    """The template is written for c[M,N] = a[M,K] b[K,N]; given another layout it must not compile quietly."""
+    """The template computes the layout its params name; given another it must not compile quietly."""
     project.edit(OP, "  - {name: b, dtype: T, shape: [K, N]", "  - {name: b, dtype: T, shape: [N, K]")
     assert project.run("generate") == 0
     source = (project.generated / "cuda/csrc/kernels/cuda/det_gemm_mma.cu").read_text()
-    assert '#error "the mma kernel computes c[M,N] = a[M,K] b[K,N]' in source
-    assert "layout M,K x N,K -> M,N" in source
+    assert '#error "the mma kernel with these params computes M,K x K,N -> M,N' in source
+    assert "det_gemm has layout M,K x N,K -> M,N" in source
     assert "#error" not in MMA_SOURCE.read_text()
+
+
+def test_mma_without_a_tile_parameter_renders_a_named_compile_error(project: Project):
+    project.edit(OP, " warps_m: 2,", "")
+    assert project.run("generate") == 0
+    source = (project.generated / "cuda/csrc/kernels/cuda/det_gemm_mma.cu").read_text()
+    assert '#error "the mma kernel of det_gemm needs the tile parameter warps_m in its spec\'s params"' in source

@@ -23,7 +23,9 @@
 #include "kernels/cuda/det_gemm_mma.h"
 #include "kernels/cuda/det_gemm_simt.h"
 #include "kernels/cuda/det_gemm_ktree_tree.h"
+#include "kernels/cuda/det_gemm_nt_mma.h"
 #include "kernels/cuda/det_gemm_nt_simt.h"
+#include "kernels/cuda/det_gemm_tn_mma.h"
 #include "kernels/cuda/det_gemm_tn_simt.h"
 #include "kernels/cuda/grpo_loss_block.h"
 #include "kernels/cuda/grpo_loss_backward_block.h"
@@ -216,6 +218,21 @@ void check_det_gemm_nt(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(b.is_contiguous(), "det_gemm_nt: argument 'b' must be contiguous (call .contiguous() on it)");
 }
 
+at::Tensor det_gemm_nt_mma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
+  check_det_gemm_nt(a, b);
+  at::cuda::OptionalCUDAGuard device_guard(a.device());
+  const int64_t M = a.size(0);
+  const int64_t K = a.size(1);
+  const int64_t N = b.size(0);
+  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto status = rlk::cuda::det_gemm_nt_mma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  TORCH_CHECK(status == cudaSuccess, "det_gemm_nt/mma: kernel launch failed: ",
+              cudaGetErrorString(status));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return c;
+}
+
 at::Tensor det_gemm_nt_simt_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
   check_det_gemm_nt(a, b);
   at::cuda::OptionalCUDAGuard device_guard(a.device());
@@ -256,6 +273,21 @@ void check_det_gemm_tn(const at::Tensor& a, const at::Tensor& b) {
               b.size(0), " and ", a.size(0));
   TORCH_CHECK(a.is_contiguous(), "det_gemm_tn: argument 'a' must be contiguous (call .contiguous() on it)");
   TORCH_CHECK(b.is_contiguous(), "det_gemm_tn: argument 'b' must be contiguous (call .contiguous() on it)");
+}
+
+at::Tensor det_gemm_tn_mma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
+  check_det_gemm_tn(a, b);
+  at::cuda::OptionalCUDAGuard device_guard(a.device());
+  const int64_t K = a.size(0);
+  const int64_t M = a.size(1);
+  const int64_t N = b.size(1);
+  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto status = rlk::cuda::det_gemm_tn_mma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), K, M, N, static_cast<bool>(out_fp32), stream);
+  TORCH_CHECK(status == cudaSuccess, "det_gemm_tn/mma: kernel launch failed: ",
+              cudaGetErrorString(status));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return c;
 }
 
 at::Tensor det_gemm_tn_simt_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
@@ -1039,8 +1071,10 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("det_gemm_ktree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_ktree.tree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_nt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_nt.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_tn.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("grpo_loss(Tensor ratio, Tensor kl, Tensor mask, Tensor rewards, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
   m.def("grpo_loss.block(Tensor ratio, Tensor kl, Tensor mask, Tensor rewards, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
@@ -1078,9 +1112,11 @@ TORCH_LIBRARY_IMPL(rlkernels, CUDA, m) {
   m.impl("det_gemm.simt", &det_gemm_simt_cuda);
   m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cuda);
   m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cuda);
-  m.impl("det_gemm_nt", &det_gemm_nt_simt_cuda);
+  m.impl("det_gemm_nt", &det_gemm_nt_mma_cuda);
+  m.impl("det_gemm_nt.mma", &det_gemm_nt_mma_cuda);
   m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cuda);
-  m.impl("det_gemm_tn", &det_gemm_tn_simt_cuda);
+  m.impl("det_gemm_tn", &det_gemm_tn_mma_cuda);
+  m.impl("det_gemm_tn.mma", &det_gemm_tn_mma_cuda);
   m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cuda);
   m.impl("grpo_loss", &grpo_loss_block_cuda);
   m.impl("grpo_loss.block", &grpo_loss_block_cuda);

@@ -959,9 +959,9 @@ def _register_fakes() -> None:
         torch.library.register_fake(f"rlkernels::det_gemm{overload}")(_fake_det_gemm)
     for overload in ("", ".tree"):
         torch.library.register_fake(f"rlkernels::det_gemm_ktree{overload}")(_fake_det_gemm_ktree)
-    for overload in ("", ".simt"):
+    for overload in ("", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm_nt{overload}")(_fake_det_gemm_nt)
-    for overload in ("", ".simt"):
+    for overload in ("", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm_tn{overload}")(_fake_det_gemm_tn)
     for overload in ("", ".block"):
         torch.library.register_fake(f"rlkernels::grpo_loss{overload}")(_fake_grpo_loss)

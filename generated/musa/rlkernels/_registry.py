@@ -194,6 +194,12 @@ OPS = {
         summary="Deterministic batch-invariant matrix product with a transposed right operand, C = A @ Bt.T",
         requires=frozenset({"batch_invariant", "deterministic"}),
         kernels={
+            "mma": Kernel(
+                name="mma",
+                kind="native",
+                guarantees=frozenset({"batch_invariant", "deterministic"}),
+                doc="The det_gemm tensor-core kernel reading B transposed (bf16/fp16 in, fp32 accumulators); float32 runs the simt kernel, never TF32",
+            ),
             "simt": Kernel(
                 name="simt",
                 kind="native",
@@ -221,6 +227,12 @@ OPS = {
         summary="Deterministic matrix product with a transposed left operand, C = At.T @ B",
         requires=frozenset({"deterministic"}),
         kernels={
+            "mma": Kernel(
+                name="mma",
+                kind="native",
+                guarantees=frozenset({"batch_invariant", "deterministic"}),
+                doc="The det_gemm tensor-core kernel reading A transposed (bf16/fp16 in, fp32 accumulators); float32 runs the simt kernel, never TF32",
+            ),
             "simt": Kernel(
                 name="simt",
                 kind="native",

@@ -1023,8 +1023,10 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("det_gemm_ktree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_ktree.tree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_nt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_nt.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_tn.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("grpo_loss(Tensor ratio, Tensor kl, Tensor mask, Tensor rewards, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
   m.def("grpo_loss.block(Tensor ratio, Tensor kl, Tensor mask, Tensor rewards, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");

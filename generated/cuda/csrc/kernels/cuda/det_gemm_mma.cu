@@ -5,45 +5,46 @@
 //
 // What this kernel computes
 // -------------------------
-// bfloat16 and float16 inputs go through warp-level tensor-core instructions
-// (PTX mma.sync m16n8k16, float32 accumulators).  Every output element owns one
-// float32 accumulator in one thread.  K is consumed in blocks of kBlockK in
-// ascending order; inside a block, in steps of 16 in ascending order; each step
-// is one mma instruction that adds 16 products to that accumulator.  The
-// accumulator is rounded once, at the store, with from_float<T> (round to nearest
-// even).  float32 inputs are not run on tensor cores: their only float32-input
-// instruction rounds the inputs to TF32, which would silently lose precision, so
+// C[M, N] = A B with A stored [M, K] and B stored [K, N].  bfloat16 and float16
+// inputs go through warp-level tensor-core instructions (m16n8k16, float32
+// accumulators).  Every output element owns one float32 accumulator in one
+// thread.  K is consumed in blocks of kBlockK in ascending order; inside a block,
+// in steps of 16 in ascending order; each step is one mma instruction that adds 16
+// products to that accumulator.  The accumulator is rounded once, at the store,
+// with from_float<T> (round to nearest even).  float32 inputs are not run on
+// tensor cores: their only float32-input instruction rounds the inputs to TF32,
+// which would silently lose precision, so
 // the launcher hands float32 to the portable simt kernel of this op instead.
 //
 // Why the bits are deterministic and batch invariant
 // --------------------------------------------------
-// - One fixed tile configuration (kBlockM x kBlockN x kBlockK, kStages, 4 warps)
-//   for every shape: nothing below is chosen by M, K or N.
+// - One fixed tile configuration (the spec's params) for every shape: nothing
+//   below is chosen by M, K or N.  The sequence of mma steps an accumulator sees
+//   depends on K only, so the tile sizes do not change the bits either.
 // - No split-K, no atomics: one thread owns an output element from the first k
-//   to the last, and adds in the order above, which depends only on K.
+//   to the last, and adds in the order above.
 // - An mma instruction adds the products of one output row from that row's own
 //   A values and the B column; rows never mix.  Rows past M (and k past K, and
 //   columns past N) are loaded as zeros, so a row's sequence of operations is the
 //   same whether it sits at the top of a tile, in the middle of a large batch or
 //   next to padding.  Loads past K add exact zeros, the same for every M.
+// - The operand layouts change where a value is read from, never which values an
+//   mma step adds.
 // - Which block computes which tile, and when, depends on M (the grid has one
 //   block per tile); what a tile computes does not.
 //
 // Tiling
 // ------
-// A block of 4 warps (2 x 2) computes a 128 x 128 tile of C; each warp a 64 x 64
-// sub-tile, as 4 x 8 mma tiles of 16 x 8 (128 float32 accumulators per thread).
-// Shared memory holds kStages k-blocks of A (128 x 32) and B (32 x 128), filled
-// with 16-byte cp.async copies (cp.async.cg, bypassing L1) kStages - 1 k-blocks
-// ahead of the tensor cores.  Fragments are read with ldmatrix.x4 (A) and
-// ldmatrix.x4.trans (B is stored k-major), one k16 step ahead of the mma that
-// uses them.  Rows of both tiles are XOR-swizzled in 16-byte chunks so that the
-// 8 row addresses of every ldmatrix phase, and the cp.async stores, hit 8
-// different groups of 4 banks.  3 stages of 16 KiB fit the 48 KiB a block may
-// use without opting in to more, and 2 blocks (2 x 128 threads x at most 255
-// registers) share a multiprocessor, so one block's barrier waits are covered by
-// the other's mma work.  Larger block tiles (128 x 256) would cut the L2 traffic
-// per product, which is what bounds this tile, but need that opt-in.
+// A block of kWarpsM x kWarpsN warps computes a kBlockM x kBlockN tile of C; each
+// warp a kWarpM x kWarpN sub-tile, as mma tiles of 16 x 8.  Shared memory holds
+// kStages k-blocks of both operands, each stored as its matrix is stored in memory
+// (rows of the contiguous dimension), filled with 16-byte cp.async copies
+// kStages - 1 k-blocks ahead of the tensor cores.  Fragments are read with
+// ldmatrix.x4, transposed where the stored rows run along the other dimension,
+// one k16 step ahead of the mma that uses them.  Rows are XOR-swizzled in 16-byte
+// chunks so that the 8 row addresses of every ldmatrix phase, and the copies, hit
+// 8 different groups of banks.  A configuration that needs more than 48 KiB of
+// shared memory opts in to it before each launch.
 //
 // Not portable: the tensor core sums the 16 products of a step in its own order
 // and precision, so the bits differ from the simt kernel's sequential float32
@@ -52,6 +53,7 @@
 #include "det_gemm_mma.h"
 #include "det_gemm_simt.h"
 #include "rlk_numerics.h"
+#include "rlk_tensor_core.h"
 
 namespace rlk {
 namespace cuda {
@@ -59,7 +61,25 @@ namespace {
 
 // ---------------------------------------------------------------- configuration
 
-template <int BlockM, int BlockN, int BlockK, int WarpsM, int WarpsN, int Stages, int MinBlocks>
+// One operand's k-block in shared memory: kRows rows of kChunks 16-byte chunks
+// (8 values each), rows running along the operand's contiguous dimension.
+// KAlongRows: the operand is stored k-major, so the next k-block is the next
+// kRows rows of the matrix; otherwise it is the next kChunks chunks of each row.
+template <int Rows, int Chunks, bool KAlongRows, int Threads>
+struct OperandTile {
+  static constexpr int kChunks = Chunks;
+  static constexpr bool kKAlongRows = KAlongRows;
+  static constexpr int kBytes = Rows * Chunks * 16;
+  static constexpr int kLoads = Rows * Chunks / Threads;  // copies per thread per k-block
+  static constexpr int kRowStep = Threads / Chunks;       // rows between one thread's copies
+
+  static_assert(Chunks == 4 || Chunks % 8 == 0, "the swizzle handles rows of 64 or 128*j bytes");
+  static_assert(Threads % Chunks == 0, "a thread keeps one chunk column");
+  static_assert(kLoads * Threads == Rows * Chunks, "even load split");
+  static_assert(kRowStep % 8 == 0, "a thread's chunks share one swizzle pattern");
+};
+
+template <int BlockM, int BlockN, int BlockK, int WarpsM, int WarpsN, int Stages, int MinBlocks, bool LhsT, bool RhsT>
 struct MmaTiles {
   static constexpr int kBlockM = BlockM;
   static constexpr int kBlockN = BlockN;
@@ -68,129 +88,122 @@ struct MmaTiles {
   static constexpr int kWarpsN = WarpsN;
   static constexpr int kStages = Stages;
   static constexpr int kMinBlocks = MinBlocks;  // blocks per multiprocessor the registers are budgeted for
+  static constexpr bool kLhsT = LhsT;           // A is stored [K, M]
+  static constexpr bool kRhsT = RhsT;           // B is stored [N, K]
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpM = BlockM / WarpsM;  // rows of C per warp
   static constexpr int kWarpN = BlockN / WarpsN;  // columns of C per warp
   static constexpr int kFragM = kWarpM / 16;      // m16 tiles per warp
   static constexpr int kFragN = kWarpN / 8;       // n8 tiles per warp
   static constexpr int kSteps = BlockK / 16;      // mma k16 steps per k-block
-  static constexpr int kChunksA = BlockK / 8;     // 16-byte chunks per A row in shared memory
-  static constexpr int kChunksB = BlockN / 8;     // 16-byte chunks per B row (a k row)
-  static constexpr int kStageBytesA = BlockM * BlockK * 2;
-  static constexpr int kStageBytesB = BlockK * BlockN * 2;
-  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  using TileA = OperandTile<LhsT ? BlockK : BlockM, (LhsT ? BlockM : BlockK) / 8, LhsT, kThreads>;
+  using TileB = OperandTile<RhsT ? BlockN : BlockK, (RhsT ? BlockK : BlockN) / 8, !RhsT, kThreads>;
+  static constexpr int kStageBytes = TileA::kBytes + TileB::kBytes;
   static constexpr int kSmemBytes = Stages * kStageBytes;
-  static constexpr int kLoadsA = BlockM * kChunksA / kThreads;  // cp.async per thread per k-block
-  static constexpr int kLoadsB = BlockK * kChunksB / kThreads;
-  static constexpr int kRowStepA = kThreads / kChunksA;         // A rows between a thread's chunks
-  static constexpr int kRowStepB = kThreads / kChunksB;
 
   static_assert(kWarpM % 16 == 0 && kWarpN % 16 == 0, "a warp tile is made of 16 x 16 ldmatrix blocks");
   static_assert(kSteps >= 2, "the pipeline prefetches fragments one k16 step ahead inside a k-block");
   static_assert(Stages >= 2, "at least double buffering");
-  static_assert(kChunksA == 4 || kChunksA % 8 == 0, "the swizzle handles A rows of 64 or 128*j bytes");
-  static_assert(kChunksB % 8 == 0, "B rows are whole 128-byte lines");
-  static_assert(kLoadsA * kThreads == BlockM * kChunksA && kLoadsB * kThreads == BlockK * kChunksB, "even load split");
-  static_assert(kThreads % kChunksA == 0 && kThreads % kChunksB == 0, "a thread keeps one chunk column");
-  static_assert(kRowStepA % 8 == 0 && kRowStepB % 8 == 0, "a thread's chunks share one swizzle pattern");
 };
 
-// The one configuration, for every shape (never chosen by M): 128 x 128 x 32
-// tiles, 2 x 2 warps, 3 stages, 2 blocks per multiprocessor.
-using Tiles = MmaTiles<128, 128, 32, 2, 2, 3, 2>;
+// The one configuration of this kernel, for every shape (never chosen by M).
+using Tiles = MmaTiles<128, 128, 32, 2, 2, 3, 2, false, false>;
 // Neighbouring blocks walk down this many row tiles of C before moving right, so
 // the B columns they share stay in L2.  Affects only which block runs which tile.
 constexpr int kGroupRows = 8;
-// Without an opt-in call a block may use at most 48 KiB of shared memory.
-static_assert(Tiles::kSmemBytes <= 48 * 1024, "the tile configuration must fit the default shared-memory limit");
-
-// ---------------------------------------------------------------- PTX wrappers
-
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-// 16-byte global -> shared copy that bypasses L1; `bytes` = 0 writes 16 zero bytes.
-__device__ __forceinline__ void copy_async_16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Wait until at most `Pending` committed groups of this thread are still in flight.
-template <int Pending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-
-__device__ __forceinline__ void store_shared_16(uint32_t dst, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
-  asm volatile("st.shared.v4.b32 [%0], { %1, %2, %3, %4 };\n" ::"r"(dst), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
-}
-
-// Four 8x8 b16 matrices; lane i supplies the address of row i % 8 of matrix i / 8.
-__device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-// As above, each matrix transposed (B is stored k-major, mma wants it n-major).
-__device__ __forceinline__ void load_matrix_x4_trans(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3 }, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(address));
-}
-
-// d += a * b for one 16 x 8 x 16 tile, float32 accumulators, per input type.
-template <typename T>
-struct Mma;
-
-template <>
-struct Mma<bfloat16_t> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 { %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, "
-        "{ %0, %1, %2, %3 };\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
-
-template <>
-struct Mma<half_t> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 { %0, %1, %2, %3 }, { %4, %5, %6, %7 }, { %8, %9 }, "
-        "{ %0, %1, %2, %3 };\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  }
-};
+// A block may use this much shared memory on every device platform without opting in.
+constexpr int kDefaultSharedBytes = 48 * 1024;
 
 // ---------------------------------------------------------------- shared-memory layout
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows are
-// `Chunks` chunks long.  The chunk index is XORed with a few row bits so that 8
-// consecutive rows at the same logical chunk land in 8 different bank groups:
-// rows of 128 bytes or more use row % 8; shorter rows share a 128-byte line with
-// their neighbours and use the line number instead.
+// The XOR applied to the chunk index of row `row` in a tile whose rows are `Chunks`
+// chunks long, so that 8 consecutive rows at the same logical chunk land in 8
+// different bank groups: rows of 128 bytes or more use row % 8; shorter rows share
+// a 128-byte line with their neighbours and use the line number instead.  The
+// pattern repeats every 8 rows.
 template <int Chunks>
-__device__ __forceinline__ int swizzle(int row, int chunk) {
+__device__ __forceinline__ int swizzle_mask(int row) {
   constexpr int kRowsPerLine = Chunks >= 8 ? 1 : 8 / Chunks;
   constexpr int kMask = (Chunks >= 8 ? 8 : Chunks) - 1;
-  return (row * Chunks + (chunk ^ ((row / kRowsPerLine) & kMask))) * 16;
+  return (row / kRowsPerLine) & kMask;
 }
+
+// Byte offset of chunk `chunk` of row `row`.
+template <int Chunks>
+__device__ __forceinline__ int swizzle(int row, int chunk) {
+  return (row * Chunks + (chunk ^ swizzle_mask<Chunks>(row))) * 16;
+}
+
+// ---------------------------------------------------------------- global -> shared
+
+// This thread's share of the copies of one operand's k-blocks.  The thread copies
+// chunk column `col` (an element index, a multiple of 8) of the tile's rows
+// row, row + kRowStep, ... of a matrix of `rows` x `cols` elements stored row by
+// row.  Chunks outside the matrix are written as zeros.  Everything that does not
+// change from one k-block to the next is worked out once, here.
+template <class Tile, bool kVector, typename T>
+struct OperandCopy {
+  const T* matrix;
+  const T* src;        // this thread's first chunk of k-block 0
+  int64_t ld;          // elements per matrix row
+  int64_t row_stride;  // elements between this thread's rows
+  int64_t k_limit;     // k-along-rows: rows - row; otherwise cols - col
+  int64_t cols_left;   // k-along-rows: cols - col (the same for every k-block)
+  uint32_t rows_inside = 0;  // otherwise: bit i set while row + i * kRowStep < rows
+
+  __device__ __forceinline__ OperandCopy(const T* m, int64_t rows, int64_t cols, int64_t row, int64_t col)
+      : matrix(m), src(m + row * cols + col), ld(cols), row_stride(Tile::kRowStep * cols), k_limit(Tile::kKAlongRows ? rows - row : cols - col), cols_left(cols - col) {
+    if constexpr (!Tile::kKAlongRows) {
+#pragma unroll
+      for (int i = 0; i < Tile::kLoads; ++i) rows_inside |= (row + i * Tile::kRowStep < rows ? 1u : 0u) << i;
+    }
+  }
+
+  // k-block starting at element k0 of K into the tile whose first chunk of this
+  // thread is at shared address `dst`.
+  __device__ __forceinline__ void copy(uint32_t dst, int64_t k0) const {
+    const T* first = src + (Tile::kKAlongRows ? k0 * ld : k0);
+    if constexpr (kVector) {
+      // cols is a multiple of 8, so a chunk is wholly inside the matrix or wholly outside.
+#pragma unroll
+      for (int i = 0; i < Tile::kLoads; ++i) {
+        const bool inside = Tile::kKAlongRows ? k0 + i * Tile::kRowStep < k_limit && cols_left > 0
+                                              : ((rows_inside >> i) & 1u) && k0 < k_limit;
+        copy_async_16(dst + i * Tile::kRowStep * Tile::kChunks * 16, inside ? first + i * row_stride : matrix,
+                      inside ? 16 : 0);
+      }
+    } else {
+      // Element by element; not unrolled, to keep registers for the accumulators.
+#pragma unroll 1
+      for (int i = 0; i < Tile::kLoads; ++i) {
+        const T* chunk = first + i * row_stride;
+        const bool row_inside = Tile::kKAlongRows ? k0 + i * Tile::kRowStep < k_limit : ((rows_inside >> i) & 1u) != 0;
+        const int64_t col_limit = Tile::kKAlongRows ? cols_left : k_limit - k0;  // elements of the chunk inside
+        uint32_t packed[4];
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          const uint32_t lo = row_inside && e < col_limit ? storage_bits(chunk[e]) : 0u;
+          const uint32_t hi = row_inside && e + 1 < col_limit ? storage_bits(chunk[e + 1]) : 0u;
+          packed[e / 2] = lo | (hi << 16);
+        }
+        store_shared_16(dst + i * Tile::kRowStep * Tile::kChunks * 16, packed[0], packed[1], packed[2], packed[3]);
+      }
+    }
+  }
+};
 
 // ---------------------------------------------------------------- the kernel
 
-// kVector: K and N are multiples of 8 and the operands 16-byte aligned, so every
-// 16-byte chunk is either wholly inside the matrix or wholly outside and can be
-// copied with cp.async.  Otherwise chunks are gathered element by element (same
-// values in shared memory, so the same bits; only slower).
+// kVector: the contiguous dimension of both operands is a multiple of 8 and both
+// are 16-byte aligned, so every 16-byte chunk can be copied with cp.async.
+// Otherwise chunks are gathered element by element (same values in shared
+// memory, so the same bits; only slower).
 template <typename T, class C, bool kVector>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     det_gemm_mma_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c,
                                      int64_t M, int64_t K, int64_t N) {
+  using TileA = typename C::TileA;
+  using TileB = typename C::TileB;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t smem_base = shared_address(smem);
 
@@ -213,103 +226,78 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   const int k_blocks = static_cast<int>((K + C::kBlockK - 1) / C::kBlockK);
 
-  // ---- global -> shared copies.  Thread `tid` always copies chunk column
-  // tid % Chunks of rows tid / Chunks + i * kRowStep, so one source pointer, one
-  // stride and one swizzle pattern serve all of its chunks.
-  const int a_chunk = tid % C::kChunksA;
-  const int a_row = tid / C::kChunksA;
-  const int b_chunk = tid % C::kChunksB;
-  const int b_row = tid / C::kChunksB;
-  const uint32_t a_store = smem_base + swizzle<C::kChunksA>(a_row, a_chunk);
-  const uint32_t b_store = smem_base + C::kStageBytesA + swizzle<C::kChunksB>(b_row, b_chunk);
-  // Sources of k-block 0; only ever dereferenced for chunks inside the matrix.
-  const T* a_src = a + (row0 + a_row) * K + a_chunk * 8;
-  const T* b_src = b + static_cast<int64_t>(b_row) * N + col0 + b_chunk * 8;
-  const int64_t a_stride = C::kRowStepA * K;
-  const int64_t b_stride = C::kRowStepB * N;
-  // Inside the matrix: A row i while bit i is set, its chunk while k0 < a_k_end;
-  // B row i while k0 + i * kRowStepB < b_k_end, its chunk while b_cols > 0.
-  uint32_t a_rows = 0;
-#pragma unroll
-  for (int i = 0; i < C::kLoadsA; ++i) a_rows |= (row0 + a_row + i * C::kRowStepA < M ? 1u : 0u) << i;
-  const int64_t a_k_end = K - a_chunk * 8;
-  const int64_t b_k_end = K - b_row;
-  const int64_t b_cols = N - (col0 + b_chunk * 8);
+  // ---- global -> shared.  Thread `tid` always copies chunk column tid % kChunks of
+  // rows tid / kChunks + i * kRowStep of each operand's tile, so one swizzle
+  // pattern serves all of its chunks.
+  const int a_chunk = tid % TileA::kChunks;
+  const int a_row = tid / TileA::kChunks;
+  const int b_chunk = tid % TileB::kChunks;
+  const int b_row = tid / TileB::kChunks;
+  const uint32_t a_store = smem_base + swizzle<TileA::kChunks>(a_row, a_chunk);
+  const uint32_t b_store = smem_base + TileA::kBytes + swizzle<TileB::kChunks>(b_row, b_chunk);
+  // A is M x K ([M, K]) or K x M ([K, M]); B is K x N ([K, N]) or N x K ([N, K]).
+  const OperandCopy<TileA, kVector, T> copy_a(a, C::kLhsT ? K : M, C::kLhsT ? M : K, (C::kLhsT ? 0 : row0) + a_row,
+                                              (C::kLhsT ? row0 : 0) + a_chunk * 8);
+  const OperandCopy<TileB, kVector, T> copy_b(b, C::kRhsT ? N : K, C::kRhsT ? K : N, (C::kRhsT ? col0 : 0) + b_row,
+                                              (C::kRhsT ? 0 : col0) + b_chunk * 8);
 
   auto load_k_block = [&](int stage, int k_block) {
     const int64_t k0 = static_cast<int64_t>(k_block) * C::kBlockK;
-    const uint32_t a_dst = a_store + stage * C::kStageBytes;
-    const uint32_t b_dst = b_store + stage * C::kStageBytes;
-    if constexpr (kVector) {
-#pragma unroll
-      for (int i = 0; i < C::kLoadsA; ++i) {
-        const bool inside = ((a_rows >> i) & 1u) && k0 < a_k_end;
-        copy_async_16(a_dst + i * C::kRowStepA * C::kChunksA * 16, inside ? a_src + k0 + i * a_stride : a, inside ? 16 : 0);
-      }
-#pragma unroll
-      for (int i = 0; i < C::kLoadsB; ++i) {
-        const bool inside = k0 + i * C::kRowStepB < b_k_end && b_cols > 0;
-        copy_async_16(b_dst + i * C::kRowStepB * C::kChunksB * 16, inside ? b_src + k0 * N + i * b_stride : b, inside ? 16 : 0);
-      }
-    } else {
-      // Element by element; not unrolled, to keep registers for the accumulators.
-#pragma unroll 1
-      for (int i = 0; i < C::kLoadsA; ++i) {
-        const T* src = a_src + k0 + i * a_stride;
-        const bool row_inside = (a_rows >> i) & 1u;
-        uint32_t packed[4];
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const uint32_t lo = row_inside && k0 + e < a_k_end ? storage_bits(src[e]) : 0u;
-          const uint32_t hi = row_inside && k0 + e + 1 < a_k_end ? storage_bits(src[e + 1]) : 0u;
-          packed[e / 2] = lo | (hi << 16);
-        }
-        store_shared_16(a_dst + i * C::kRowStepA * C::kChunksA * 16, packed[0], packed[1], packed[2], packed[3]);
-      }
-#pragma unroll 1
-      for (int i = 0; i < C::kLoadsB; ++i) {
-        const T* src = b_src + k0 * N + i * b_stride;
-        const bool row_inside = k0 + i * C::kRowStepB < b_k_end;
-        uint32_t packed[4];
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const uint32_t lo = row_inside && e < b_cols ? storage_bits(src[e]) : 0u;
-          const uint32_t hi = row_inside && e + 1 < b_cols ? storage_bits(src[e + 1]) : 0u;
-          packed[e / 2] = lo | (hi << 16);
-        }
-        store_shared_16(b_dst + i * C::kRowStepB * C::kChunksB * 16, packed[0], packed[1], packed[2], packed[3]);
-      }
-    }
+    copy_a.copy(a_store + stage * C::kStageBytes, k0);
+    copy_b.copy(b_store + stage * C::kStageBytes, k0);
   };
 
-  // ---- shared -> register fragments (ldmatrix).  Lane l addresses row l % 16 of
-  // a 16 x 16 block and its chunk l / 16, which yields the mma operand layouts
-  // directly: A {rows 0-7, 8-15} x {k 0-7, 8-15}; B^T {k 0-7, 8-15} x {n 0-7, 8-15}.
-  const int frag_row = lane % 16;
-  const int frag_chunk = lane / 16;
-  const int a_frag = swizzle<C::kChunksA>(warp_m * C::kWarpM + frag_row, 0);
-  const int a_frag_xor = (a_frag / 16) % C::kChunksA;  // the swizzle of chunk 0 is the XOR mask
-  const int a_frag_row = a_frag - a_frag_xor * 16;
-  const int b_frag = swizzle<C::kChunksB>(frag_row, 0);
-  const int b_frag_xor = (b_frag / 16) % C::kChunksB;
-  const int b_frag_row = b_frag - b_frag_xor * 16;
-  const int b_frag_chunk = warp_n * C::kWarpN / 8 + frag_chunk;
+  // ---- shared -> register fragments (ldmatrix.x4: four 8 x 8 blocks, lane l
+  // addressing row l % 8 of block l / 8).  The blocks each operand needs, in the
+  // register order of the mma operands:
+  //   A (m16 x k16):  {m 0-7, k 0-7}, {m 8-15, k 0-7}, {m 0-7, k 8-15}, {m 8-15, k 8-15}
+  //   B (two n8 tiles j, j+1 of k16): {j: k 0-7}, {j: k 8-15}, {j+1: k 0-7}, {j+1: k 8-15}
+  // A block is read transposed when its stored rows run along k (A [K, M]) or
+  // along n (B [K, N]).  Lane l's row and chunk inside a 16 x 16 region follow:
+  //   A [M, K]: row m = l % 16, chunk k = l / 16         (ldmatrix)
+  //   A [K, M]: row k = l % 8 + 8 (l / 16), chunk m = l / 8 % 2  (ldmatrix.trans)
+  //   B [K, N]: row k = l % 16, chunk n = l / 16         (ldmatrix.trans)
+  //   B [N, K]: row n = l % 8 + 8 (l / 16), chunk k = l / 8 % 2  (ldmatrix)
+  // Regions of one warp are 16 rows apart, and the swizzle repeats every 8 rows,
+  // so each lane's XOR mask is computed once.
+  const int a_lane_row = C::kLhsT ? lane % 8 + 8 * (lane / 16) : warp_m * C::kWarpM + lane % 16;
+  const int a_lane_chunk = C::kLhsT ? warp_m * C::kWarpM / 8 + lane / 8 % 2 : lane / 16;
+  const int b_lane_row = C::kRhsT ? warp_n * C::kWarpN + lane % 8 + 8 * (lane / 16) : lane % 16;
+  const int b_lane_chunk = C::kRhsT ? lane / 8 % 2 : warp_n * C::kWarpN / 8 + lane / 16;
+  const int a_mask = swizzle_mask<TileA::kChunks>(a_lane_row);
+  const int b_mask = swizzle_mask<TileB::kChunks>(b_lane_row);
+  const uint32_t a_lane = static_cast<uint32_t>(a_lane_row * TileA::kChunks * 16);
+  const uint32_t b_lane = static_cast<uint32_t>(TileA::kBytes + b_lane_row * TileB::kChunks * 16);
 
   uint32_t frag_a[2][C::kFragM][4];
   uint32_t frag_b[2][C::kFragN][2];
 
   auto load_fragments = [&](int buffer, int stage, int step) {
-    const uint32_t a_tile = smem_base + stage * C::kStageBytes;
-    const uint32_t b_tile = a_tile + C::kStageBytesA;
-    const int a_col = ((step * 2 + frag_chunk) ^ a_frag_xor) * 16;
+    const uint32_t tile = smem_base + stage * C::kStageBytes;
 #pragma unroll
-    for (int i = 0; i < C::kFragM; ++i)
-      load_matrix_x4(frag_a[buffer][i], a_tile + a_frag_row + i * 16 * C::kChunksA * 16 + a_col);
+    for (int i = 0; i < C::kFragM; ++i) {
+      // m16 tile i, k16 step `step`: 16 rows or 2 chunks further, by layout.
+      const int row = C::kLhsT ? step * 16 : i * 16;
+      const int chunk = a_lane_chunk + (C::kLhsT ? i * 2 : step * 2);
+      const uint32_t address = tile + a_lane + row * TileA::kChunks * 16 + ((chunk ^ a_mask) * 16);
+      uint32_t(&r)[4] = frag_a[buffer][i];
+      if constexpr (C::kLhsT)
+        load_matrix_x4_trans(r[0], r[1], r[2], r[3], address);
+      else
+        load_matrix_x4(r[0], r[1], r[2], r[3], address);
+    }
 #pragma unroll
     for (int j = 0; j < C::kFragN; j += 2) {
-      const int b_col_bytes = ((b_frag_chunk + j / 2 * 2) ^ b_frag_xor) * 16;
-      load_matrix_x4_trans(frag_b[buffer][j][0], frag_b[buffer][j][1], frag_b[buffer][j + 1][0], frag_b[buffer][j + 1][1],
-                           b_tile + b_frag_row + step * 16 * C::kChunksB * 16 + b_col_bytes);
+      // n8 tiles j and j + 1, k16 step `step`.
+      const int row = C::kRhsT ? j * 8 : step * 16;
+      const int chunk = b_lane_chunk + (C::kRhsT ? step * 2 : j);
+      const uint32_t address = tile + b_lane + row * TileB::kChunks * 16 + ((chunk ^ b_mask) * 16);
+      uint32_t(&r0)[2] = frag_b[buffer][j];
+      uint32_t(&r1)[2] = frag_b[buffer][j + 1];
+      if constexpr (C::kRhsT)
+        load_matrix_x4(r0[0], r0[1], r1[0], r1[1], address);
+      else
+        load_matrix_x4_trans(r0[0], r0[1], r1[0], r1[1], address);
     }
   };
 
@@ -364,6 +352,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   // ---- epilogue: the one rounding, then the store.  Accumulator r of mma tile
   // (i, j) sits at row lane / 4 (+8 for r >= 2), column 2 * (lane % 4) (+1 for odd r).
+  // A pair of neighbours is one 4-byte store when N is even and c 4-byte aligned.
+  const bool pair_store = N % 2 == 0 && reinterpret_cast<uintptr_t>(c) % 4 == 0;
   const int64_t out_row = row0 + warp_m * C::kWarpM + lane / 4;
   const int64_t out_col = col0 + warp_n * C::kWarpN + 2 * (lane % 4);
 #pragma unroll
@@ -378,8 +368,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         const int64_t n = out_col + j * 8;
         const T lo = from_float<T>(acc[i][j][half * 2]);
         const T hi = from_float<T>(acc[i][j][half * 2 + 1]);
-        if (kVector && n + 1 < N) {
-          // N is even and n is even: one aligned 4-byte store for the pair.
+        if (pair_store && n + 1 < N) {
           *reinterpret_cast<uint32_t*>(c_row + n) = storage_bits(lo) | (static_cast<uint32_t>(storage_bits(hi)) << 16);
         } else {
           if (n < N) c_row[n] = lo;
@@ -399,12 +388,17 @@ cudaError_t launch_tiles(const T* a, const T* b, T* c, int64_t M, int64_t K, int
   const int64_t blocks = (M + C::kBlockM - 1) / C::kBlockM * ((N + C::kBlockN - 1) / C::kBlockN);
   if (blocks > 0x7fffffff || (K + C::kBlockK - 1) / C::kBlockK > 0x7fffffff) return cudaErrorInvalidValue;
   // Chooses only how tiles are copied into shared memory, never what is computed.
-  const bool vector = K % 8 == 0 && N % 8 == 0 && aligned_16(a) && aligned_16(b) && aligned_16(c);
+  const int64_t a_contiguous = C::kLhsT ? M : K;
+  const int64_t b_contiguous = C::kRhsT ? K : N;
+  const bool vector = a_contiguous % 8 == 0 && b_contiguous % 8 == 0 && aligned_16(a) && aligned_16(b);
+  auto kernel = vector ? det_gemm_mma_kernel<T, C, true> : det_gemm_mma_kernel<T, C, false>;
+  if constexpr (C::kSmemBytes > kDefaultSharedBytes) {
+    // Set before every launch: the attribute belongs to the current device.
+    const cudaError_t status = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+    if (status != cudaSuccess) return status;
+  }
   const dim3 grid(static_cast<unsigned>(blocks));
-  if (vector)
-    det_gemm_mma_kernel<T, C, true><<<grid, C::kThreads, C::kSmemBytes, stream>>>(a, b, c, M, K, N);
-  else
-    det_gemm_mma_kernel<T, C, false><<<grid, C::kThreads, C::kSmemBytes, stream>>>(a, b, c, M, K, N);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a, b, c, M, K, N);
   return cudaGetLastError();
 }
 
