@@ -5,7 +5,8 @@
   tests       the package's generated tests, now with the device present
   compare     CUDA results vs CPU results, bit for bit, for det_gemm: several shapes, every dtype
   invariance  batch invariance (1 row vs 512 rows at K=N=4096) and determinism on the device
-  bench       every native det_gemm kernel vs torch.matmul (cuBLAS), same process, CUDA events
+  bench       every native kernel of det_gemm, det_gemm_nt and det_gemm_tn vs torch.matmul
+              (cuBLAS) on the same layout, same process, CUDA events
 
 and a short report: $OUT/gpu_report.md (else ./gpu_report.md) with the full log beside it.
 Each stage runs in its own process with its own time limit, so a crash, a CUDA fault or a
@@ -225,28 +226,28 @@ def load_package(args):
     return rlkernels
 
 
-def native_kernels(rlkernels, platform: str) -> list:
-    """Every native det_gemm kernel this build can run on ``platform``, in registry order."""
+def native_kernels(rlkernels, platform: str, op: str = OP) -> list:
+    """Every native kernel of ``op`` this build can run on ``platform``, in registry order."""
     import torch
     from rlkernels._registry import OPS, PLATFORMS
 
     key = next(p.dispatch_key for p in PLATFORMS if p.name == platform)
-    entry = OPS[OP]
+    entry = OPS[op]
     names = [*entry.backends.get(platform, ()), *sorted(entry.kernels)]
     kernels = []
     for name in dict.fromkeys(names):
         kernel = entry.kernels[name]
-        if kernel.kind == "native" and torch._C._dispatch_has_kernel_for_dispatch_key(f"rlkernels::{OP}.{name}", key):
+        if kernel.kind == "native" and torch._C._dispatch_has_kernel_for_dispatch_key(f"rlkernels::{op}.{name}", key):
             kernels.append(kernel)
     if not kernels:
-        raise RuntimeError(f"this build has no native {OP} kernel for {platform}")
+        raise RuntimeError(f"this build has no native {op} kernel for {platform}")
     return kernels
 
 
-def overload(kernel):
+def overload(kernel, op: str = OP):
     import torch
 
-    return getattr(getattr(torch.ops.rlkernels, OP), kernel.name)
+    return getattr(getattr(torch.ops.rlkernels, op), kernel.name)
 
 
 def inputs(m: int, k: int, n: int, dtype: str, device: str, seed: int):
@@ -409,6 +410,18 @@ def timer(device: str):
     return measure
 
 
+# The three operand layouts of the det_gemm family, each with the cuBLAS call it replaces:
+# C = A·B, C = A·Bᵀ (det_linear, and det_gemm's input gradient), C = Aᵀ·B (the weight gradient).
+# Operands are made for C = A·B and stored as the op takes them.
+BENCH_OPS = {
+    "det_gemm": (lambda a, b: (a, b), lambda a, b: a @ b),
+    "det_gemm_nt": (lambda a, b: (a, b.t().contiguous()), lambda a, bt: a @ bt.t()),
+    "det_gemm_tn": (lambda a, b: (a.t().contiguous(), b), lambda at, b: at.t() @ b),
+}
+# float32 runs the simt kernel in every layout; it is measured for det_gemm only.
+BENCH_LAYOUT_DTYPES = ["bfloat16"]
+
+
 def stage_bench(args) -> tuple[bool, str]:
     import torch
 
@@ -416,42 +429,43 @@ def stage_bench(args) -> tuple[bool, str]:
     # cuBLAS in full fp32, as det_gemm is: TF32 would be a different (less accurate) product.
     torch.backends.cuda.matmul.allow_tf32 = False
     shapes = DRY_BENCH_SHAPES if args.dry_run else BENCH_SHAPES
-    kernels = native_kernels(rlkernels, args.platform)
     measure = timer(args.device)
     deadline = time.monotonic() + args.bench_budget_s
-    table, skipped, errors = [], [], 0
-    for dtype in BENCH_DTYPES:
-        for m, k, n in shapes:
-            if time.monotonic() > deadline:
-                skipped.append(f"{dtype} {shape_name((m, k, n))}")
-                continue
-            a, b = inputs(m, k, n, dtype, args.device, seed=11)
-            flop = 2.0 * m * k * n
-            base = measure(lambda a=a, b=b: torch.matmul(a, b))
-            row = [f"{flop / base / 1e12:.3g}"]
-            for kernel in kernels:
-                fn = overload(kernel)
-                try:
-                    t = measure(lambda fn=fn, a=a, b=b: fn(a, b))
-                except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
-                    errors += 1
-                    row.append(f"error: {first_line(exc)}")
+    sections, skipped, errors = [], [], 0
+    for op, (arrange, baseline) in BENCH_OPS.items():
+        kernels = native_kernels(rlkernels, args.platform, op)
+        table = []
+        for dtype in BENCH_DTYPES if op == OP else BENCH_LAYOUT_DTYPES:
+            for m, k, n in shapes:
+                if time.monotonic() > deadline:
+                    skipped.append(f"{op} {dtype} {shape_name((m, k, n))}")
                     continue
-                row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×)")
-                print(f"bench {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms", flush=True)
-            table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
-            a = b = None  # free this shape's operands before the next is allocated
-            if args.device != "cpu":
-                torch.cuda.empty_cache()
+                a, b = arrange(*inputs(m, k, n, dtype, args.device, seed=11))
+                flop = 2.0 * m * k * n
+                base = measure(lambda a=a, b=b: baseline(a, b))
+                row = [f"{flop / base / 1e12:.3g}"]
+                for kernel in kernels:
+                    fn = overload(kernel, op)
+                    try:
+                        t = measure(lambda fn=fn, a=a, b=b: fn(a, b))
+                    except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
+                        errors += 1
+                        row.append(f"error: {first_line(exc)}")
+                        continue
+                    row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×)")
+                    print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms", flush=True)
+                table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
+                a = b = None  # free this shape's operands before the next is allocated
+                if args.device != "cpu":
+                    torch.cuda.empty_cache()
+        if table:
+            names = " | ".join(f"{k.name} TFLOP/s (× cuBLAS)" for k in kernels)
+            sections += ["", f"### {op}", "", f"| dtype | shape | torch.matmul TFLOP/s | {names} |", "| --- | --- | --- |" + " --- |" * len(kernels), *table]
     device = torch.cuda.get_device_name() if args.device != "cpu" else "CPU"
-    names = " | ".join(f"{k.name} TFLOP/s (× cuBLAS)" for k in kernels)
     body = [
         (f"{device}, M×K×N, TFLOP/s = 2·M·K·N / time; median of 3 batches of calls after a warm-up, timed with "
-         f"{'CUDA events' if args.device != 'cpu' else 'perf_counter'}; torch.matmul with TF32 off."),
-        "",
-        f"| dtype | shape | torch.matmul TFLOP/s | {names} |",
-        "| --- | --- | --- |" + " --- |" * len(kernels),
-        *table,
+         f"{'CUDA events' if args.device != 'cpu' else 'perf_counter'}; torch.matmul (on the same layout) with TF32 off."),
+        *sections,
     ]
     if skipped:
         body.append(f"\nOut of benchmark time ({args.bench_budget_s} s); not measured: {', '.join(skipped)}")
