@@ -47,9 +47,10 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
     for rel in changes.removed:
         print(f"removed generated/{rel}")
     total = len(output.files) + 1
+    extras = f"; outside it {len(output.extras)} files, {len(changes.extra)} written" if output.extras else ""
     print(
-        f"generate: {total} files, {len(changes.written)} written, {len(changes.removed)} removed, "
-        f"{total - len(changes.written)} unchanged ({elapsed * 1000:.0f} ms)"
+        f"generate: generated/ {total} files, {len(changes.written)} written, {len(changes.removed)} removed, "
+        f"{total - len(changes.written)} unchanged{extras} ({elapsed * 1000:.0f} ms)"
     )
     return EXIT_OK
 
