@@ -90,6 +90,44 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
     return problems, violations
 
 
+# Names the generated Python package exports besides the ops.
+PACKAGE_EXPORTS = frozenset({"detect_platform", "platform_of", "select_backend"})
+
+
+def _camel(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def _name_clashes(catalog: Catalog) -> list[SpecProblem]:
+    """Distinct spec names that would generate the same Python or C++ name."""
+    problems: list[SpecProblem] = []
+    exported: dict[str, str] = {name: "the package itself" for name in PACKAGE_EXPORTS}
+    symbols: dict[str, str] = {}
+    classes: dict[str, str] = {}
+    for op in catalog.ops:
+        src = catalog.sources[f"op:{op.name}"]
+        for path, name in [(("name",), op.name), *((("aliases", i), alias) for i, alias in enumerate(op.aliases))]:
+            if name in exported:
+                problems.append(src.problem(path, f"{name} is already exported by {exported[name]}; the package would export it twice"))
+            exported.setdefault(name, f"op {op.name}")
+        # The autograd Function of each op is named after the op in CamelCase (a_b1 and a_b_1 both give AB1).
+        cls = _camel(op.name)
+        if cls in classes:
+            problems.append(src.problem(("name",), f"op {op.name} and op {classes[cls]} both generate the Python class _{cls}Function"))
+        classes.setdefault(cls, op.name)
+        for kernel in op.kernels:
+            if not isinstance(op.kernels[kernel], NativeKernel):
+                continue
+            # Launchers, headers and sources are named {op}_{kernel}.
+            symbol = f"{op.name}_{kernel}"
+            if symbol in symbols:
+                problems.append(
+                    src.problem(("kernels", kernel), f"op {op.name} kernel {kernel} and {symbols[symbol]} both generate the name {symbol} (launcher, header, source)")
+                )
+            symbols.setdefault(symbol, f"op {op.name} kernel {kernel}")
+    return problems
+
+
 def check(catalog: Catalog) -> None:
     """Raise ``ContractError`` (guarantee violations) or ``SpecError`` (dangling names)."""
     problems: list[SpecProblem] = []
@@ -98,6 +136,7 @@ def check(catalog: Catalog) -> None:
         p, v = _op_problems(catalog, op)
         problems += p
         violations += v
+    problems += _name_clashes(catalog)
     orders: dict[int, str] = {}
     for platform in catalog.platforms:
         if platform.detection.order in orders:

@@ -12,10 +12,13 @@ import keyword
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 _CPP_KEYWORDS = frozenset(
     """alignas alignof and and_eq asm auto bitand bitor bool break case catch char
@@ -38,6 +41,29 @@ _RESERVED = frozenset(
 _C_MACROS = frozenset({"NULL", "EOF", "NAN", "EDOM", "EILSEQ", "ERANGE", "EINVAL", "BUFSIZ", "INFINITY", "SEEK_SET", "SEEK_CUR", "SEEK_END"})
 
 
+@dataclass(frozen=True)
+class _SchemaPattern:
+    """Puts a name rule's regex into the JSON Schema too, so editors flag a bad name as it is typed."""
+
+    regex: str
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = f"^(?:{self.regex})$"
+        return json_schema
+
+
+@dataclass(frozen=True)
+class _Matching(_SchemaPattern):
+    """A string that must match ``regex``: validated with a message naming ``what``, and in the schema."""
+
+    what: str
+    example: str
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(_pattern(self.regex, self.what, self.example), handler(source))
+
+
 def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
     compiled = re.compile(regex)
 
@@ -49,8 +75,13 @@ def _pattern(regex: str, what: str, example: str) -> Callable[[str], str]:
     return check
 
 
+IDENTIFIER = r"[a-z][a-z0-9_]{0,47}"
+DIM_NAME = r"[A-Z][A-Z0-9]{0,7}"
+DOTTED_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+
+
 def _identifier(value: str) -> str:
-    _pattern(r"[a-z][a-z0-9_]{0,47}", "name", "det_gemm")(value)
+    _pattern(IDENTIFIER, "name", "det_gemm")(value)
     if value in _CPP_KEYWORDS or keyword.iskeyword(value) or value in _RESERVED:
         raise ValueError(f"{value!r} is reserved in C++, Python or generated code; pick another name")
     if "__" in value or value.endswith("_"):
@@ -58,37 +89,37 @@ def _identifier(value: str) -> str:
     return value
 
 
-Identifier = Annotated[str, AfterValidator(_identifier)]
+Identifier = Annotated[str, AfterValidator(_identifier), _SchemaPattern(IDENTIFIER)]
 """Lower-case name used for ops, args, kernels and platforms in C++ and Python."""
 
 def _dim_name(value: str) -> str:
-    _pattern(r"[A-Z][A-Z0-9]{0,7}", "dimension name", "K")(value)
+    _pattern(DIM_NAME, "dimension name", "K")(value)
     if value in _C_MACROS:
         raise ValueError(f"{value!r} is a C/C++ standard macro; pick another dimension name")
     return value
 
 
-DimName = Annotated[str, AfterValidator(_dim_name)]
-TypeVar = Annotated[str, AfterValidator(_pattern(r"[A-Z]", "dtype variable", "T"))]
+DimName = Annotated[str, AfterValidator(_dim_name), _SchemaPattern(DIM_NAME)]
+TypeVar = Annotated[str, _Matching(r"[A-Z]", "dtype variable", "T")]
 CppName = Annotated[
     str,
-    AfterValidator(_pattern(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*", "C++ name", "at::cuda::getCurrentCUDAStream")),
+    _Matching(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*", "C++ name", "at::cuda::getCurrentCUDAStream"),
 ]
-HeaderName = Annotated[str, AfterValidator(_pattern(r"[A-Za-z0-9_]+(/[A-Za-z0-9_.]+)*\.(h|hpp|cuh)", "header path", "cuda_runtime.h"))]
+HeaderName = Annotated[str, _Matching(r"[A-Za-z0-9_]+(/[A-Za-z0-9_.]+)*\.(h|hpp|cuh)", "header path", "cuda_runtime.h")]
 def _dotted_name(value: str) -> str:
-    _pattern(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", "Python dotted name", "torch.matmul")(value)
+    _pattern(DOTTED_NAME, "Python dotted name", "torch.matmul")(value)
     keywords = [part for part in value.split(".") if keyword.iskeyword(part)]
     if keywords:
         raise ValueError(f"{value!r} contains the Python keyword {keywords[0]!r}, which cannot be imported")
     return value
 
 
-DottedName = Annotated[str, AfterValidator(_dotted_name)]
-CompilerFlag = Annotated[str, AfterValidator(_pattern(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag", "-ffp-contract=off"))]
-EnvName = Annotated[str, AfterValidator(_pattern(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST"))]
-ArchName = Annotated[str, AfterValidator(_pattern(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90"))]
-Version = Annotated[str, AfterValidator(_pattern(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0"))]
-Text = Annotated[str, AfterValidator(_pattern(r"[^\x00-\x1f\x7f`$\\{}\"]{0,400}", "single line of text (at most 400 characters)", "Deterministic GEMM"))]
+DottedName = Annotated[str, AfterValidator(_dotted_name), _SchemaPattern(DOTTED_NAME)]
+CompilerFlag = Annotated[str, _Matching(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag", "-ffp-contract=off")]
+EnvName = Annotated[str, _Matching(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST")]
+ArchName = Annotated[str, _Matching(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90")]
+Version = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0")]
+Text = Annotated[str, _Matching(r"[^\x00-\x1f\x7f`$\\{}\"]{0,400}", "single line of text (at most 400 characters)", "Deterministic GEMM")]
 """Free text that lands in comments, docstrings and string literals: one line, nothing that could
 close a comment or a string, or open a template expression."""
 Suffix = Literal[".cu", ".hip", ".mu", ".cpp"]
@@ -198,7 +229,7 @@ class Build(StrictModel):
     toolkit_hint: Text
     """What to do when the toolkit or the platform's torch build is missing."""
     arch_env: EnvName | None
-    archs: tuple[Annotated[str, AfterValidator(_pattern(r"[0-9a-z.+_]+", "arch list entry", "9.0"))], ...]
+    archs: tuple[Annotated[str, _Matching(r"[0-9a-z.+_]+", "arch list entry", "9.0")], ...]
 
 
 class Detection(StrictModel):
@@ -216,7 +247,7 @@ class Detection(StrictModel):
 class Wheel(StrictModel):
     """The PyTorch-style local version label, e.g. +cu130, +rocm5.2, +cpu."""
 
-    label: Annotated[str, AfterValidator(_pattern(r"[a-z]+(\{version\})?", "wheel label", "cu{version}"))]
+    label: Annotated[str, _Matching(r"[a-z]+(\{version\})?", "wheel label", "cu{version}")]
     version_from: DottedName | None
     """Where {version} comes from at build time (e.g. torch.version.cuda); it must be set."""
     version_parts: int = Field(default=2, ge=1, le=3)
@@ -326,7 +357,8 @@ class DimConstraint(StrictModel):
     entries of an argument (checked on the data, so it waits for the device)."""
 
     dim: DimName
-    multiple_of: int | None = Field(default=None, ge=1, le=1 << 20)
+    multiple_of: int | None = Field(default=None, ge=2, le=1 << 20)
+    """At least 2: every size is a multiple of 1."""
     count_nonzero_of: Identifier | None = None
 
     @model_validator(mode="after")
@@ -384,7 +416,7 @@ class BackwardStep(StrictModel):
     """
 
     op: Identifier
-    args: tuple[Annotated[str, AfterValidator(_pattern(r"grad\([a-z][a-z0-9_]*\)|[a-z][a-z0-9_]*", "backward argument", "grad(y)"))], ...]
+    args: tuple[Annotated[str, _Matching(r"grad\([a-z][a-z0-9_]*\)|[a-z][a-z0-9_]*", "backward argument", "grad(y)")], ...]
     gives: tuple[Identifier, ...] = Field(min_length=1)
     attrs: tuple[Identifier, ...] | None = None
     """Attributes passed on; null: every attribute the step's op shares by name with this op."""
@@ -397,7 +429,7 @@ SupportHeader = Literal["rlk_tensor_core.h"]
 
 class NativeKernel(StrictModel):
     kind: Literal["native"]
-    template: Annotated[str, AfterValidator(_pattern(r"kernels/[a-z0-9_]+\.j2", "kernel template", "kernels/det_gemm_simt.j2"))]
+    template: Annotated[str, _Matching(r"kernels/[a-z0-9_]+\.j2", "kernel template", "kernels/det_gemm_simt.j2")]
     guarantees: tuple[Guarantee, ...]
     platforms: tuple[Identifier, ...] | None = None
     """Platforms the template can render for (e.g. a tensor-core kernel); null: every platform."""
@@ -521,6 +553,11 @@ class OpSpec(StrictModel):
             for d in out.shape:
                 if d not in bound and d not in self.dynamic_dims and d not in self.derived_dims:
                     raise ValueError(f"output {out.name}: dimension {d} does not appear in any argument's shape")
+        output_dims = {d for out in self.outputs for d in out.shape}
+        for kind, dims in (("dynamic", self.dynamic_dims), ("derived", self.derived_dims)):
+            for dim in dims:
+                if dim not in output_dims:
+                    raise ValueError(f"{kind} dimension {dim} appears in no output's shape; use it or remove it")
         for c in self.constraints:
             if c.dim not in bound:
                 raise ValueError(f"constraint on {c.dim}: no argument has that dimension")
@@ -533,4 +570,9 @@ class OpSpec(StrictModel):
         for shape in self.tests.shapes:
             if set(shape) != bound:
                 raise ValueError(f"tests.shapes entries must give exactly the dimensions {', '.join(sorted(bound))}")
+        small = sorted(d for d, size in self.tests.shapes[0].items() if size < 2)
+        if small:
+            # The bad-input tests start from the first shape: a size-1 dimension cannot be made
+            # non-contiguous, and shrinking it leaves nothing.
+            raise ValueError(f"tests.shapes: the first shape must have every dimension at least 2 (it builds the bad-input cases); {', '.join(small)} is 1")
         return self

@@ -303,6 +303,20 @@ def test_schemas_accept_the_real_specs_and_reject_unknown_keys():
         assert list(validators[spec_kind(rel)].iter_errors({**data, "colour": "red"})), "unknown keys must be flagged"
 
 
+def test_schemas_carry_the_name_rules():
+    """An editor validating against the schema flags a bad name as it is typed, as the loader would."""
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(json.loads((REPO / schema_path("op")).read_text()))
+    data, _ = parse_yaml((REPO / OP).read_bytes(), "ops/det_gemm.yaml")
+    for broken in (
+        {**data, "name": "Det-Gemm"},
+        {**data, "args": [{**data["args"][0], "shape": ["m", "K"]}, *data["args"][1:]]},
+        {**data, "summary": "two\nlines"},
+        {**data, "kernels": {**data["kernels"], "simt": {**data["kernels"]["simt"], "template": "../../etc/passwd"}}},
+    ):
+        assert list(validator.iter_errors(broken)), f"the schema accepts {broken}"
+
+
 def test_schema_command_works_on_broken_specs_and_check_sees_stale_schemas(small_project: Project, capsys):
     (small_project.root / "specs/ops/det_gemm.yaml").write_text("not: [valid")
     schema = small_project.root / "schema/op.schema.json"

@@ -110,3 +110,57 @@ def test_cli_prints_no_traceback(bare_project: Project):
 def test_names_that_generated_code_uses_are_refused(bare_project: Project, capsys, old, new, message):
     bare_project.edit(OP, old, new)
     assert message in errors_of(bare_project, capsys)
+
+
+def test_a_constraint_that_every_size_meets_is_refused(bare_project: Project, capsys):
+    line = bare_project.edit(OP, "tolerance: reduction", "constraints:\n  - {dim: K, multiple_of: 1}\ntolerance: reduction")
+    assert f"{OP}:{line + 1}: constraints.0.multiple_of: Input should be greater than or equal to 2" in errors_of(bare_project, capsys)
+
+
+def test_a_dynamic_dimension_no_output_uses_is_refused(bare_project: Project, capsys):
+    bare_project.edit("specs/ops/pack.yaml", "  TOTAL: {count_nonzero: mask}", "  TOTAL: {count_nonzero: mask}\n  EXTRA: {count_nonzero: mask}")
+    assert "dynamic dimension EXTRA appears in no output's shape; use it or remove it" in errors_of(bare_project, capsys)
+
+
+def test_a_derived_dimension_no_output_uses_is_refused(bare_project: Project, capsys):
+    bare_project.edit("specs/ops/pack.yaml", "  B1: {dim: B, plus: 1}", "  B1: {dim: B, plus: 1}\n  B2: {dim: B, plus: 2}")
+    assert "derived dimension B2 appears in no output's shape; use it or remove it" in errors_of(bare_project, capsys)
+
+
+def test_the_first_test_shape_needs_every_dimension_at_least_two(bare_project: Project, capsys):
+    bare_project.edit(OP, "    - {M: 33, K: 64, N: 40}", "    - {M: 1, K: 64, N: 40}")
+    assert "the first shape must have every dimension at least 2 (it builds the bad-input cases); M is 1" in errors_of(bare_project, capsys)
+
+
+# ---------------------------------------------------------------- names that generated code would repeat
+
+
+def test_an_alias_that_is_another_ops_name_is_refused(bare_project: Project, capsys):
+    line = bare_project.edit("specs/ops/det_gemm_nt.yaml", "aliases: [det_linear]", "aliases: [det_gemm]")
+    err = errors_of(bare_project, capsys)
+    assert f"specs/ops/det_gemm_nt.yaml:{line}: aliases.0: det_gemm is already exported by op det_gemm; the package would export it twice" in err, err
+
+
+def test_an_alias_that_is_a_package_export_is_refused(bare_project: Project, capsys):
+    bare_project.edit("specs/ops/det_gemm_nt.yaml", "aliases: [det_linear]", "aliases: [select_backend]")
+    assert "select_backend is already exported by the package itself" in errors_of(bare_project, capsys)
+
+
+def test_kernels_whose_generated_names_collide_are_refused(bare_project: Project, capsys):
+    # det_gemm's kernel nt_simt and det_gemm_nt's kernel simt would both be det_gemm_nt_simt.
+    bare_project.edit(
+        OP,
+        "kernels:\n",
+        "kernels:\n  nt_simt:\n    kind: native\n    template: kernels/det_gemm_simt.j2\n    guarantees: [deterministic, batch_invariant, portable]\n",
+    )
+    bare_project.edit(OP, "  cpu: [simt]", "  cpu: [nt_simt, simt]")
+    err = errors_of(bare_project, capsys)
+    assert "op det_gemm_nt kernel simt and op det_gemm kernel nt_simt both generate the name det_gemm_nt_simt" in err, err
+
+
+def test_ops_whose_autograd_classes_collide_are_refused(bare_project: Project, capsys):
+    source = (bare_project.root / "specs/ops/silu.yaml").read_text()
+    for name in ("silu1", "silu_1"):
+        (bare_project.root / f"specs/ops/{name}.yaml").write_text(source.replace("name: silu\n", f"name: {name}\n"))
+    err = errors_of(bare_project, capsys)
+    assert "op silu_1 and op silu1 both generate the Python class _Silu1Function" in err, err
