@@ -15,7 +15,6 @@ matches (the values here make every order exact).  `make gpu-check` covers those
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -26,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Project, copy_project
+from emulation import EMULATOR, emulated_source
 
-EMULATOR = REPO / "tests/emulator"
 GXX = shutil.which("g++")
 pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not found: the emulator is compiled with the host C++ compiler")
 FLAGS = ("-std=c++17", "-O1", "-DRLK_EMULATOR", "-ffp-contract=off", "-Wno-unknown-pragmas", f"-I{EMULATOR / 'include'}", f"-I{EMULATOR}")
@@ -58,21 +57,6 @@ SHAPES = [
 ]
 
 
-def _emulated_source(text: str) -> str:
-    """The two CUDA-only spellings the host compiler cannot read, written as emulator calls."""
-    text = re.sub(
-        r"extern __shared__ ([^;\[]*?)(\w+)\[\];",
-        lambda m: f"auto* {m.group(2)} = static_cast<{re.sub(r'__align__[(][0-9]+[)]', '', m.group(1)).strip()}*>(::rlk_emu::dynamic_shared());",
-        text,
-    )
-    return re.sub(
-        r"([\w:]+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*?)\);",
-        lambda m: f"::rlk_emu::launch(::rlk_emu::config({m.group(2)}), {m.group(1)}, {m.group(3)});",
-        text,
-        flags=re.DOTALL,
-    )
-
-
 def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=300, **kwargs)
 
@@ -89,7 +73,7 @@ def build_driver(generated: Path, op: str, work: Path, mutate: Callable[[str], s
         text = source.read_text()
         if kernel == "mma" and mutate is not None:
             text = mutate(text)
-        source.write_text(_emulated_source(text))
+        source.write_text(emulated_source(text))
         objects.append(work / f"{op}_{kernel}.o")
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda o: _run([GXX, *FLAGS, "-x", "c++", "-c", str(kernels / f"{o.stem}.cu"), "-o", str(o)]), objects))
