@@ -8,7 +8,7 @@
 //
 // What it checks, beyond the results: shared-memory accesses stay inside the
 // launch's dynamic shared memory and are aligned; asynchronous copies read only
-// inside registered global buffers; every lane of a warp takes part in each
+// inside registered global buffers (where the caller registers them); every lane of a warp takes part in each
 // warp-wide instruction and every thread of a block in each barrier (otherwise
 // the run stops as deadlocked); a launch asking for more than the default shared
 // memory must have opted in.
@@ -76,7 +76,7 @@ struct CopyRecord {
 
 struct Fiber {
   ucontext_t context;
-  std::unique_ptr<char[]> stack;
+  char* stack = nullptr;
   uint3_ thread_idx;
   int linear = 0;
   enum State { kRunnable, kBlockBarrier, kWarpBarrier, kDone } state = kRunnable;
@@ -107,6 +107,7 @@ struct State {
   int last_error = 0;
   std::map<const void*, int> max_dynamic_shared;  // opt-ins, by kernel
   std::vector<std::pair<const unsigned char*, size_t>> buffers;
+  std::vector<std::unique_ptr<char[]>> stacks;  // one per thread slot, reused by every block
 };
 
 inline State& state() {
@@ -190,7 +191,8 @@ inline void copy_async(uint32_t dst, const void* src, int bytes) {
   if (bytes > 0) {
     const unsigned char* p = static_cast<const unsigned char*>(src);
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) fail("cp.async: global source is not 16-byte aligned");
-    bool inside = false;
+    // Checked when the caller registered its buffers (the torch-extension build does not).
+    bool inside = state().buffers.empty();
     for (const auto& [base, size] : state().buffers) inside = inside || (p >= base && p + bytes <= base + size);
     if (!inside) fail("cp.async: global read outside every input buffer");
     std::memcpy(r.bytes, p, static_cast<size_t>(bytes));
@@ -288,9 +290,10 @@ void launch(LaunchConfig cfg, Kernel kernel, Args... args) {
           Fiber& f = s.fibers[t];
           f.linear = t;
           f.thread_idx = {t % cfg.block.x, t / cfg.block.x % cfg.block.y, t / (cfg.block.x * cfg.block.y)};
-          f.stack.reset(new char[kStackBytes]);
+          if (static_cast<int>(s.stacks.size()) <= t) s.stacks.emplace_back(new char[kStackBytes]);
+          f.stack = s.stacks[t].get();
           getcontext(&f.context);
-          f.context.uc_stack.ss_sp = f.stack.get();
+          f.context.uc_stack.ss_sp = f.stack;
           f.context.uc_stack.ss_size = kStackBytes;
           f.context.uc_link = &s.scheduler;
           makecontext(&f.context, trampoline, 0);

@@ -1,0 +1,145 @@
+"""Runs every device kernel of an emulated CUDA package against the same package's CPU kernels.
+
+    python compare_package.py build   PACKAGE_DIR BUILD_DIR   # compile csrc/ into PACKAGE_DIR/rlkernels/_C.so
+    python compare_package.py compare PACKAGE_DIR RESULTS     # run the comparisons, write RESULTS (JSON)
+
+PACKAGE_DIR is a generated CUDA package whose csrc/ the caller prepared for the emulator
+(tests/test_cuda_emulated.py).  Each step runs in its own process: importing the package
+registers torch.ops.rlkernels, which a process can do once.
+
+For every op, every native kernel registered for the CUDA dispatch key is called through
+that key on CPU tensors (the emulator runs it), on the shapes, dtypes and inputs of the op's
+generated contract tests, and once more with a NaN and infinities in its first float input.
+A kernel that declares `portable`, paired with a CPU kernel that does too, must give the CPU
+kernel's bits; any other must be as accurate as the op's tolerance class asks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+EMULATOR = Path(__file__).resolve().parent
+FLAGS = ["-O1", "-DRLK_EMULATOR", "-ffp-contract=off", "-Wno-unknown-pragmas"]
+
+
+def build(package: Path, build_dir: Path) -> None:
+    from torch.utils import cpp_extension
+
+    csrc = package / "csrc"
+    sources = [csrc / "bindings.cpp", *sorted((csrc / "kernels").rglob("*.cpp"))]
+    module = cpp_extension.load(
+        name="_C",
+        sources=[str(s) for s in sources],
+        extra_cflags=FLAGS,
+        extra_include_paths=[str(EMULATOR / "include"), str(EMULATOR), str(csrc)],
+        build_directory=str(build_dir),
+        verbose=False,
+    )
+    shutil.copy(module.__file__, package / "rlkernels" / "_C.so")
+
+
+def _generated_tests(package: Path, op: str):
+    spec = importlib.util.spec_from_file_location(f"emulated_test_{op}", package / "tests" / f"test_{op}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _as_tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _bits(t):
+    import torch
+
+    t = t.contiguous()
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]) if t.dtype != torch.bool else t
+
+
+def _with_nonfinite(inputs):
+    """The inputs with NaN, +inf and -inf at the start of the first float tensor."""
+
+    out = [t.clone() if t is not None else None for t in inputs]
+    for t in out:
+        if t is not None and t.is_floating_point() and t.numel() >= 3:
+            flat = t.view(-1)
+            flat[0], flat[1], flat[2] = float("nan"), float("inf"), float("-inf")
+            break
+    return out
+
+
+def compare(package: Path, results_path: Path) -> int:
+    import torch
+
+    sys.path.insert(0, str(package))
+    import rlkernels
+    from rlkernels._registry import OPS, TOLERANCES
+
+    if rlkernels.NATIVE_ERROR is not None:
+        raise SystemExit(f"the emulated native library did not load: {rlkernels.NATIVE_ERROR}")
+    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    results: dict[str, list[dict[str, str]]] = {}
+    for name, op in OPS.items():
+        tests = _generated_tests(package, name)
+        cpu_kernel = next(k for k in op.backends.get("cpu", ()) if op.kernels[k].kind == "native")
+        packet = getattr(torch.ops.rlkernels, name)
+        rows = results.setdefault(name, [])
+        for kernel in (k for k in op.backends.get("cuda", ()) if op.kernels[k].kind == "native"):
+            portable = "portable" in op.kernels[kernel].guarantees and "portable" in op.kernels[cpu_kernel].guarantees
+            cases = [(dtype, shape, seed, False) for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
+            if portable:
+                cases += [(dtype, tests.SHAPES[0], 0, True) for dtype in tests.DTYPES]
+            for dtype, shape, seed, nonfinite in cases:
+                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": "nan/inf" if nonfinite else "random"}
+                try:
+                    inputs = tests.make_inputs(shape, dtype, "cpu", seed=seed)
+                    if nonfinite:
+                        inputs = _with_nonfinite(inputs)
+                    got = _as_tuple(getattr(packet, kernel).redispatch(cuda, *inputs, **tests.ATTRS))
+                    if portable:
+                        want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **tests.ATTRS))
+                        diffs = [i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape or g.dtype != w.dtype or not torch.equal(_bits(g), _bits(w))]
+                        case["verdict"] = "identical" if not diffs else f"DIFFERS from cpu/{cpu_kernel} in output {diffs[0]}: " + _describe(got[diffs[0]], want[diffs[0]])
+                    else:
+                        want = tests.reference(*inputs)
+                        atol, rtol = TOLERANCES[op.tolerance][dtype]
+                        for g, w in zip(got, want):
+                            if g.is_floating_point():
+                                torch.testing.assert_close(g.float(), w.float(), atol=atol, rtol=rtol)
+                            else:
+                                assert torch.equal(g, w.to(g.dtype)), "integer output differs from the reference"
+                        case["verdict"] = "accurate"
+                except Exception as exc:  # noqa: BLE001  every case is reported
+                    case["verdict"] = f"ERROR {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                rows.append(case)
+                print(name, case, flush=True)
+    results_path.write_text(json.dumps(results, indent=1, sort_keys=True))
+    return 0
+
+
+def _describe(got, want) -> str:
+
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}"
+    mismatched = int((_bits(got) != _bits(want)).sum())
+    index = int((_bits(got) != _bits(want)).view(-1).nonzero()[0])
+    return f"{mismatched}/{got.numel()} elements, first at flat index {index}: {got.reshape(-1)[index].item()!r} vs {want.reshape(-1)[index].item()!r}"
+
+
+def main(argv: list[str]) -> int:
+    command, package, path = argv[1], Path(argv[2]), Path(argv[3])
+    os.environ.setdefault("MAX_JOBS", "2")
+    if command == "build":
+        build(package, path)
+        return 0
+    return compare(package, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
