@@ -16,7 +16,7 @@ from .explain import explain
 from .load import load_catalog
 from .pipeline import Layout, Output, produce_all
 from .schema import schema_files
-from .write import MANIFEST, Changes, compute_changes, manifest_bytes, recover, write_files, write_tree
+from .write import MANIFEST, Changes, compute_changes, exclusive, manifest_bytes, recover, write_files, write_tree
 
 EXIT_OK, EXIT_DIFFERS, EXIT_ERROR = 0, 1, 2
 REGISTRY = "registry.json"
@@ -170,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     layout = Layout(args.root.resolve())
     try:
-        return COMMANDS[args.command](layout, args)
+        if args.command == "explain":  # reads specs only
+            return COMMANDS[args.command](layout, args)
+        # Every other command writes or may finish an interrupted commit: one run at a time.
+        with exclusive(layout.root, lambda: print(f"waiting for another generator run in {layout.root} to finish", file=sys.stderr, flush=True)):
+            return COMMANDS[args.command](layout, args)
     except SpecError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

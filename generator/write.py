@@ -22,7 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from .errors import WriteError
 MANIFEST = "manifest.json"
 JOURNAL = ".rlk-journal.json"
 NEW_SUFFIX = ".rlk-new"
+LOCK = ".rlk-generate.lock"
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,33 @@ def _apply(out_dir: Path, renames: list[str], deletes: list[str], extras: list[s
         _prune_empty_dirs((out_dir / rel).parent, out_dir)
     if MANIFEST in renames:  # last: until here the old manifest still owns every file the commit removes
         rename(out_dir / (MANIFEST + NEW_SUFFIX), out_dir / MANIFEST)
+
+
+@contextlib.contextmanager
+def exclusive(root: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Holds ``root``'s generator lock, so that two runs never commit to (or recover) the same tree
+    at once: the second waits for the first (``on_wait`` says so).  Where there is no flock (not
+    POSIX) or the root is read-only, nothing can race a write here, and the run goes unlocked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        handle = open(root / LOCK, "a+b")  # noqa: SIM115  held for the whole run
+    except OSError:
+        yield
+        return
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def write_tree(out_dir: Path, files: Mapping[str, bytes], extras: Mapping[str, bytes] | None = None) -> Changes:

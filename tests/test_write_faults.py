@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import Project
+from conftest import REPO, Project
 from generator import write
 from generator.readme import BEGIN, END
 
@@ -317,4 +319,27 @@ def test_broken_readme_markers_are_an_error_naming_the_lines(project: Project, c
     assert project.run("generate") == 2
     err = capsys.readouterr().err
     assert "README.md:2" in err and "exactly one" in err
+    assert project.snapshot() == before
+
+
+def test_a_second_run_waits_for_the_first_to_finish(project: Project):
+    """Two runs on one tree (a save hook and a terminal, say) take turns instead of interleaving commits."""
+    import queue
+    import threading
+
+    before = project.snapshot()
+    lines: queue.Queue[str] = queue.Queue()
+    with write.exclusive(project.root):
+        second = subprocess.Popen(
+            [sys.executable, "-m", "generator", "--root", str(project.root), "generate"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=lambda: [lines.put(line) for line in second.stderr], daemon=True).start()
+        assert "waiting for another generator run" in lines.get(timeout=120)
+        assert second.poll() is None, "the second run went ahead while the first held the lock"
+    assert second.wait(timeout=120) == 0
+    assert "0 written, 0 removed" in second.stdout.read()
     assert project.snapshot() == before
