@@ -121,3 +121,40 @@ def test_mma_without_a_tile_parameter_renders_a_named_compile_error(project: Pro
     assert project.run("generate") == 0
     source = (project.generated / "cuda/csrc/kernels/cuda/det_gemm_mma.cu").read_text()
     assert '#error "the mma kernel of det_gemm needs the tile parameter warps_m in its spec\'s params"' in source
+
+
+def _gpu_check():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "tools/gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_check", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_tile_configuration_gpu_check_tries_compiles_without_spills(tmp_path: Path):
+    """A candidate that failed to build on the GPU machine would waste its device time; find out here."""
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found: install the CUDA toolkit and set CUDA_HOME=/usr/local/cuda")
+    gpu_check = _gpu_check()
+    csrc = tmp_path / "csrc"
+    shutil.copytree(GENERATED / "cuda/csrc", csrc)  # the includes, beside each variant
+    processes = []
+    for index, tiles in enumerate(gpu_check.TILE_CANDIDATES):
+        smem = tiles[5] * (tiles[0] + tiles[1]) * tiles[2] * 2
+        assert smem <= 227 * 1024, f"{tiles} needs {smem} bytes of shared memory, more than an sm_90 block may have"
+        source = csrc / f"kernels/cuda/tiles_{index}.cu"
+        source.write_text(gpu_check.with_tiles(MMA_SOURCE.read_text(), tiles))
+        command = [nvcc, "-std=c++17", "-O3", "-fmad=false", "-c", "-gencode", "arch=compute_90,code=sm_90", "--ptxas-options=-v", str(source), "-o", str(tmp_path / f"{index}.o")]
+        processes.append((tiles, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for tiles, process in processes:
+        _, stderr = process.communicate(timeout=900)
+        assert process.returncode == 0, f"{tiles}:\n{stderr}"
+        reports = re.findall(r"Compiling entry function '(\w+)'.*?(\d+) bytes spill stores.*?Used (\d+) registers", stderr, re.DOTALL)
+        kernels = [r for r in reports if "det_gemm_mma_kernel" in r[0]]
+        assert len(kernels) == 4, stderr
+        assert all(int(spill) == 0 for _, spill, _ in kernels), f"{tiles} spills:\n{stderr}"

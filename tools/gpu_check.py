@@ -7,6 +7,8 @@
   invariance  batch invariance (1 row vs 512 rows at K=N=4096) and determinism on the device
   bench       every native kernel of det_gemm, det_gemm_nt and det_gemm_tn vs torch.matmul
               (cuBLAS) on the same layout, same process, CUDA events
+  tiles       det_gemm's mma kernel rebuilt with other tile configurations: speed vs cuBLAS,
+              and whether the bits equal those of the spec's configuration
 
 and a short report: $OUT/gpu_report.md (else ./gpu_report.md) with the full log beside it.
 Each stage runs in its own process with its own time limit, so a crash, a CUDA fault or a
@@ -20,6 +22,7 @@ and ninja; not the generator (generated/ is committed).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform as host
 import re
@@ -66,6 +69,7 @@ STAGES = [
     Stage("compare", "Device vs CPU, bit for bit", 120),
     Stage("invariance", "Batch invariance and determinism on the device", 90),
     Stage("bench", "Benchmark vs torch.matmul (cuBLAS)", 180),
+    Stage("tiles", "Tile configurations of det_gemm's mma kernel", 300),
 ]
 
 
@@ -442,7 +446,7 @@ def stage_bench(args) -> tuple[bool, str]:
                     continue
                 a, b = arrange(*inputs(m, k, n, dtype, args.device, seed=11))
                 flop = 2.0 * m * k * n
-                base = measure(lambda a=a, b=b: baseline(a, b))
+                base = measure(lambda a=a, b=b, baseline=baseline: baseline(a, b))
                 row = [f"{flop / base / 1e12:.3g}"]
                 for kernel in kernels:
                     fn = overload(kernel, op)
@@ -472,6 +476,102 @@ def stage_bench(args) -> tuple[bool, str]:
     return errors == 0, "\n".join(body)
 
 
+# Tile configurations to try for det_gemm's mma kernel, as its spec's params
+# (block_m, block_n, block_k, warps_m, warps_n, stages, blocks_per_sm); the spec's own comes first.
+# Shared memory per block: stages * (block_m + block_n) * block_k * 2 bytes, at most 227 KiB.
+TILE_CANDIDATES = [(128, 256, 32, 2, 4, 4, 1), (128, 256, 64, 2, 4, 3, 1), (256, 128, 32, 4, 2, 4, 1)]
+TILE_SHAPES = [(4096, 4096, 4096), (4096, 14336, 4096)]
+TILE_BITS_SHAPE = (777, 4096, 4096)  # partial row tiles; equal bits across configurations expected
+TILES_LINE = re.compile(r"using Tiles = MmaTiles<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (true|false), (true|false)>;")
+
+
+def with_tiles(source: str, tiles: tuple[int, ...]) -> str:
+    """det_gemm_mma.cu with another tile configuration (the operand layouts kept)."""
+    match = TILES_LINE.search(source)
+    if match is None:
+        raise RuntimeError("no `using Tiles = MmaTiles<...>` line in det_gemm_mma.cu")
+    line = f"using Tiles = MmaTiles<{', '.join(map(str, tiles))}, {match.group(8)}, {match.group(9)}>;"
+    return source[: match.start()] + line + source[match.end() :]
+
+
+def tile_probe(args) -> int:
+    """Child of the tiles stage: one build's mma speed vs cuBLAS, and a digest of its bits."""
+    import hashlib
+    import json
+
+    import torch
+
+    rlkernels = load_package(args)
+    del rlkernels
+    mma = torch.ops.rlkernels.det_gemm.mma
+    measure = timer(args.device)
+    result: dict[str, object] = {}
+    for m, k, n in DRY_BENCH_SHAPES if args.dry_run else TILE_SHAPES:
+        a, b = inputs(m, k, n, "bfloat16", args.device, seed=11)
+        result[shape_name((m, k, n))] = {"cublas": measure(lambda a=a, b=b: torch.matmul(a, b)), "mma": measure(lambda a=a, b=b: mma(a, b))}
+    a, b = inputs(*TILE_BITS_SHAPE, "bfloat16", args.device, seed=13)
+    result["digest"] = hashlib.sha256(bits(mma(a, b)).cpu().numpy().tobytes()).hexdigest()[:16]
+    print("TILE-PROBE " + json.dumps(result), flush=True)
+    return 0
+
+
+def stage_tiles(args) -> tuple[bool, str]:
+    import json
+
+    if args.platform != "cuda":
+        return True, "The CPU package has no tensor-core kernel: nothing to measure."
+    source = args.pkg / "csrc/kernels/cuda/det_gemm_mma.cu"
+    original = source.read_text()
+    match = TILES_LINE.search(original)
+    if match is None:
+        return False, "no `using Tiles = MmaTiles<...>` line in the built det_gemm_mma.cu"
+    spec_tiles = tuple(int(g) for g in match.groups()[:7])
+    env, _ = build_env(args)
+    deadline = time.monotonic() + args.bench_budget_s
+    rows, digests, skipped = [], {}, []
+    try:
+        for tiles in [spec_tiles, *[t for t in TILE_CANDIDATES if t != spec_tiles]]:
+            name = "{}x{}x{}, {}x{} warps, {} stages, {}/SM".format(*tiles) + (" (spec)" if tiles == spec_tiles else "")
+            if time.monotonic() > deadline:
+                skipped.append(name)
+                continue
+            if tiles != spec_tiles:
+                source.write_text(with_tiles(original, tiles))
+                # ninja recompiles det_gemm_mma.cu alone, then relinks.
+                if run_logged([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=args.pkg, env=env) != 0:
+                    rows.append(f"| {name} | build failed (see the log) |")
+                    continue
+            probe = subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), "--tile-probe", "--platform", args.platform, "--out", str(args.out)],
+                capture_output=True, text=True, timeout=240,
+            )
+            print(probe.stdout + probe.stderr, flush=True)
+            found = [line for line in probe.stdout.splitlines() if line.startswith("TILE-PROBE ")]
+            if probe.returncode != 0 or not found:
+                rows.append(f"| {name} | probe failed (exit {probe.returncode}; see the log) |")
+                continue
+            result = json.loads(found[0].removeprefix("TILE-PROBE "))
+            digests[name] = result.pop("digest")
+            cells = [f"{2.0 * math.prod(int(x) for x in shape.split('×')) / t['mma'] / 1e12:.0f} ({t['cublas'] / t['mma']:.2f}×)" for shape, t in result.items()]
+            rows.append(f"| {name} | " + " | ".join(cells) + f" | {'same' if digests[name] == next(iter(digests.values())) else '**differ**'} |")
+    finally:
+        if source.read_text() != original:
+            source.write_text(original)  # the next build (any stage) recompiles the spec's configuration
+    shapes = DRY_BENCH_SHAPES if args.dry_run else TILE_SHAPES
+    body = [
+        (f"det_gemm.mma, bfloat16, rebuilt per configuration (det_gemm_nt/tn keep theirs). TFLOP/s and × cuBLAS as in the "
+         f"benchmark; bits: the result at {shape_name(TILE_BITS_SHAPE)} compared with the spec's configuration's."),
+        "",
+        "| configuration | " + " | ".join(f"{shape_name(s)} TFLOP/s (× cuBLAS)" for s in shapes) + " | bits |",
+        "| --- |" + " --- |" * (len(shapes) + 1),
+        *rows,
+    ]
+    if skipped:
+        body.append(f"\nOut of time; not measured: {'; '.join(skipped)}")
+    passed = len(rows) == len(digests) and len(set(digests.values())) <= 1
+    return passed, "\n".join(body)
+
+
 BODIES = {
     "env": stage_env,
     "build": stage_build,
@@ -479,6 +579,7 @@ BODIES = {
     "compare": stage_compare,
     "invariance": stage_invariance,
     "bench": stage_bench,
+    "tiles": stage_tiles,
 }
 
 
@@ -609,6 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench-budget-s", type=int, default=150, help="measure no new shapes after this many seconds")
     parser.add_argument("--stage", choices=list(BODIES), help=argparse.SUPPRESS)  # internal: run one stage
     parser.add_argument("--platform", help=argparse.SUPPRESS)
+    parser.add_argument("--tile-probe", action="store_true", help=argparse.SUPPRESS)  # internal: child of `tiles`
     args = parser.parse_args(argv)
     args.platform = args.platform or ("cpu" if args.dry_run else "cuda")
     args.device = "cpu" if args.platform == "cpu" else "cuda"
@@ -617,6 +719,8 @@ def main(argv: list[str] | None = None) -> int:
     args.pkg = ROOT / ".build" / f"gpu-check-{args.platform}"
     if args.only and not set(args.only) <= set(BODIES):
         parser.error(f"unknown stage in --only: {', '.join(sorted(set(args.only) - set(BODIES)))}")
+    if args.tile_probe:
+        return tile_probe(args)
     if args.stage:
         return run_stage_here(args)
     return orchestrate(args)

@@ -3,7 +3,8 @@
 #
 # In one run (a few minutes on an H200): build generated/cuda in place, run its generated
 # tests on the GPU, compare CUDA with CPU bit for bit, check batch invariance on the
-# device and benchmark det_gemm against torch.matmul (cuBLAS).  Writes gpu_report.md and
+# device, benchmark the det_gemm family against torch.matmul (cuBLAS), and rebuild det_gemm's
+# tensor-core kernel with other tile configurations to time them.  Writes gpu_report.md and
 # gpu_check.log to $OUT if set, else to the current directory.  Every stage runs even
 # when an earlier one fails; the exit status is 0 only when all passed.
 #
