@@ -1,14 +1,14 @@
-"""Runs every device kernel of an emulated CUDA package against the same package's CPU kernels.
+"""Runs every device kernel of an emulated device package against the same package's CPU kernels.
 
     python compare_package.py build   PACKAGE_DIR BUILD_DIR   # compile csrc/ into PACKAGE_DIR/rlkernels/_C.so
     python compare_package.py compare PACKAGE_DIR RESULTS     # run the comparisons, write RESULTS (JSON)
 
-PACKAGE_DIR is a generated CUDA package whose csrc/ the caller prepared for the emulator
-(tests/test_cuda_emulated.py).  Each step runs in its own process: importing the package
+PACKAGE_DIR is a generated device package (cuda, rocm or musa) whose csrc/ the caller
+prepared for the emulator (tests/test_device_emulated.py).  Each step runs in its own process: importing the package
 registers torch.ops.rlkernels, which a process can do once.
 
-For every op, every native kernel registered for the CUDA dispatch key is called through
-that key on CPU tensors (the emulator runs it), on the shapes, dtypes and inputs of the op's
+For every op, every native kernel registered for the package's device dispatch key is
+called through that key on CPU tensors (the emulator runs it), on the shapes, dtypes and inputs of the op's
 generated contract tests, and once more with a NaN and infinities in its first float input.
 A kernel that declares `portable`, paired with a CPU kernel that does too, must give the CPU
 kernel's bits; any other must be as accurate as the op's tolerance class asks.
@@ -78,19 +78,21 @@ def compare(package: Path, results_path: Path) -> int:
     import torch
 
     sys.path.insert(0, str(package))
+    sys.path.append(str(EMULATOR / "python"))  # stand-ins for vendor Python modules (torch_musa)
     import rlkernels
-    from rlkernels._registry import OPS, TOLERANCES
+    from rlkernels._registry import BUILD_PLATFORM, OPS, PLATFORMS, TOLERANCES
 
     if rlkernels.NATIVE_ERROR is not None:
         raise SystemExit(f"the emulated native library did not load: {rlkernels.NATIVE_ERROR}")
-    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    key = next(p.dispatch_key for p in PLATFORMS if p.name == BUILD_PLATFORM)
+    device = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
     results: dict[str, list[dict[str, str]]] = {}
     for name, op in OPS.items():
         tests = _generated_tests(package, name)
         cpu_kernel = next(k for k in op.backends.get("cpu", ()) if op.kernels[k].kind == "native")
         packet = getattr(torch.ops.rlkernels, name)
         rows = results.setdefault(name, [])
-        for kernel in (k for k in op.backends.get("cuda", ()) if op.kernels[k].kind == "native"):
+        for kernel in (k for k in op.backends.get(BUILD_PLATFORM, ()) if op.kernels[k].kind == "native"):
             portable = "portable" in op.kernels[kernel].guarantees and "portable" in op.kernels[cpu_kernel].guarantees
             cases = [(dtype, shape, seed, False) for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
             if portable:
@@ -101,7 +103,7 @@ def compare(package: Path, results_path: Path) -> int:
                     inputs = tests.make_inputs(shape, dtype, "cpu", seed=seed)
                     if nonfinite:
                         inputs = _with_nonfinite(inputs)
-                    got = _as_tuple(getattr(packet, kernel).redispatch(cuda, *inputs, **tests.ATTRS))
+                    got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **tests.ATTRS))
                     if portable:
                         want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **tests.ATTRS))
                         diffs = [i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape or g.dtype != w.dtype or not torch.equal(_bits(g), _bits(w))]
