@@ -369,6 +369,8 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
             jobs.append(RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,)))
             jobs.append(RenderJob(f"{tdir}/rlk_math.h", "package/rlk_math.h.j2", tctx, (tfile,)))
             jobs.append(RenderJob(f"{tdir}/rlk_reduce.h", "package/rlk_reduce.h.j2", tctx, (tfile,)))
+            if target.kind == "host":
+                jobs.append(RenderJob(f"{tdir}/rlk_parallel.h", "package/rlk_parallel.h.j2", tctx, (tfile,)))
             wanted: dict[str, list[str]] = {}
             for op in ops:
                 for kernel in op.native_kernels(target.name):

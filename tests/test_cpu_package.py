@@ -113,3 +113,38 @@ def test_fp32_output_is_differentiable_back_to_the_input_dtype(rlkernels):
 def test_leading_dimensions_may_be_empty(rlkernels):
     assert rlkernels.silu(torch.randn(2, 3, 0)).shape == (2, 3, 0)
     assert rlkernels.silu(torch.randn(0, 3, 5)).shape == (0, 3, 5)
+
+
+# Sizes that give each op several threads' worth of work, in its generated tests' terms.
+THREADED_CASES = {
+    "silu": {"R": 64, "C": 16384},
+    "swiglu": {"R": 64, "C": 16384},
+    "silu_backward": {"R": 64, "C": 16384},
+    "swiglu_backward": {"R": 64, "C": 16384},
+    "logp": {"N": 96, "V": 4099},
+    "logp_backward": {"N": 96, "V": 4099},
+    "rms_norm": {"T": 513, "H": 2048},
+    "ratio_kl": {"B": 64, "T": 16384},
+    "ratio_kl_backward": {"B": 64, "T": 16384},
+}
+
+
+@pytest.mark.parametrize("op", sorted(THREADED_CASES))
+def test_host_threads_change_no_bit(rlkernels, op, monkeypatch):
+    """Host kernels split rows or elements among threads; one thread and four give the same bits."""
+    import importlib.util
+
+    from package_build import CACHE
+
+    spec = importlib.util.spec_from_file_location(f"generated_test_{op}", CACHE / "inplace-cpu" / "tests" / f"test_{op}.py")
+    tests = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tests)
+    dims = {**tests.SHAPES[0], **THREADED_CASES[op]}
+    for dtype in tests.DTYPES:
+        inputs = tests.make_inputs(dims, dtype, "cpu", seed=5)
+        results = {}
+        for threads in ("1", "4"):
+            monkeypatch.setenv("RLK_NUM_THREADS", threads)
+            results[threads] = tests.run(*inputs)
+        for one, four in zip(results["1"], results["4"]):
+            assert torch.equal(one.view(torch.uint8) if one.dtype == torch.bool else one, four), f"{op} {dtype}"

@@ -13,14 +13,11 @@
 #include "rlk_numerics.h"
 
 #include <algorithm>
-#include <atomic>
-#include <cfenv>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <system_error>
-#include <thread>
-#include <vector>
+
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -37,9 +34,8 @@ namespace {
 // so every output sees exactly the scalar sequence above, whatever vector width, tile
 // or thread computes it.  Threads share out tiles of rows and columns, never K.
 //
-// Threads: the caller's request (torch.get_num_threads() through the bindings); the
-// environment, read on every call, can override it:
-//   RLK_NUM_THREADS        threads to use
+// Threads: as rlk_parallel.h says (the caller's request, or RLK_NUM_THREADS).  The
+// environment, read on every call, can also ask for the portable code path:
 //   RLK_CPU_SIMD=generic   use the portable code path even where AVX2 is available
 
 // Columns of a register tile and of a packed B panel, the same on every code path.
@@ -200,48 +196,6 @@ Path<T> choose_path() {
   return {kRowsGeneric, compute_item_generic<T>};
 }
 
-// Threads for one call: RLK_NUM_THREADS if set, else the caller's request (every hardware
-// thread when it asks for none), fewer for small products, where starting a thread costs
-// more than it saves.
-int thread_count(int64_t M, int64_t K, int64_t N, int64_t requested) {
-  int64_t threads = requested > 0 ? requested : std::max(1u, std::thread::hardware_concurrency());
-  if (const char* env = std::getenv("RLK_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) threads = n;
-  }
-  const int64_t by_work = std::max<int64_t>(1, M * K * N / kMinWorkPerThread);
-  return static_cast<int>(std::min({threads, by_work, int64_t{256}}));
-}
-
-// Calls body(i) for i in [0, count) on up to `threads` threads, the caller included.
-// Indices are handed out from a shared counter, so a core that is busy elsewhere simply
-// takes fewer of them; which thread computes what never changes the bits.
-template <typename Body>
-void parallel_for(int64_t count, int threads, const Body& body) {
-  std::atomic<int64_t> next{0};
-  const auto work = [&] {
-    for (int64_t i = next++; i < count; i = next++) body(i);
-  };
-  // Every thread uses the caller's floating-point environment (flush-to-zero, rounding
-  // mode), so each tile is computed alike.  POSIX threads inherit it; others may not.
-  std::fenv_t env;
-  std::fegetenv(&env);
-  const auto helper_work = [&] {
-    std::fesetenv(&env);
-    work();
-  };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads && t < count; ++t) {
-    try {
-      helpers.emplace_back(helper_work);
-    } catch (const std::system_error&) {
-      break;  // the threads already running take its share
-    }
-  }
-  work();
-  for (std::thread& helper : helpers) helper.join();
-}
-
 // float32 scratch aligned to a cache line, left uninitialised (every element is written).
 class Scratch {
  public:
@@ -286,7 +240,7 @@ void run(const void* a_ptr, const void* b_ptr, void* c_ptr, int64_t M, int64_t K
   const T* b = static_cast<const T*>(b_ptr);
   TC* c = static_cast<TC*>(c_ptr);
   const Path<TC> path = choose_path<TC>();
-  const int threads = thread_count(M, K, N, num_threads);
+  const int threads = thread_count(M * K * N, kMinWorkPerThread, num_threads);
 
   Packed p{};
   p.M = M;

@@ -13,6 +13,7 @@
 #include "logp_backward_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -28,38 +29,40 @@ RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, i
 
 template <typename T>
 void run(const void* grad_lp_ptr, const void* logits_ptr, const void* ids_ptr, const void* lse_ptr, void* grad_logits_ptr, int64_t N,
-         int64_t V, int64_t ignore_index) {
+         int64_t V, int64_t ignore_index, int64_t num_threads) {
   const float* grad_lp = static_cast<const float*>(grad_lp_ptr);
   const T* logits = static_cast<const T*>(logits_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   const float* lse = static_cast<const float*>(lse_ptr);
   T* grad_logits = static_cast<T*>(grad_logits_ptr);
-  for (int64_t row = 0; row < N; ++row) {
-    const T* x = logits + row * V;
-    T* out = grad_logits + row * V;
-    for (int64_t v = 0; v < V; ++v)
-      out[v] = from_float<T>(element(grad_lp[row], to_float(x[v]), lse[row], v, ids[row], V, ignore_index));
-  }
+  // Rows are independent: threads split them, and change no bit.
+  parallel_rows(N, V * 16, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const T* x = logits + row * V;
+      T* out = grad_logits + row * V;
+      for (int64_t v = 0; v < V; ++v)
+        out[v] = from_float<T>(element(grad_lp[row], to_float(x[v]), lse[row], v, ids[row], V, ignore_index));
+    }
+  });
 }
 
 }  // namespace
 
 void logp_backward_rows(const void* grad_lp, const void* logits, const void* ids, const void* lse, void* grad_logits, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
-  (void)num_threads;  // one thread: elements are independent, so threads would change no bits, only time
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index);
+      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index);
+      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index);
+      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, num_threads);
       return;
     }
   }

@@ -18,6 +18,7 @@
 #include "logp_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include "rlk_reduce.h"
 
 namespace rlk {
@@ -46,44 +47,46 @@ RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float 
 }
 
 template <typename T>
-void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_ptr, int64_t N, int64_t V, int64_t ignore_index) {
+void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_ptr, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
   const T* logits = static_cast<const T*>(logits_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   float* lp = static_cast<float*>(lp_ptr);
   float* lse = static_cast<float*>(lse_ptr);
-  for (int64_t row = 0; row < N; ++row) {
-    const int64_t id = ids[row];
-    if (id == ignore_index) {
-      lp[row] = 0.0f;
-      lse[row] = 0.0f;
-      continue;
+  // Rows are independent: threads split them, and change no bit.
+  parallel_rows(N, V * 24, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t id = ids[row];
+      if (id == ignore_index) {
+        lp[row] = 0.0f;
+        lse[row] = 0.0f;
+        continue;
+      }
+      const T* x = logits + row * V;
+      const float m = host_max(V, [x](int64_t v) { return to_float(x[v]); }, negative_infinity());
+      const float shift = finite_or_zero(m);
+      const float sum = host_sum_lanes_tree<kLanes>(V, [x, shift](int64_t v) { return shifted_exp(to_float(x[v]), shift); });
+      finish_row(x, id, V, shift, sum, lp + row, lse + row);
     }
-    const T* x = logits + row * V;
-    const float m = host_max(V, [x](int64_t v) { return to_float(x[v]); }, negative_infinity());
-    const float shift = finite_or_zero(m);
-    const float sum = host_sum_lanes_tree<kLanes>(V, [x, shift](int64_t v) { return shifted_exp(to_float(x[v]), shift); });
-    finish_row(x, id, V, shift, sum, lp + row, lse + row);
-  }
+  });
 }
 
 }  // namespace
 
 void logp_rows(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
-  (void)num_threads;  // one thread: rows are independent, so threads would change no bits, only time
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(logits, ids, lp, lse, N, V, ignore_index);
+      run<T>(logits, ids, lp, lse, N, V, ignore_index, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(logits, ids, lp, lse, N, V, ignore_index);
+      run<T>(logits, ids, lp, lse, N, V, ignore_index, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(logits, ids, lp, lse, N, V, ignore_index);
+      run<T>(logits, ids, lp, lse, N, V, ignore_index, num_threads);
       return;
     }
   }

@@ -10,6 +10,7 @@
 #include "swiglu_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -20,12 +21,17 @@ RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
 
 RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }
 
+// Elements are independent: threads split them, and change no bit.
+constexpr int64_t kElementCost = 32;  // element operations one element costs, about
+
 template <typename T>
-void run(const void* g_ptr, const void* u_ptr, void* y_ptr, int64_t n) {
+void run(const void* g_ptr, const void* u_ptr, void* y_ptr, int64_t n, int64_t num_threads) {
   const T* g = static_cast<const T*>(g_ptr);
   const T* u = static_cast<const T*>(u_ptr);
   T* y = static_cast<T*>(y_ptr);
-  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(gated(to_float(g[i]), to_float(u[i])));
+  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = from_float<T>(gated(to_float(g[i]), to_float(u[i])));
+  });
 }
 
 }  // namespace
@@ -34,17 +40,17 @@ void swiglu_elementwise(const void* g, const void* u, void* y, Dtype dtype_T, in
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(g, u, y, R * C);
+      run<T>(g, u, y, R * C, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(g, u, y, R * C);
+      run<T>(g, u, y, R * C, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(g, u, y, R * C);
+      run<T>(g, u, y, R * C, num_threads);
       return;
     }
   }

@@ -12,6 +12,7 @@
 #include "ratio_kl_backward_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -28,12 +29,13 @@ RLK_ARITH float element(int64_t i, const float* grad_ratio, const float* grad_kl
 }  // namespace
 
 void ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, int64_t B, int64_t T, int64_t num_threads) {
-  (void)num_threads;  // one thread: tokens are independent, so threads would change no bits, only time
-  const int64_t n = B * T;
+  // Tokens are independent: threads split them, and change no bit.
   float* out = static_cast<float*>(grad_lp);
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = element(i, static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const float*>(lp),
-                     static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp), static_cast<const bool*>(mask));
+  parallel_rows(B * T, 32, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      out[i] = element(i, static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const float*>(lp),
+                       static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp), static_cast<const bool*>(mask));
+  });
 }
 
 }  // namespace cpu

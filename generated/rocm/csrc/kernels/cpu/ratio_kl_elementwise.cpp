@@ -14,6 +14,7 @@
 #include "ratio_kl_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -34,11 +35,12 @@ RLK_ARITH void element(int64_t i, const float* lp, const float* old_lp, const fl
 }  // namespace
 
 void ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, int64_t B, int64_t T, int64_t num_threads) {
-  (void)num_threads;  // one thread: tokens are independent, so threads would change no bits, only time
-  const int64_t n = B * T;
-  for (int64_t i = 0; i < n; ++i)
-    element(i, static_cast<const float*>(lp), static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp),
-            static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl));
+  // Tokens are independent: threads split them, and change no bit.
+  parallel_rows(B * T, 32, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      element(i, static_cast<const float*>(lp), static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp),
+              static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl));
+  });
 }
 
 }  // namespace cpu

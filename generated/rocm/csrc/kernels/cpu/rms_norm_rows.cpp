@@ -14,6 +14,7 @@
 #include "rms_norm_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include "rlk_reduce.h"
 
 namespace rlk {
@@ -30,22 +31,25 @@ RLK_ARITH float row_rstd(float sum_of_squares, int64_t H, float eps) {
 RLK_ARITH float normalized(float x, float rstd, float w) { return mul_rn(mul_rn(x, rstd), w); }
 
 template <typename D>
-void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int64_t T, int64_t H, float eps) {
+void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int64_t T, int64_t H, float eps, int64_t num_threads) {
   const D* x = static_cast<const D*>(x_ptr);
   const D* w = static_cast<const D*>(w_ptr);
   D* y = static_cast<D*>(y_ptr);
   float* rstd = static_cast<float*>(rstd_ptr);
-  for (int64_t t = 0; t < T; ++t) {
-    const D* xr = x + t * H;
-    D* yr = y + t * H;
-    const float ss = host_sum_lanes_tree<kLanes>(H, [xr](int64_t h) {
-      const float v = to_float(xr[h]);
-      return mul_rn(v, v);
-    });
-    const float r = row_rstd(ss, H, eps);
-    rstd[t] = from_float<float>(r);
-    for (int64_t h = 0; h < H; ++h) yr[h] = from_float<D>(normalized(to_float(xr[h]), r, to_float(w[h])));
-  }
+  // Rows are independent: threads split them, and change no bit.
+  parallel_rows(T, H * 4, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const D* xr = x + t * H;
+      D* yr = y + t * H;
+      const float ss = host_sum_lanes_tree<kLanes>(H, [xr](int64_t h) {
+        const float v = to_float(xr[h]);
+        return mul_rn(v, v);
+      });
+      const float r = row_rstd(ss, H, eps);
+      rstd[t] = from_float<float>(r);
+      for (int64_t h = 0; h < H; ++h) yr[h] = from_float<D>(normalized(to_float(xr[h]), r, to_float(w[h])));
+    }
+  });
 }
 
 }  // namespace
@@ -54,17 +58,17 @@ void rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtyp
   switch (dtype_D) {
     case Dtype::float32: {
       using D = float;
-      run<D>(x, w, y, rstd, T, H, eps);
+      run<D>(x, w, y, rstd, T, H, eps, num_threads);
       return;
     }
     case Dtype::float16: {
       using D = half_t;
-      run<D>(x, w, y, rstd, T, H, eps);
+      run<D>(x, w, y, rstd, T, H, eps, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using D = bfloat16_t;
-      run<D>(x, w, y, rstd, T, H, eps);
+      run<D>(x, w, y, rstd, T, H, eps, num_threads);
       return;
     }
   }

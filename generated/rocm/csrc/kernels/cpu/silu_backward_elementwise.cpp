@@ -10,6 +10,7 @@
 #include "silu_backward_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -23,12 +24,17 @@ RLK_ARITH float silu_grad_f32(float x) {
 
 RLK_ARITH float input_grad(float dy, float x) { return mul_rn(dy, silu_grad_f32(x)); }
 
+// Elements are independent: threads split them, and change no bit.
+constexpr int64_t kElementCost = 32;  // element operations one element costs, about
+
 template <typename T>
-void run(const void* dy_ptr, const void* x_ptr, void* dx_ptr, int64_t n) {
+void run(const void* dy_ptr, const void* x_ptr, void* dx_ptr, int64_t n, int64_t num_threads) {
   const T* dy = static_cast<const T*>(dy_ptr);
   const T* x = static_cast<const T*>(x_ptr);
   T* dx = static_cast<T*>(dx_ptr);
-  for (int64_t i = 0; i < n; ++i) dx[i] = from_float<T>(input_grad(to_float(dy[i]), to_float(x[i])));
+  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dx[i] = from_float<T>(input_grad(to_float(dy[i]), to_float(x[i])));
+  });
 }
 
 }  // namespace
@@ -37,17 +43,17 @@ void silu_backward_elementwise(const void* grad_y, const void* x, void* dx, Dtyp
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(grad_y, x, dx, R * C);
+      run<T>(grad_y, x, dx, R * C, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(grad_y, x, dx, R * C);
+      run<T>(grad_y, x, dx, R * C, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(grad_y, x, dx, R * C);
+      run<T>(grad_y, x, dx, R * C, num_threads);
       return;
     }
   }

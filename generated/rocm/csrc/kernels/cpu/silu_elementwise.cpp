@@ -9,6 +9,7 @@
 #include "silu_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -17,11 +18,16 @@ namespace {
 // silu(x) = x * sigmoid(x), the product rounded once in float32.
 RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
 
+// Elements are independent: threads split them, and change no bit.
+constexpr int64_t kElementCost = 32;  // element operations one element costs, about
+
 template <typename T>
-void run(const void* x_ptr, void* y_ptr, int64_t n) {
+void run(const void* x_ptr, void* y_ptr, int64_t n, int64_t num_threads) {
   const T* x = static_cast<const T*>(x_ptr);
   T* y = static_cast<T*>(y_ptr);
-  for (int64_t i = 0; i < n; ++i) y[i] = from_float<T>(silu_f32(to_float(x[i])));
+  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = from_float<T>(silu_f32(to_float(x[i])));
+  });
 }
 
 }  // namespace
@@ -30,17 +36,17 @@ void silu_elementwise(const void* x, void* y, Dtype dtype_T, int64_t R, int64_t 
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(x, y, R * C);
+      run<T>(x, y, R * C, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(x, y, R * C);
+      run<T>(x, y, R * C, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(x, y, R * C);
+      run<T>(x, y, R * C, num_threads);
       return;
     }
   }

@@ -12,6 +12,7 @@
 #include "swiglu_backward_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -30,18 +31,23 @@ RLK_ARITH float gate_grad(float dy, float g, float u) { return mul_rn(mul_rn(dy,
 
 RLK_ARITH float up_grad(float dy, float g) { return mul_rn(dy, silu_f32(g)); }
 
+// Elements are independent: threads split them, and change no bit.
+constexpr int64_t kElementCost = 32;  // element operations one element costs, about
+
 template <typename T>
-void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr, void* du_ptr, int64_t n) {
+void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr, void* du_ptr, int64_t n, int64_t num_threads) {
   const T* dy = static_cast<const T*>(dy_ptr);
   const T* g = static_cast<const T*>(g_ptr);
   const T* u = static_cast<const T*>(u_ptr);
   T* dg = static_cast<T*>(dg_ptr);
   T* du = static_cast<T*>(du_ptr);
-  for (int64_t i = 0; i < n; ++i) {
-    const float dyi = to_float(dy[i]), gi = to_float(g[i]);
-    dg[i] = from_float<T>(gate_grad(dyi, gi, to_float(u[i])));
-    du[i] = from_float<T>(up_grad(dyi, gi));
-  }
+  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float dyi = to_float(dy[i]), gi = to_float(g[i]);
+      dg[i] = from_float<T>(gate_grad(dyi, gi, to_float(u[i])));
+      du[i] = from_float<T>(up_grad(dyi, gi));
+    }
+  });
 }
 
 }  // namespace
@@ -50,17 +56,17 @@ void swiglu_backward_elementwise(const void* grad_y, const void* g, const void* 
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(grad_y, g, u, dg, du, R * C);
+      run<T>(grad_y, g, u, dg, du, R * C, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(grad_y, g, u, dg, du, R * C);
+      run<T>(grad_y, g, u, dg, du, R * C, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(grad_y, g, u, dg, du, R * C);
+      run<T>(grad_y, g, u, dg, du, R * C, num_threads);
       return;
     }
   }
