@@ -14,7 +14,7 @@ help:
 	@echo "make check      fail if generated/ is not what the specs produce"
 	@echo "make diff       show what 'make generate' would change"
 	@echo "make test       run every test (generator, contracts, CPU package build)"
-	@echo "make lint       ruff check generator tests; mypy --strict generator"
+	@echo "make lint       ruff check generator tests tools; mypy --strict generator"
 	@echo "make compile-check  compile every generated kernel: nvcc (.cu), hipcc (.hip), nvcc + MUSA shim (.mu)"
 	@echo "make wheel PLATFORM=cpu|cuda|rocm|musa  build dist/rlkernels-<version>+<label>-*.whl"
 	@echo "make gpu-check  on a GPU machine: build the CUDA package, run its tests, compare with CPU, benchmark"
@@ -45,7 +45,7 @@ test-fast: $(VENV)/.test-stamp
 	$(PY) -m pytest -q -m "not slow"
 
 lint: $(VENV)/.test-stamp
-	$(PY) -m ruff check generator tests
+	$(PY) -m ruff check generator tests tools
 	$(PY) -m mypy --strict generator
 
 compile-check: $(VENV)/.gen-stamp

@@ -28,7 +28,7 @@ from conftest import REPO, Project, copy_project
 from emulation import EMULATOR, emulated_source
 
 GXX = shutil.which("g++")
-pytestmark = pytest.mark.skipif(GXX is None, reason="g++ not found: the emulator is compiled with the host C++ compiler")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(GXX is None, reason="g++ not found: the emulator is compiled with the host C++ compiler")]
 FLAGS = ("-std=c++17", "-O1", "-DRLK_EMULATOR", "-ffp-contract=off", "-Wno-unknown-pragmas", f"-I{EMULATOR / 'include'}", f"-I{EMULATOR}")
 MODES = [("eager", "forward"), ("deferred", "forward"), ("eager", "reverse"), ("deferred", "reverse")]
 

@@ -6,6 +6,7 @@ Prints, and writes to docs/performance.md:
   * the CPU det_gemm kernel (float32 and bfloat16 inputs) against torch.matmul on the
     same tensors, on one thread and on all of them, with the GFLOP/s each achieved and
     whether the kernel's outputs were bitwise deterministic and batch-invariant in the run;
+  * logp and rms_norm against the PyTorch code they replace, the same way;
   * the generator: a full generate of the catalog, a no-op generate (which must write
     nothing), and synthetic catalogs of 100, 300 and 1,000 copies of det_gemm.
 
@@ -191,6 +192,110 @@ class GenRow:
         return seconds * 1000 / (self.ops * self.platforms)
 
 
+# ---------------------------------------------------------------- RL ops vs their PyTorch code
+
+
+@dataclass
+class OpRow:
+    op: str
+    dtype: str
+    shape: str
+    threads: int
+    kernel_ms: float
+    torch_ms: float
+    ratio: float
+    reps: int
+    deterministic: bool
+    invariant: bool
+
+
+# (op, sizes, what PyTorch code is the baseline): a Qwen-sized vocabulary and a long batch.
+OP_CASES = [
+    ("logp", {"N": 512, "V": 32768}),
+    ("logp", {"N": 64, "V": 151936}),
+    ("rms_norm", {"T": 4096, "H": 4096}),
+]
+OP_DTYPES = ["float32", "bfloat16"]
+OP_BASELINES = {
+    "logp": "torch.log_softmax(logits.float(), -1).gather(-1, ids[:, None])",
+    "rms_norm": "torch.nn.functional.rms_norm(x, (H,), w, eps)",
+}
+
+
+def op_inputs(op: str, sizes: dict[str, int], dtype):
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    if op == "logp":
+        logits = torch.randn(sizes["N"], sizes["V"], generator=g).to(dtype)
+        ids = torch.randint(0, sizes["V"], (sizes["N"],), generator=g)
+        return (
+            (logits, ids),
+            lambda logits=logits, ids=ids: torch.log_softmax(logits.float(), -1).gather(-1, ids[:, None]).squeeze(1),
+        )
+    x = torch.randn(sizes["T"], sizes["H"], generator=g).to(dtype)
+    w = torch.randn(sizes["H"], generator=g).to(dtype)
+    return (x, w), lambda x=x, w=w: torch.nn.functional.rms_norm(x, (sizes["H"],), w, 1e-6)
+
+
+def bench_op(rlkernels, threads: int, op: str, sizes: dict[str, int], dtype_name: str) -> OpRow:
+    import torch
+
+    inputs, baseline = op_inputs(op, sizes, getattr(torch, dtype_name))
+    fn = getattr(rlkernels, op)
+    kernel_s, torch_s, first, differing = time_alternately(lambda: fn(*inputs)[0], baseline)
+    alone = fn(*(t[:INVARIANT_ROWS] for t in inputs)) if op == "logp" else fn(inputs[0][:INVARIANT_ROWS], inputs[1])
+    return OpRow(
+        op=op,
+        dtype=dtype_name,
+        shape=" ".join(f"{k}={v}" for k, v in sizes.items()),
+        threads=threads,
+        kernel_ms=statistics.median(kernel_s) * 1e3,
+        torch_ms=statistics.median(torch_s) * 1e3,
+        ratio=statistics.median(t / s for s, t in zip(kernel_s, torch_s)),
+        reps=len(kernel_s),
+        deterministic=differing == 0,
+        invariant=same_bits(alone[0], first[:INVARIANT_ROWS]),
+    )
+
+
+def run_ops(rlkernels) -> list[OpRow]:
+    import torch
+
+    rows = []
+    for threads in thread_counts():
+        torch.set_num_threads(threads)
+        os.environ["RLK_NUM_THREADS"] = str(threads)
+        for op, sizes in OP_CASES:
+            for dtype_name in OP_DTYPES:
+                row = bench_op(rlkernels, threads, op, sizes, dtype_name)
+                print(format_op_row(row), flush=True)
+                rows.append(row)
+    return rows
+
+
+OP_HEADER = (
+    "| op | inputs | sizes | threads | rlkernels ms | PyTorch ms | rlkernels / PyTorch speed | same bits every repeat | rows 0–7 alone = in batch |\n"
+    "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
+)
+
+
+def format_op_row(r: OpRow) -> str:
+    return (
+        f"| {r.op} | {r.dtype} | {r.shape} | {r.threads} | {r.kernel_ms:.2f} | {r.torch_ms:.2f} | **{r.ratio:.2f}** | "
+        f"{'yes' if r.deterministic else '**no**'} ({r.reps} runs) | {'yes' if r.invariant else '**no**'} |"
+    )
+
+
+OP_NOTES = """\
+* Baselines, on the same tensors: """ + "; ".join(f"{op}: `{code}`" for op, code in OP_BASELINES.items()) + """.
+  They are what a training loop writes without this package: neither promises the same bits
+  on another device or batch size.
+* rlkernels: the CPU kernels, whose bits equal the device kernels' (the ops declare
+  `portable`); threads split rows, never a row's reduction.  Speed ratio and columns as above.
+* logp also returns the log-sum-exp (for its backward), which the baseline does not compute."""
+
+
 def make_project(dest: Path, copies: int) -> None:
     shutil.copytree(ROOT / "specs", dest / "specs")
     shutil.copytree(ROOT / "templates", dest / "templates")
@@ -353,7 +458,7 @@ GEN_NOTES = """\
 * Timed in-process through `generator.cli.main`, so interpreter start-up is not included."""
 
 
-def write_doc(machine: list[str], gemm_rows: list[GemmRow], gen_rows: list[GenRow]) -> None:
+def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], gen_rows: list[GenRow]) -> None:
     parts = [
         "# Performance\n",
         "Written by `make bench` (`tools/bench.py`); rerun it rather than editing this file.",
@@ -364,6 +469,8 @@ def write_doc(machine: list[str], gemm_rows: list[GemmRow], gen_rows: list[GenRo
     ]
     if gemm_rows:
         parts += ["\n## det_gemm on CPU vs torch.matmul\n", GEMM_HEADER, *map(format_gemm_row, gemm_rows), "", GEMM_NOTES]
+    if op_rows:
+        parts += ["\n## logp and rms_norm on CPU vs PyTorch\n", OP_HEADER, *map(format_op_row, op_rows), "", OP_NOTES]
     if gen_rows:
         parts += ["\n## Generator\n", GEN_HEADER, *map(format_gen_row, gen_rows), "", GEN_NOTES]
     DOC.parent.mkdir(parents=True, exist_ok=True)
@@ -380,18 +487,20 @@ def main() -> int:
     command = " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
     machine = machine_lines(command, with_torch="kernel" in sections)
     print("\n".join(machine))
-    gemm_rows, gen_rows = [], []
+    gemm_rows, op_rows, gen_rows = [], [], []
     if "kernel" in sections:
         rlkernels = build_cpu_package()
         print("\n" + GEMM_HEADER)
         gemm_rows = run_gemm(rlkernels)
+        print("\n" + OP_HEADER)
+        op_rows = run_ops(rlkernels)
     if "generator" in sections:
         print("\n" + GEN_HEADER)
         gen_rows = run_generator()
-    write_doc(machine, gemm_rows, gen_rows)
-    failed = [r for r in gemm_rows if not (r.deterministic and r.invariant)]
+    write_doc(machine, gemm_rows, op_rows, gen_rows)
+    failed = [r for r in [*gemm_rows, *op_rows] if not (r.deterministic and r.invariant)]
     for r in failed:
-        print(f"bench: det_gemm {r.dtype} {r.shape} on {r.threads} threads was not bitwise stable", file=sys.stderr)
+        print(f"bench: {getattr(r, 'op', 'det_gemm')} {r.dtype} {r.shape} on {r.threads} threads was not bitwise stable", file=sys.stderr)
     return 1 if failed else 0
 
 
