@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .errors import ContractError, SpecError, SpecProblem
 from .load import Catalog
-from .model import NativeKernel, OpSpec, ReferenceKernel
+from .model import Guarantee, NativeKernel, OpSpec, ReferenceKernel
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
@@ -81,6 +81,19 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         for attr_index, attr in enumerate(step.attrs or ()):
             if attr not in {a.name for a in op.attrs} or attr not in {a.name for a in target.attrs}:
                 problems.append(src.problem(("backward", index, "attrs", attr_index), f"attribute {attr} is not shared by {op.name} and {step.op}"))
+    # Batch invariance is defined on the outputs that carry the batch dimension; without one
+    # the promise means nothing and no test could hold a kernel to it.
+    batch_dim = op.tests.batch_dim
+    batched = batch_dim is not None and any(batch_dim in out.shape for out in op.outputs)
+    if not batched:
+        why = "the op names no batch dimension (tests.batch_dim)" if batch_dim is None else f"no output has the batch dimension {batch_dim}"
+        if Guarantee.batch_invariant in op.requires:
+            index = op.requires.index(Guarantee.batch_invariant)
+            problems.append(src.problem(("requires", index), f"batch_invariant is required, but {why}, so nothing defines or tests it"))
+        for name, kernel in op.kernels.items():
+            if Guarantee.batch_invariant in kernel.guarantees:
+                index = kernel.guarantees.index(Guarantee.batch_invariant)
+                problems.append(src.problem(("kernels", name, "guarantees", index), f"kernel {name} declares batch_invariant, but {why}, so nothing defines or tests it"))
     for name, kernel in op.kernels.items():
         for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
             if platform not in platforms:

@@ -91,3 +91,20 @@ def test_runtime_refuses_unsupported_platform_without_fallback(project: Project,
         rlkernels.det_gemm(torch.ones(2, 2), torch.ones(2, 2))
     with pytest.raises(rlkernels.UnsupportedError, match="carries kernels for cpu, not for cuda tensors"):
         rlkernels.select_backend("det_gemm", "cuda")
+
+
+def test_batch_invariance_without_a_batch_dimension_is_refused(bare_project, capsys):
+    """A guarantee nothing defines cannot be proved or tested: batch_invariant needs a batch axis on an output."""
+    line = bare_project.edit("specs/ops/grpo_loss.yaml", "requires: [deterministic]", "requires: [deterministic, batch_invariant]")
+    assert bare_project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert f"specs/ops/grpo_loss.yaml:{line}: requires.1: batch_invariant is required, but the op names no batch dimension (tests.batch_dim)" in err, err
+
+
+def test_batch_invariance_needs_an_output_with_the_batch_dimension(bare_project, capsys):
+    # T is a dimension of grpo_loss's inputs, but its outputs (a scalar loss, [G, S] advantages) have none.
+    bare_project.edit("specs/ops/grpo_loss.yaml", "requires: [deterministic]", "requires: [deterministic, batch_invariant]")
+    bare_project.edit("specs/ops/grpo_loss.yaml", "  batch_dim: null", "  batch_dim: T")
+    assert bare_project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "requires.1: batch_invariant is required, but no output has the batch dimension T, so nothing defines or tests it" in err, err

@@ -493,7 +493,7 @@ class _PackFunction(torch.autograd.Function):
 def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Varlen packing, packed = x[mask], the unmasked rows of every sequence back to back, with cu_seqlens.
 
-    Contract: deterministic, batch_invariant, portable.  Runs the first backend in
+    Contract: deterministic, portable.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
     and raises ``UnsupportedError`` rather than fall back to one that does not.
     Differentiable: the backward pass runs unpack.
@@ -690,7 +690,7 @@ def _run_rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tenso
 def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gradients of rms_norm with respect to x and w, given the forward's rstd.
 
-    Contract: deterministic.  Runs the first backend in
+    Contract: deterministic, batch_invariant.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
     and raises ``UnsupportedError`` rather than fall back to one that does not.
 
@@ -930,7 +930,7 @@ def _run_unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Varlen unpacking, the inverse of pack, zeros at the masked-out positions.
 
-    Contract: deterministic, batch_invariant, portable.  Runs the first backend in
+    Contract: deterministic, portable.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
     and raises ``UnsupportedError`` rather than fall back to one that does not.
 

@@ -358,12 +358,12 @@ OPS = {
     "pack": Op(
         name="pack",
         summary="Varlen packing, packed = x[mask], the unmasked rows of every sequence back to back, with cu_seqlens",
-        requires=frozenset({"batch_invariant", "deterministic", "portable"}),
+        requires=frozenset({"deterministic", "portable"}),
         kernels={
             "rows": Kernel(
                 name="rows",
                 kind="native",
-                guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
+                guarantees=frozenset({"deterministic", "portable"}),
                 doc="One block of 256 threads per sequence on devices (its offset counted from the mask, its rows placed by a block scan), one loop on the host",
             ),
             "torch_reference": Kernel(
@@ -462,12 +462,12 @@ OPS = {
     "rms_norm_backward": Op(
         name="rms_norm_backward",
         summary="Gradients of rms_norm with respect to x and w, given the forward's rstd",
-        requires=frozenset({"deterministic"}),
+        requires=frozenset({"batch_invariant", "deterministic"}),
         kernels={
             "rows": Kernel(
                 name="rows",
                 kind="native",
-                guarantees=frozenset({"deterministic", "portable"}),
+                guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
                 doc="dx with one block of 256 threads per row; dw with blocks of 32 columns x 32 row lanes (lanes_tree over T); the host runs the same orders",
             ),
             "torch_reference": Kernel(
@@ -592,12 +592,12 @@ OPS = {
     "unpack": Op(
         name="unpack",
         summary="Varlen unpacking, the inverse of pack, zeros at the masked-out positions",
-        requires=frozenset({"batch_invariant", "deterministic", "portable"}),
+        requires=frozenset({"deterministic", "portable"}),
         kernels={
             "rows": Kernel(
                 name="rows",
                 kind="native",
-                guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
+                guarantees=frozenset({"deterministic", "portable"}),
                 doc="One block of 256 threads per sequence on devices (its offset counted from the mask, its rows placed by a block scan), one loop on the host",
             ),
             "torch_reference": Kernel(
