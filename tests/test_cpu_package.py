@@ -130,8 +130,9 @@ THREADED_CASES = {
 
 
 @pytest.mark.parametrize("op", sorted(THREADED_CASES))
-def test_host_threads_change_no_bit(rlkernels, op, monkeypatch):
-    """Host kernels split rows or elements among threads; one thread and four give the same bits."""
+def test_host_threads_and_instruction_sets_change_no_bit(rlkernels, op, monkeypatch):
+    """Host kernels split rows or elements among threads, and run an AVX2+FMA copy of their code
+    where the CPU has it: one thread on the baseline copy and four on the fast one give the same bits."""
     import importlib.util
 
     from package_build import CACHE
@@ -143,8 +144,9 @@ def test_host_threads_change_no_bit(rlkernels, op, monkeypatch):
     for dtype in tests.DTYPES:
         inputs = tests.make_inputs(dims, dtype, "cpu", seed=5)
         results = {}
-        for threads in ("1", "4"):
+        for threads, simd in (("1", "generic"), ("4", "native")):
             monkeypatch.setenv("RLK_NUM_THREADS", threads)
+            monkeypatch.setenv("RLK_CPU_SIMD", simd)
             results[threads] = tests.run(*inputs)
         for one, four in zip(results["1"], results["4"]):
             assert torch.equal(one.view(torch.uint8) if one.dtype == torch.bool else one, four), f"{op} {dtype}"
