@@ -77,6 +77,7 @@ struct OperandTile {
   static_assert(Threads % Chunks == 0, "a thread keeps one chunk column");
   static_assert(kLoads * Threads == Rows * Chunks, "even load split");
   static_assert(kRowStep % 8 == 0, "a thread's chunks share one swizzle pattern");
+  static_assert(KAlongRows || kLoads <= 32, "the rows a thread copies are tracked in 32 bits");
 };
 
 template <int BlockM, int BlockN, int BlockK, int WarpsM, int WarpsN, int Stages, int MinBlocks, bool LhsT, bool RhsT>

@@ -56,10 +56,12 @@ inline float host_sum_lanes_tree(int64_t n, Term term) {
   static_assert((LANES & (LANES - 1)) == 0, "LANES must be a power of two");
   float lane[LANES];
   for (int l = 0; l < LANES; ++l) lane[l] = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const int l = static_cast<int>(i % LANES);
-    lane[l] = lane[l] + term(i);
-  }
+  // Whole rows of LANES terms, then the rest: each lane still adds its terms in ascending
+  // order, and the inner loop, one term per lane, vectorizes.
+  int64_t i = 0;
+  for (; i + LANES <= n; i += LANES)
+    for (int l = 0; l < LANES; ++l) lane[l] = lane[l] + term(i + l);
+  for (int l = 0; i + l < n; ++l) lane[l] = lane[l] + term(i + l);
   for (int half = LANES / 2; half > 0; half >>= 1)
     for (int l = 0; l < half; ++l) lane[l] = lane[l] + lane[l + half];
   return lane[0];
