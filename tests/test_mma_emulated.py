@@ -93,10 +93,10 @@ def build_driver(generated: Path, op: str, work: Path, mutate: Callable[[str], s
     return binary
 
 
-def emulate(binary: Path, dtype: str, shape: tuple[int, int, int, int], out_fp32: bool = False, mode: tuple[str, str] = MODES[0]):
+def emulate(binary: Path, dtype: str, shape: tuple[int, int, int, int], out_fp32: bool = False, mode: tuple[str, str] = MODES[0], random: bool = False):
     m, k, n, offset = shape
     env = {**os.environ, "RLK_EMU_COPIES": mode[0], "RLK_EMU_ORDER": mode[1]}
-    return _run([str(binary), dtype, str(m), str(k), str(n), str(offset), str(int(out_fp32))], env=env)
+    return _run([str(binary), dtype, str(m), str(k), str(n), str(offset), str(int(out_fp32)), *(["random"] if random else [])], env=env)
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +157,21 @@ def test_a_barrier_not_every_thread_reaches_is_a_deadlock(tmp_path: Path):
     assert result.returncode == 3 and "deadlock" in result.stderr, result.stdout + result.stderr
 
 
+def test_lanes_in_different_warp_instructions_are_caught(tmp_path: Path):
+    mutate = _replace_once(
+        "        load_matrix_x4_trans(r0[0], r0[1], r1[0], r1[1], address);",
+        "        if (lane < 16) load_matrix_x4_trans(r0[0], r0[1], r1[0], r1[1], address); else load_matrix_x4(r0[0], r0[1], r1[0], r1[1], address);",
+    )
+    result = emulate(build_driver(REPO / "generated", "det_gemm", tmp_path, mutate), "bfloat16", VECTOR)
+    assert result.returncode == 3 and "meet in different warp-wide instructions" in result.stderr, result.stdout + result.stderr
+
+
+def test_an_out_of_bounds_shared_access_stops_the_run_with_a_message(tmp_path: Path):
+    mutate = _replace_once("const int a_mask = swizzle_mask<TileA::kChunks>(a_lane_row);", "const int a_mask = swizzle_mask<TileA::kChunks>(a_lane_row) + 1000;")
+    result = emulate(build_driver(REPO / "generated", "det_gemm", tmp_path, mutate), "bfloat16", VECTOR)
+    assert result.returncode == 3 and "dynamic shared memory" in result.stderr, result.stdout + result.stderr
+
+
 # ---------------------------------------------------------------- another tile configuration
 
 WIDE = "block_m: 128, block_n: 256, block_k: 32, warps_m: 2, warps_n: 4, stages: 4, blocks_per_sm: 1"
@@ -182,6 +197,16 @@ def test_a_wider_tile_configuration_is_exact_and_opts_in_to_its_shared_memory(wi
         for mode in MODES:
             result = emulate(binary, "bfloat16", shape, mode=mode)
             assert result.returncode == 0 and result.stdout.startswith("ok:"), f"{shape} {mode}: {result.stdout}{result.stderr}"
+
+
+@pytest.mark.parametrize("op", sorted(LAYOUTS))
+def test_tile_configurations_give_the_same_bits_on_values_that_round(wide_project: Project, drivers: dict[str, Path], tmp_path: Path, op: str):
+    """Exact operands cannot tell summation orders apart; these round, so a configuration that
+    changed the order in which a k16 step reaches an accumulator would change the digest."""
+    wide = build_driver(wide_project.generated, op, tmp_path)
+    for shape in (VECTOR, (130, 64, 129, 0)):
+        digests = {emulate(binary, "bfloat16", shape, random=True).stdout for binary in (drivers[op], wide)}
+        assert len(digests) == 1 and next(iter(digests)).startswith("bits "), digests
 
 
 def test_without_the_opt_in_the_wider_configuration_fails_to_launch(wide_project: Project, tmp_path: Path):

@@ -1,8 +1,11 @@
 // Runs one det_gemm-family launcher in the emulator on integer-valued operands and
 // compares every element with the exact product, rounded once to the output dtype.
 //
-//   gemm_driver DTYPE M K N OFFSET OUT_FP32
+//   gemm_driver DTYPE M K N OFFSET OUT_FP32 [random]
 //
+// With `random`, the operands are non-integers whose sums round, and the driver prints a
+// digest of the result's bits instead: two builds (tile configurations) that add the same
+// products in the same order print the same digest.
 // DTYPE is float32, float16 or bfloat16.  OFFSET (elements) shifts both operands off
 // 16-byte alignment.  The build defines RLK_EMU_LAUNCHER (the launcher's name),
 // RLK_EMU_LHS_T / RLK_EMU_RHS_T (operand layouts), RLK_EMU_DIMS (the launcher's
@@ -67,8 +70,8 @@ float value(uint64_t seed, int64_t i) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    std::fprintf(stderr, "usage: %s DTYPE M K N OFFSET OUT_FP32\n", argv[0]);
+  if (argc != 7 && !(argc == 8 && std::string(argv[7]) == "random")) {
+    std::fprintf(stderr, "usage: %s DTYPE M K N OFFSET OUT_FP32 [random]\n", argv[0]);
     return 2;
   }
   const std::string name = argv[1];
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
   const int64_t M = std::atoll(argv[2]), K = std::atoll(argv[3]), N = std::atoll(argv[4]);
   const int64_t offset = std::atoll(argv[5]);
   const bool out_fp32 = std::atoi(argv[6]) != 0;
+  const bool random = argc == 8;
   const Dtype out = out_fp32 ? Dtype::float32 : dtype;
   rlk_emu::configure_from_environment();
 
@@ -87,10 +91,12 @@ int main(int argc, char** argv) {
   rlk_emu::register_buffer(b, K * N * es);
   std::memset(c, 0xEE, M * N * element_bytes(out));
   // Logical A(m, k) and B(k, n), stored as the launcher expects.
+  // Random values: the integers scaled by an irrational-looking factor per element.
+  auto operand = [random](uint64_t seed, int64_t i) { return random ? value(seed, i) * (1.0f + 0.0123457f * value(seed + 7, i)) + 0.3183099f * value(seed + 11, i) : value(seed, i); };
   for (int64_t m = 0; m < M; ++m)
-    for (int64_t k = 0; k < K; ++k) store(dtype, a, RLK_EMU_LHS_T ? k * M + m : m * K + k, value(1, m * K + k));
+    for (int64_t k = 0; k < K; ++k) store(dtype, a, RLK_EMU_LHS_T ? k * M + m : m * K + k, operand(1, m * K + k));
   for (int64_t k = 0; k < K; ++k)
-    for (int64_t n = 0; n < N; ++n) store(dtype, b, RLK_EMU_RHS_T ? n * K + k : k * N + n, value(2, k * N + n));
+    for (int64_t n = 0; n < N; ++n) store(dtype, b, RLK_EMU_RHS_T ? n * K + k : k * N + n, operand(2, k * N + n));
 
   const auto status = rlk::cuda::RLK_EMU_LAUNCHER(a, b, c, dtype, out, RLK_EMU_DIMS, out_fp32, nullptr);
   if (status != cudaSuccess) {
@@ -98,6 +104,15 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (random) {
+    uint64_t digest = 1469598103934665603ull;  // FNV-1a over the result's bits
+    for (int64_t i = 0; i < M * N; ++i) {
+      digest ^= stored_bits(out, c, i);
+      digest *= 1099511628211ull;
+    }
+    std::printf("bits %016" PRIx64 "\n", digest);
+    return 0;
+  }
   auto* expected = guarded(M * N * element_bytes(out));
   int64_t wrong = 0;
   for (int64_t m = 0; m < M; ++m)

@@ -28,7 +28,9 @@
 #error "rlk_emu.h is the test emulator; compile with -DRLK_EMULATOR"
 #endif
 
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -66,7 +68,7 @@ namespace rlk_emu {
 [[noreturn]] inline void fail(const std::string& what) {
   std::fprintf(stderr, "rlk_emu: %s\n", what.c_str());
   std::fflush(stderr);
-  std::exit(3);
+  std::_Exit(3);  // not exit(): that would free the fiber stacks while running on one
 }
 
 struct CopyRecord {
@@ -86,6 +88,7 @@ struct Fiber {
 
 struct WarpExchange {
   int arrived = 0;
+  const char* instruction = nullptr;  // the warp-wide instruction the arrived lanes are in
   uint32_t address[32];
   uint32_t a[32][4];
   uint32_t b[32][2];
@@ -107,7 +110,7 @@ struct State {
   int last_error = 0;
   std::map<const void*, int> max_dynamic_shared;  // opt-ins, by kernel
   std::vector<std::pair<const unsigned char*, size_t>> buffers;
-  std::vector<std::unique_ptr<char[]>> stacks;  // one per thread slot, reused by every block
+  std::vector<char*> stacks;  // one per thread slot, reused by every block, never freed
 };
 
 inline State& state() {
@@ -132,10 +135,14 @@ inline void yield() { swapcontext(&self().context, &state().scheduler); }
 inline int lane() { return self().linear % 32; }
 inline WarpExchange& warp_exchange() { return state().warps[self().linear / 32]; }
 
-// All 32 lanes of this thread's warp arrive before any continues.
-inline void warp_barrier() {
+// All 32 lanes of this thread's warp arrive, in the same warp-wide instruction, before any
+// continues (on hardware, lanes meeting in different .aligned instructions is undefined).
+inline void warp_barrier(const char* instruction) {
   WarpExchange& w = warp_exchange();
   State& s = state();
+  if (w.arrived == 0) w.instruction = instruction;
+  if (std::strcmp(w.instruction, instruction) != 0)
+    fail(std::string("lanes of one warp meet in different warp-wide instructions: ") + w.instruction + " and " + instruction);
   const int first = self().linear / 32 * 32;
   if (++w.arrived == 32) {
     w.arrived = 0;
@@ -233,6 +240,16 @@ inline void trampoline() {
 constexpr size_t kStackBytes = 256 * 1024;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
+// A fiber stack with an inaccessible page below it, so an overflow faults instead of
+// writing into the next stack.
+inline char* new_stack() {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* base = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) fail("cannot map a fiber stack");
+  mprotect(base, page, PROT_NONE);
+  return static_cast<char*>(base) + page;
+}
+
 inline void run_block() {
   State& s = state();
   for (;;) {
@@ -290,8 +307,8 @@ void launch(LaunchConfig cfg, Kernel kernel, Args... args) {
           Fiber& f = s.fibers[t];
           f.linear = t;
           f.thread_idx = {t % cfg.block.x, t / cfg.block.x % cfg.block.y, t / (cfg.block.x * cfg.block.y)};
-          if (static_cast<int>(s.stacks.size()) <= t) s.stacks.emplace_back(new char[kStackBytes]);
-          f.stack = s.stacks[t].get();
+          if (static_cast<int>(s.stacks.size()) <= t) s.stacks.push_back(new_stack());
+          f.stack = s.stacks[t];
           getcontext(&f.context);
           f.context.uc_stack.ss_sp = f.stack;
           f.context.uc_stack.ss_size = kStackBytes;

@@ -44,7 +44,7 @@ inline void load_matrix(uint32_t (&r)[4], uint32_t address, bool trans) {
   const int lane = rlk_emu::lane();
   rlk_emu::shared_at(address, 16, 16, "ldmatrix row");
   w.address[lane] = address;
-  rlk_emu::warp_barrier();
+  rlk_emu::warp_barrier(trans ? "ldmatrix.x4.trans" : "ldmatrix.x4");
   for (int j = 0; j < 4; ++j) {
     uint16_t lo, hi;
     if (!trans) {
@@ -57,7 +57,7 @@ inline void load_matrix(uint32_t (&r)[4], uint32_t address, bool trans) {
     }
     r[j] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
   }
-  rlk_emu::warp_barrier();
+  rlk_emu::warp_barrier(trans ? "ldmatrix.x4.trans (done)" : "ldmatrix.x4 (done)");
 }
 
 inline void load_matrix_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, uint32_t address) {
@@ -83,7 +83,7 @@ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&
   std::memcpy(w.a[lane], a, sizeof a);
   std::memcpy(w.b[lane], b, sizeof b);
   std::memcpy(w.c[lane], d, sizeof d);
-  rlk_emu::warp_barrier();
+  rlk_emu::warp_barrier("mma.m16n8k16");
   auto half_of = [](uint32_t v, int h) { return to_float(from_storage_bits<T>(static_cast<uint16_t>(h ? v >> 16 : v & 0xffffu))); };
   auto a_at = [&](int row, int k) { return half_of(w.a[(row % 8) * 4 + (k % 8) / 2][(row / 8) + 2 * (k / 8)], k % 2); };
   auto b_at = [&](int k, int col) { return half_of(w.b[col * 4 + (k % 8) / 2][k / 8], k % 2); };
@@ -95,7 +95,7 @@ inline void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&
     for (int k = 0; k < 16; ++k) sum += static_cast<double>(a_at(row, k)) * static_cast<double>(b_at(k, col));
     out[r] = static_cast<float>(sum + static_cast<double>(w.c[lane][r]));
   }
-  rlk_emu::warp_barrier();
+  rlk_emu::warp_barrier("mma.m16n8k16 (done)");
   std::memcpy(d, out, sizeof out);
 }
 
