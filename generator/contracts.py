@@ -6,9 +6,11 @@ generator writes nothing unless ``check`` passes.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from .errors import ContractError, SpecError, SpecProblem
 from .load import Catalog
-from .model import Guarantee, NativeKernel, OpSpec, ReferenceKernel
+from .model import Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
@@ -103,6 +105,9 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
     return problems, violations
 
 
+# Headers rendered next to the kernels ({stem}.h), which no {op}_{kernel} may be named like.
+PACKAGE_HEADERS = frozenset({"rlk_numerics", "rlk_math", "rlk_reduce", "rlk_parallel"} | {h.removesuffix(".h") for h in get_args(SupportHeader)})
+
 # Names the generated Python package exports besides the ops.
 PACKAGE_EXPORTS = frozenset({"detect_platform", "platform_of", "select_backend"})
 
@@ -115,7 +120,8 @@ def _name_clashes(catalog: Catalog) -> list[SpecProblem]:
     """Distinct spec names that would generate the same Python or C++ name."""
     problems: list[SpecProblem] = []
     exported: dict[str, str] = {name: "the package itself" for name in PACKAGE_EXPORTS}
-    symbols: dict[str, str] = {}
+    # Kernel files share their folder with the package headers (rlk_numerics.h, ...).
+    symbols: dict[str, str] = {stem: "a package header" for stem in PACKAGE_HEADERS}
     classes: dict[str, str] = {}
     for op in catalog.ops:
         src = catalog.sources[f"op:{op.name}"]

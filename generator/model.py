@@ -119,7 +119,7 @@ CompilerFlag = Annotated[str, _Matching(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag"
 EnvName = Annotated[str, _Matching(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST")]
 ArchName = Annotated[str, _Matching(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90")]
 Version = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0")]
-Text = Annotated[str, _Matching(r"[^\x00-\x1f\x7f`$\\{}\"]{0,400}", "single line of text (at most 400 characters)", "Deterministic GEMM")]
+Text = Annotated[str, _Matching(r'[^\x00-\x1f\x7f`$\\{}"]{0,400}', "single line of text (at most 400 characters)", "Deterministic GEMM")]
 """Free text that lands in comments, docstrings and string literals: one line, nothing that could
 close a comment or a string, or open a template expression."""
 Suffix = Literal[".cu", ".hip", ".mu", ".cpp"]

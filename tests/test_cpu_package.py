@@ -149,4 +149,6 @@ def test_host_threads_and_instruction_sets_change_no_bit(rlkernels, op, monkeypa
             monkeypatch.setenv("RLK_CPU_SIMD", simd)
             results[threads] = tests.run(*inputs)
         for one, four in zip(results["1"], results["4"]):
-            assert torch.equal(one.view(torch.uint8) if one.dtype == torch.bool else one, four), f"{op} {dtype}"
+            assert one.dtype == four.dtype and one.shape == four.shape, f"{op} {dtype}"
+            bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[one.element_size()]
+            assert torch.equal(one.view(bits), four.view(bits)), f"{op} {dtype}: the bits differ"

@@ -164,3 +164,11 @@ def test_ops_whose_autograd_classes_collide_are_refused(bare_project: Project, c
         (bare_project.root / f"specs/ops/{name}.yaml").write_text(source.replace("name: silu\n", f"name: {name}\n"))
     err = errors_of(bare_project, capsys)
     assert "op silu_1 and op silu1 both generate the Python class _Silu1Function" in err, err
+
+
+def test_a_kernel_named_like_a_package_header_is_refused(bare_project: Project, capsys):
+    # op rlk_tensor's kernel core would render rlk_tensor_core.h over the tensor-core header.
+    source = (bare_project.root / "specs/ops/silu.yaml").read_text()
+    (bare_project.root / "specs/ops/rlk_tensor.yaml").write_text(source.replace("name: silu\n", "name: rlk_tensor\n").replace("  elementwise:\n", "  core:\n").replace("[elementwise]", "[core]"))
+    err = errors_of(bare_project, capsys)
+    assert "op rlk_tensor kernel core and a package header both generate the name rlk_tensor_core" in err, err

@@ -556,7 +556,12 @@ def stage_tiles(args) -> tuple[bool, str]:
             rows.append(f"| {name} | " + " | ".join(cells) + f" | {'same' if digests[name] == next(iter(digests.values())) else '**differ**'} |")
     finally:
         if source.read_text() != original:
-            source.write_text(original)  # the next build (any stage) recompiles the spec's configuration
+            # Back to the spec's configuration, rebuilt, so that a later `--only compare` (which
+            # skips the build stage) tests what the spec says.  Killed before this, the source
+            # is still restored by the next build stage's sync.
+            source.write_text(original)
+            if run_logged([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=args.pkg, env=env) != 0:
+                rows.append("| (restoring the spec's configuration) | build failed (see the log) |")
     shapes = DRY_BENCH_SHAPES if args.dry_run else TILE_SHAPES
     body = [
         (f"det_gemm.mma, bfloat16, rebuilt per configuration (det_gemm_nt/tn keep theirs). TFLOP/s and × cuBLAS as in the "
