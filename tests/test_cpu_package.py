@@ -124,6 +124,7 @@ THREADED_CASES = {
     "logp": {"N": 96, "V": 4099},
     "logp_backward": {"N": 96, "V": 4099},
     "rms_norm": {"T": 513, "H": 2048},
+    "rms_norm_backward": {"T": 513, "H": 2048},
     "ratio_kl": {"B": 64, "T": 16384},
     "ratio_kl_backward": {"B": 64, "T": 16384},
 }

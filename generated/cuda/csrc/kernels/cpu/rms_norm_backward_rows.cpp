@@ -17,6 +17,7 @@
 #include "rms_norm_backward_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include "rlk_reduce.h"
 
 #include <vector>
@@ -39,7 +40,7 @@ RLK_ARITH float weight_grad_term(float g, float x, float r) { return mul_rn(g, m
 
 template <typename D>
 void run(const void* g_ptr, const void* x_ptr, const void* w_ptr, const void* rstd_ptr, void* dx_ptr, void* dw_ptr,
-         int64_t T, int64_t H) {
+         int64_t T, int64_t H, int64_t num_threads) {
   const D* g = static_cast<const D*>(g_ptr);
   const D* x = static_cast<const D*>(x_ptr);
   const D* w = static_cast<const D*>(w_ptr);
@@ -47,24 +48,31 @@ void run(const void* g_ptr, const void* x_ptr, const void* w_ptr, const void* rs
   D* dx = static_cast<D*>(dx_ptr);
   D* dw = static_cast<D*>(dw_ptr);
 
-  // lanes[l][h] holds the dw partial sum of rows l, l + kDwLanes, ... of column h.
+  // lanes[l][h] holds the dw partial sum of rows l, l + kDwLanes, ... of column h.  Threads
+  // take whole lanes: each lane still adds its rows in ascending order, and each row's dx
+  // is computed by the thread of its lane, so the thread count changes no bit.
   std::vector<float> lanes(static_cast<size_t>(kDwLanes * H), 0.0f);
-  for (int64_t t = 0; t < T; ++t) {
-    const D* gr = g + t * H;
-    const D* xr = x + t * H;
-    const float r = rstd[t];
-    const float c = host_sum_lanes_tree<kLanes>(H, [gr, xr, w](int64_t h) {
-      const float gw = mul_rn(to_float(gr[h]), to_float(w[h]));
-      return mul_rn(gw, to_float(xr[h]));
-    });
-    const float k = row_scale(c, r, H);
-    float* lane = lanes.data() + (t % kDwLanes) * H;
-    for (int64_t h = 0; h < H; ++h) {
-      const float gh = to_float(gr[h]), xh = to_float(xr[h]);
-      dx[t * H + h] = from_float<D>(input_grad(mul_rn(gh, to_float(w[h])), xh, r, k));
-      lane[h] = add_rn(lane[h], weight_grad_term(gh, xh, r));
+  const int64_t rows_per_lane = (T + kDwLanes - 1) / kDwLanes;
+  parallel_rows(kDwLanes, rows_per_lane * H * 8, num_threads, [&](int64_t first_lane, int64_t end_lane) {
+    for (int64_t l = first_lane; l < end_lane; ++l) {
+      float* lane = lanes.data() + l * H;
+      for (int64_t t = l; t < T; t += kDwLanes) {
+        const D* gr = g + t * H;
+        const D* xr = x + t * H;
+        const float r = rstd[t];
+        const float c = host_sum_lanes_tree<kLanes>(H, [gr, xr, w](int64_t h) {
+          const float gw = mul_rn(to_float(gr[h]), to_float(w[h]));
+          return mul_rn(gw, to_float(xr[h]));
+        });
+        const float k = row_scale(c, r, H);
+        for (int64_t h = 0; h < H; ++h) {
+          const float gh = to_float(gr[h]), xh = to_float(xr[h]);
+          dx[t * H + h] = from_float<D>(input_grad(mul_rn(gh, to_float(w[h])), xh, r, k));
+          lane[h] = add_rn(lane[h], weight_grad_term(gh, xh, r));
+        }
+      }
     }
-  }
+  });
   for (int half = kDwLanes / 2; half > 0; half >>= 1)
     for (int l = 0; l < half; ++l)
       for (int64_t h = 0; h < H; ++h) lanes[l * H + h] = add_rn(lanes[l * H + h], lanes[(l + half) * H + h]);
@@ -77,17 +85,17 @@ void rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, co
   switch (dtype_D) {
     case Dtype::float32: {
       using D = float;
-      run<D>(grad_y, x, w, rstd, dx, dw, T, H);
+      run<D>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
       return;
     }
     case Dtype::float16: {
       using D = half_t;
-      run<D>(grad_y, x, w, rstd, dx, dw, T, H);
+      run<D>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using D = bfloat16_t;
-      run<D>(grad_y, x, w, rstd, dx, dw, T, H);
+      run<D>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
       return;
     }
   }
