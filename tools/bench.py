@@ -145,19 +145,24 @@ def thread_counts() -> list[int]:
     return sorted({1, available})
 
 
-def run_gemm(rlkernels) -> list[GemmRow]:
+def on_each_thread_count(cases, bench, fmt) -> list:
+    """bench(threads, *case) for every case, on one thread and then on all, printing each row."""
     import torch
 
     rows = []
     for threads in thread_counts():
         torch.set_num_threads(threads)
-        os.environ["RLK_NUM_THREADS"] = str(threads)  # the kernel reads it on every call
-        for dtype_name in GEMM_DTYPES:
-            for shape in GEMM_SHAPES:
-                row = bench_gemm(rlkernels, threads, dtype_name, shape)
-                print(format_gemm_row(row), flush=True)
-                rows.append(row)
+        os.environ["RLK_NUM_THREADS"] = str(threads)  # the kernels read it on every call
+        for case in cases:
+            row = bench(threads, *case)
+            print(fmt(row), flush=True)
+            rows.append(row)
     return rows
+
+
+def run_gemm(rlkernels) -> list[GemmRow]:
+    cases = [(dtype_name, shape) for dtype_name in GEMM_DTYPES for shape in GEMM_SHAPES]
+    return on_each_thread_count(cases, lambda threads, d, shape: bench_gemm(rlkernels, threads, d, shape), format_gemm_row)
 
 
 GEMM_HEADER = (
@@ -260,18 +265,8 @@ def bench_op(rlkernels, threads: int, op: str, sizes: dict[str, int], dtype_name
 
 
 def run_ops(rlkernels) -> list[OpRow]:
-    import torch
-
-    rows = []
-    for threads in thread_counts():
-        torch.set_num_threads(threads)
-        os.environ["RLK_NUM_THREADS"] = str(threads)
-        for op, sizes in OP_CASES:
-            for dtype_name in OP_DTYPES:
-                row = bench_op(rlkernels, threads, op, sizes, dtype_name)
-                print(format_op_row(row), flush=True)
-                rows.append(row)
-    return rows
+    cases = [(op, sizes, dtype_name) for op, sizes in OP_CASES for dtype_name in OP_DTYPES]
+    return on_each_thread_count(cases, lambda threads, op, sizes, d: bench_op(rlkernels, threads, op, sizes, d), format_op_row)
 
 
 OP_HEADER = (

@@ -1,7 +1,8 @@
 #pragma once
 // The emulator's device runtime, behind each vendor's names (cuda_runtime.h,
-// hip/hip_runtime.h, musa_runtime.h next to this file): one stream, error codes, the
-// last-error slot a refused launch sets, and the shared-memory opt-in of a kernel.
+// hip/hip_runtime.h, musa_runtime.h next to this file, each one RLK_EMU_RUNTIME_NAMES
+// line): one stream, error codes, the last-error slot a refused launch sets, and the
+// shared-memory opt-in of a kernel.
 #include "../rlk_emu.h"
 
 namespace rlk_emu {
@@ -32,3 +33,19 @@ inline error_t set_function_attribute(const void* func, FuncAttribute attribute,
 // Single roundings; the emulator is compiled with -ffp-contract=off.
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
+
+// The runtime names of a vendor whose API spells them <prefix>Stream_t, <prefix>Success, ...
+// (cuda, hip and musa all do).
+#define RLK_EMU_RUNTIME_NAMES(prefix)                                                                  \
+  using prefix##Stream_t = rlk_emu::stream_t;                                                          \
+  using prefix##Error_t = rlk_emu::error_t;                                                            \
+  using prefix##FuncAttribute = rlk_emu::FuncAttribute;                                                \
+  constexpr prefix##Error_t prefix##Success = rlk_emu::kSuccess;                                       \
+  constexpr prefix##Error_t prefix##ErrorInvalidValue = rlk_emu::kInvalidValue;                        \
+  constexpr prefix##FuncAttribute prefix##FuncAttributeMaxDynamicSharedMemorySize =                    \
+      rlk_emu::kMaxDynamicSharedMemorySize;                                                            \
+  inline prefix##Error_t prefix##GetLastError() { return rlk_emu::get_last_error(); }                  \
+  inline const char* prefix##GetErrorString(prefix##Error_t e) { return rlk_emu::error_string(e); }    \
+  inline prefix##Error_t prefix##FuncSetAttribute(const void* f, prefix##FuncAttribute a, int v) {     \
+    return rlk_emu::set_function_attribute(f, a, v);                                                   \
+  }
