@@ -270,6 +270,8 @@ class PlatformSpec(StrictModel):
     warp_sizes: dict[ArchName, Annotated[int, Field(ge=1, le=1024)]]
     max_grid_blocks: int | None = Field(default=None, ge=1, le=(1 << 31) - 1)
     """Blocks a strided grid may launch, and the limit of a grid's second axis (device platforms)."""
+    shared_memory_without_opt_in: int | None = Field(default=None, ge=1024, le=1 << 24)
+    """Bytes of dynamic shared memory a block may use before a kernel must opt in to more (device platforms)."""
     wheel: Wheel
 
     @model_validator(mode="after")
@@ -285,6 +287,7 @@ class PlatformSpec(StrictModel):
                     ("torch.launch_check", self.torch.launch_check),
                     ("build.compiler_key", self.build.compiler_key),
                     ("max_grid_blocks", self.max_grid_blocks),
+                    ("shared_memory_without_opt_in", self.shared_memory_without_opt_in),
                 )
                 if value is None
             ]

@@ -210,6 +210,6 @@ def test_tile_configurations_give_the_same_bits_on_values_that_round(wide_projec
 
 
 def test_without_the_opt_in_the_wider_configuration_fails_to_launch(wide_project: Project, tmp_path: Path):
-    mutate = _replace_once("  if constexpr (C::kSmemBytes > kDefaultSharedBytes) {", "  if constexpr (false) {")
+    mutate = _replace_once("  if constexpr (C::kSmemBytes > kSharedBytesWithoutOptIn) {", "  if constexpr (false) {")
     result = emulate(build_driver(wide_project.generated, "det_gemm", tmp_path, mutate), "bfloat16", VECTOR)
     assert result.returncode == 1 and "launcher returned error" in result.stdout, result.stdout + result.stderr

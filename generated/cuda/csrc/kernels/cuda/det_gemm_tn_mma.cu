@@ -43,8 +43,8 @@
 // ldmatrix.x4, transposed where the stored rows run along the other dimension,
 // one k16 step ahead of the mma that uses them.  Rows are XOR-swizzled in 16-byte
 // chunks so that the 8 row addresses of every ldmatrix phase, and the copies, hit
-// 8 different groups of banks.  A configuration that needs more than 48 KiB of
-// shared memory opts in to it before each launch.
+// 8 different groups of banks.  A configuration that needs more shared memory than
+// the platform gives without asking (kSharedBytesWithoutOptIn) opts in before each launch.
 //
 // Not portable: the tensor core sums the 16 products of a step in its own order
 // and precision, so the bits differ from the simt kernel's sequential float32
@@ -112,8 +112,6 @@ using Tiles = MmaTiles<128, 128, 32, 2, 2, 3, 2, true, false>;
 // Neighbouring blocks walk down this many row tiles of C before moving right, so
 // the B columns they share stay in L2.  Affects only which block runs which tile.
 constexpr int kGroupRows = 8;
-// A block may use this much shared memory on every device platform without opting in.
-constexpr int kDefaultSharedBytes = 48 * 1024;
 
 // ---------------------------------------------------------------- shared-memory layout
 
@@ -393,7 +391,7 @@ cudaError_t launch_tiles(const T* a, const T* b, T* c, int64_t M, int64_t K, int
   const int64_t b_contiguous = C::kRhsT ? K : N;
   const bool vector = a_contiguous % 8 == 0 && b_contiguous % 8 == 0 && aligned_16(a) && aligned_16(b);
   auto kernel = vector ? det_gemm_tn_mma_kernel<T, C, true> : det_gemm_tn_mma_kernel<T, C, false>;
-  if constexpr (C::kSmemBytes > kDefaultSharedBytes) {
+  if constexpr (C::kSmemBytes > kSharedBytesWithoutOptIn) {
     // Set before every launch: the attribute belongs to the current device.
     const cudaError_t status = cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
     if (status != cudaSuccess) return status;

@@ -76,6 +76,9 @@ RLK_HD float canonical(float x) { return x != x ? bits_float(kCanonicalNan) : x;
 // The most blocks a strided grid launches, and the limit of a grid's second axis.
 constexpr int64_t kMaxGridBlocks = 65535;
 
+// Bytes of dynamic shared memory a block may use before its kernel must opt in to more.
+constexpr int kSharedBytesWithoutOptIn = 49152;
+
 // float32 -> bfloat16, round to nearest even; every NaN becomes the canonical quiet NaN.
 RLK_HD uint16_t float_to_bf16_bits(float x) {
   uint32_t u = float_bits(x);
