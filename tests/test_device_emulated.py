@@ -45,27 +45,33 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     return project
 
 
-@pytest.fixture(scope="module", params=DEVICES)
-def results(request: pytest.FixtureRequest, project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, str]]]:
-    pytest.importorskip("torch", reason="building the emulated package needs torch")
-    platform = request.param
-    root = tmp_path_factory.mktemp(platform)
+def emulate_package(generated: Path, platform: str, root: Path, mutate=None) -> dict[str, list[dict[str, str]]]:
+    """Builds generated/<platform> with its device sources on the emulator, runs the comparisons
+    (tests/emulator/compare_package.py) and returns their results.  ``mutate(stem, text)`` may
+    change a device source first."""
     package = root / "package"
-    shutil.copytree(project.generated / platform, package)
+    shutil.copytree(generated / platform, package)
     kernels = package / "csrc/kernels" / platform
     for source in sorted(kernels.glob(f"*{SUFFIXES[platform]}")):
+        text = emulated_source(source.read_text())
+        if mutate is not None:
+            text = mutate(source.stem, text)
         # Object files are named by stem; the CPU kernels in kernels/cpu/ have the same stems.
-        (kernels / f"{source.stem}_emu.cpp").write_text(emulated_source(source.read_text()))
+        (kernels / f"{source.stem}_emu.cpp").write_text(text)
         source.unlink()
     if (kernels / "rlk_tensor_core.h").exists():
         shutil.copy(EMULATOR / "rlk_tensor_core.h", kernels / "rlk_tensor_core.h")
-    script = EMULATOR / "compare_package.py"
+    (root / "build").mkdir()
     for step, target in (("build", root / "build"), ("compare", root / "results.json")):
-        if step == "build":
-            target.mkdir()
-        done = subprocess.run([sys.executable, str(script), step, str(package), str(target)], capture_output=True, text=True, timeout=1500)
+        done = subprocess.run([sys.executable, str(EMULATOR / "compare_package.py"), step, str(package), str(target)], capture_output=True, text=True, timeout=1500)
         assert done.returncode == 0, f"{platform} {step} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return json.loads((root / "results.json").read_text())
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def results(request: pytest.FixtureRequest, project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, str]]]:
+    pytest.importorskip("torch", reason="building the emulated package needs torch")
+    return emulate_package(project.generated, request.param, tmp_path_factory.mktemp(request.param))
 
 
 def test_every_op_with_a_device_kernel_was_run(results):
@@ -85,23 +91,14 @@ def test_emulated_device_kernels_match_the_cpu_kernels(results, op: str):
 
 def test_a_kernel_that_skips_elements_is_caught(project, tmp_path: Path):
     """The comparison can fail: a silu whose grid-stride loop skips an element differs from the CPU's."""
-    package = tmp_path / "package"
-    shutil.copytree(project.generated / "cuda", package)
-    kernels = package / "csrc/kernels/cuda"
-    for source in sorted(kernels.glob("*.cu")):
-        text = emulated_source(source.read_text())
-        if source.stem == "silu_elementwise":
-            assert text.count("i += index_stride())") == 1
-            text = text.replace("i += index_stride())", "i += index_stride() + 1)")
-        (kernels / f"{source.stem}_emu.cpp").write_text(text)
-        source.unlink()
-    shutil.copy(EMULATOR / "rlk_tensor_core.h", kernels / "rlk_tensor_core.h")
-    script = EMULATOR / "compare_package.py"
-    (tmp_path / "build").mkdir()
-    for step, target in (("build", tmp_path / "build"), ("compare", tmp_path / "results.json")):
-        done = subprocess.run([sys.executable, str(script), step, str(package), str(target)], capture_output=True, text=True, timeout=1500)
-        assert done.returncode == 0, done.stderr[-4000:]
-    silu = json.loads((tmp_path / "results.json").read_text())["silu"]
+
+    def skip_elements(stem: str, text: str) -> str:
+        if stem != "silu_elementwise":
+            return text
+        assert text.count("i += index_stride())") == 1
+        return text.replace("i += index_stride())", "i += index_stride() + 1)")
+
+    silu = emulate_package(project.generated, "cuda", tmp_path, skip_elements)["silu"]
     # Only tensors longer than the 3 blocks' threads reach a second stride.
     long_enough = [c for c in silu if c["shape"] in ("C300xR33", "C1000xR7")]
     assert long_enough and all(c["verdict"].startswith("DIFFERS from cpu/elementwise") for c in long_enough), silu

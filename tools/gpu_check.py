@@ -157,6 +157,11 @@ def nvidia_includes() -> list[str]:
     )
 
 
+def build_in_place(args, env: dict[str, str]) -> int:
+    """`setup.py build_ext --inplace` in the package copy: ninja recompiles what changed."""
+    return run_logged([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=args.pkg, env=env)
+
+
 def stage_build(args) -> tuple[bool, str]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from build_wheel import sync_tree
@@ -165,7 +170,7 @@ def stage_build(args) -> tuple[bool, str]:
     sync_tree(source, args.pkg)  # a copy, so generated/ stays as committed; objects are reused
     env, notes = build_env(args)
     start = time.perf_counter()
-    rc = run_logged([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=args.pkg, env=env)
+    rc = build_in_place(args, env)
     elapsed = time.perf_counter() - start
     libs = sorted(args.pkg.glob("rlkernels/_C*.so"))
     body = [f"- generated/{args.platform} → `{args.pkg.relative_to(ROOT)}`, {elapsed:.0f} s, {'; '.join(notes)}"]
@@ -538,7 +543,7 @@ def stage_tiles(args) -> tuple[bool, str]:
             if tiles != spec_tiles:
                 source.write_text(with_tiles(original, tiles))
                 # ninja recompiles det_gemm_mma.cu alone, then relinks.
-                if run_logged([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=args.pkg, env=env) != 0:
+                if build_in_place(args, env) != 0:
                     rows.append(f"| {name} | build failed (see the log) |")
                     continue
             probe = subprocess.run(
@@ -560,7 +565,7 @@ def stage_tiles(args) -> tuple[bool, str]:
             # skips the build stage) tests what the spec says.  Killed before this, the source
             # is still restored by the next build stage's sync.
             source.write_text(original)
-            if run_logged([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=args.pkg, env=env) != 0:
+            if build_in_place(args, env) != 0:
                 rows.append("| (restoring the spec's configuration) | build failed (see the log) |")
     shapes = DRY_BENCH_SHAPES if args.dry_run else TILE_SHAPES
     body = [

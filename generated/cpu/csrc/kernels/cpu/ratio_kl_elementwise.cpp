@@ -36,7 +36,7 @@ RLK_ARITH void element(int64_t i, const float* lp, const float* old_lp, const fl
 
 void ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, int64_t B, int64_t T, int64_t num_threads) {
   // Tokens are independent: threads split them, and change no bit.
-  parallel_rows(B * T, 32, num_threads, [&](int64_t begin, int64_t end) {
+  parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       element(i, static_cast<const float*>(lp), static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp),
               static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl));

@@ -102,6 +102,9 @@ inline bool host_fma() { return false; }
 constexpr int64_t kPieceWork = int64_t{1} << 16;
 // And per thread started.
 constexpr int64_t kThreadWork = int64_t{1} << 18;
+// Element operations of one element of an activation-like kernel (an exp or a log, a few
+// multiplies and adds): the `cost` those kernels pass to parallel_rows.
+constexpr int64_t kActivationCost = 32;
 
 // Calls body(begin, end) over [0, count) in pieces of consecutive indices, each about
 // kPieceWork element operations (`cost` per index), on up to `requested` threads.

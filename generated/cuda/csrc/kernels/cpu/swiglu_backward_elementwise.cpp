@@ -32,8 +32,6 @@ RLK_ARITH float gate_grad(float dy, float g, float u) { return mul_rn(mul_rn(dy,
 RLK_ARITH float up_grad(float dy, float g) { return mul_rn(dy, silu_f32(g)); }
 
 // Elements are independent: threads split them, and change no bit.
-constexpr int64_t kElementCost = 32;  // element operations one element costs, about
-
 template <typename T>
 void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr, void* du_ptr, int64_t n, int64_t num_threads) {
   const T* dy = static_cast<const T*>(dy_ptr);
@@ -41,7 +39,7 @@ void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr,
   const T* u = static_cast<const T*>(u_ptr);
   T* dg = static_cast<T*>(dg_ptr);
   T* du = static_cast<T*>(du_ptr);
-  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+  parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float dyi = to_float(dy[i]), gi = to_float(g[i]);
       dg[i] = from_float<T>(gate_grad(dyi, gi, to_float(u[i])));

@@ -31,7 +31,7 @@ RLK_ARITH float element(int64_t i, const float* grad_ratio, const float* grad_kl
 void ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, int64_t B, int64_t T, int64_t num_threads) {
   // Tokens are independent: threads split them, and change no bit.
   float* out = static_cast<float*>(grad_lp);
-  parallel_rows(B * T, 32, num_threads, [&](int64_t begin, int64_t end) {
+  parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       out[i] = element(i, static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const float*>(lp),
                        static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp), static_cast<const bool*>(mask));

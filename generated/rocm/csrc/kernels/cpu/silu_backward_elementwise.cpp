@@ -25,14 +25,12 @@ RLK_ARITH float silu_grad_f32(float x) {
 RLK_ARITH float input_grad(float dy, float x) { return mul_rn(dy, silu_grad_f32(x)); }
 
 // Elements are independent: threads split them, and change no bit.
-constexpr int64_t kElementCost = 32;  // element operations one element costs, about
-
 template <typename T>
 void run(const void* dy_ptr, const void* x_ptr, void* dx_ptr, int64_t n, int64_t num_threads) {
   const T* dy = static_cast<const T*>(dy_ptr);
   const T* x = static_cast<const T*>(x_ptr);
   T* dx = static_cast<T*>(dx_ptr);
-  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+  parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) dx[i] = from_float<T>(input_grad(to_float(dy[i]), to_float(x[i])));
   });
 }

@@ -19,13 +19,11 @@ namespace {
 RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
 
 // Elements are independent: threads split them, and change no bit.
-constexpr int64_t kElementCost = 32;  // element operations one element costs, about
-
 template <typename T>
 void run(const void* x_ptr, void* y_ptr, int64_t n, int64_t num_threads) {
   const T* x = static_cast<const T*>(x_ptr);
   T* y = static_cast<T*>(y_ptr);
-  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+  parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = from_float<T>(silu_f32(to_float(x[i])));
   });
 }

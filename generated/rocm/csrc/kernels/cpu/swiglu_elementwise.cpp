@@ -22,14 +22,12 @@ RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
 RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }
 
 // Elements are independent: threads split them, and change no bit.
-constexpr int64_t kElementCost = 32;  // element operations one element costs, about
-
 template <typename T>
 void run(const void* g_ptr, const void* u_ptr, void* y_ptr, int64_t n, int64_t num_threads) {
   const T* g = static_cast<const T*>(g_ptr);
   const T* u = static_cast<const T*>(u_ptr);
   T* y = static_cast<T*>(y_ptr);
-  parallel_rows(n, kElementCost, num_threads, [&](int64_t begin, int64_t end) {
+  parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = from_float<T>(gated(to_float(g[i]), to_float(u[i])));
   });
 }
