@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import get_args
 
 from .errors import ContractError, SpecError, SpecProblem
-from .load import Catalog
+from .load import Catalog, SourceMap
 from .model import Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
 
 
@@ -55,7 +55,12 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
                     src.problem(path, f"kernel {name} cannot run on {platform}; it is written for {', '.join(kernel.platforms)} only")
                 )
                 continue
-            have = set(kernel.guarantees)
+            # A Python reference keeps no guarantee, whatever it declares: nothing generated
+            # controls its reduction order (torch.matmul picks split-K by shape).
+            have = set(kernel.guarantees) if isinstance(kernel, NativeKernel) else set()
+            offered = ", ".join(g.value for g in kernel.guarantees if g in have) or "none"
+            if isinstance(kernel, ReferenceKernel):
+                offered = f"none: a Python reference ({kernel.python}) keeps none, whatever it declares"
             for missing in (g for g in op.requires if g not in have):
                 violations.append(
                     src.problem(
@@ -63,7 +68,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
                         f"refusing to map op {op.name} on platform {platform} to backend {name}: "
                         f"it lacks the guarantee '{missing.value}' that {op.name} requires "
                         f"(requires: {', '.join(g.value for g in op.requires)}; "
-                        f"{name} guarantees: {', '.join(g.value for g in kernel.guarantees) or 'none'})",
+                        f"{name} guarantees: {offered})",
                     )
                 )
     ops = {o.name: o for o in catalog.ops}
@@ -97,12 +102,59 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
                 index = kernel.guarantees.index(Guarantee.batch_invariant)
                 problems.append(src.problem(("kernels", name, "guarantees", index), f"kernel {name} declares batch_invariant, but {why}, so nothing defines or tests it"))
     for name, kernel in op.kernels.items():
+        if isinstance(kernel, ReferenceKernel) and kernel.guarantees:
+            problems.append(
+                src.problem(
+                    ("kernels", name, "guarantees"),
+                    f"kernel {name} is a Python reference ({kernel.python}): it cannot carry a guarantee, since nothing "
+                    f"generated controls its reduction order or tests it as a backend; use guarantees: []",
+                )
+            )
+        elif isinstance(kernel, NativeKernel):
+            problems += _tile_problems(src, op, name, kernel, batched)
+    for name, kernel in op.kernels.items():
         for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
             if platform not in platforms:
                 problems.append(src.problem(("kernels", name, "platforms", index), _one_of("platform", platform, platforms)))
         if isinstance(kernel, NativeKernel) and not any(name in names for names in op.backends.values()):
             problems.append(src.problem(("kernels", name), f"native kernel {name} is used by no platform; add it to a backends list or remove it"))
     return problems, violations
+
+
+def _tile_problems(src: SourceMap, op: OpSpec, name: str, kernel: NativeKernel, batched: bool) -> list[SpecProblem]:
+    """A kernel's claims need the extents its tests cross: rows for batch_invariant, a step for a reduction."""
+    problems: list[SpecProblem] = []
+    tiles = kernel.tiles
+    claims = set(kernel.guarantees)
+    if batched and Guarantee.batch_invariant in claims and not (tiles and tiles.rows):
+        problems.append(
+            src.problem(
+                ("kernels", name, "guarantees", kernel.guarantees.index(Guarantee.batch_invariant)),
+                f"kernel {name} claims batch_invariant but declares no tiles.rows (rows of {op.tests.batch_dim} one block or tile "
+                f"covers; 1 where each row is handled on its own): the generated tests take their batch sizes from it",
+            )
+        )
+    if op.reduction is not None and claims & {Guarantee.deterministic, Guarantee.batch_invariant} and not (tiles and tiles.reduction):
+        problems.append(
+            src.problem(
+                ("kernels", name),
+                f"kernel {name} reduces over {op.reduction.dim} and claims {', '.join(sorted(g.value for g in claims))}, but declares no "
+                f"tiles.reduction (elements of {op.reduction.dim} one step consumes): the generated tests take their reduction extents from it",
+            )
+        )
+    if tiles is None:
+        return problems
+    if tiles.rows and not batched:
+        problems.append(src.problem(("kernels", name, "tiles", "rows"), f"tiles.rows means nothing for {op.name}: no output has a batch dimension"))
+    if tiles.reduction and op.reduction is None:
+        problems.append(src.problem(("kernels", name, "tiles", "reduction"), f"tiles.reduction means nothing for {op.name}: the op declares no reduction"))
+    named = [(("rows", i), v) for i, v in enumerate(tiles.rows)] + [(("reduction", i), v) for i, v in enumerate(tiles.reduction)]
+    named.append((("stages",), tiles.stages))
+    for where, value in named:
+        if isinstance(value, str) and not (isinstance(kernel.params.get(value), int) and not isinstance(kernel.params.get(value), bool)):
+            ints = [k for k, v in kernel.params.items() if isinstance(v, int) and not isinstance(v, bool)]
+            problems.append(src.problem(("kernels", name, "tiles", *where), _one_of("integer param", value, ints)))
+    return problems
 
 
 # Headers rendered next to the kernels ({stem}.h), which no {op}_{kernel} may be named like.
@@ -112,28 +164,18 @@ PACKAGE_HEADERS = frozenset({"rlk_numerics", "rlk_math", "rlk_reduce", "rlk_para
 PACKAGE_EXPORTS = frozenset({"detect_platform", "platform_of", "select_backend"})
 
 
-def _camel(name: str) -> str:
-    return "".join(part.capitalize() for part in name.split("_"))
-
-
 def _name_clashes(catalog: Catalog) -> list[SpecProblem]:
     """Distinct spec names that would generate the same Python or C++ name."""
     problems: list[SpecProblem] = []
     exported: dict[str, str] = {name: "the package itself" for name in PACKAGE_EXPORTS}
     # Kernel files share their folder with the package headers (rlk_numerics.h, ...).
     symbols: dict[str, str] = {stem: "a package header" for stem in PACKAGE_HEADERS}
-    classes: dict[str, str] = {}
     for op in catalog.ops:
         src = catalog.sources[f"op:{op.name}"]
         for path, name in [(("name",), op.name), *((("aliases", i), alias) for i, alias in enumerate(op.aliases))]:
             if name in exported:
                 problems.append(src.problem(path, f"{name} is already exported by {exported[name]}; the package would export it twice"))
             exported.setdefault(name, f"op {op.name}")
-        # The autograd Function of each op is named after the op in CamelCase (a_b1 and a_b_1 both give AB1).
-        cls = _camel(op.name)
-        if cls in classes:
-            problems.append(src.problem(("name",), f"op {op.name} and op {classes[cls]} both generate the Python class _{cls}Function"))
-        classes.setdefault(cls, op.name)
         for kernel in op.kernels:
             if not isinstance(op.kernels[kernel], NativeKernel):
                 continue

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .errors import GeneratorError
 from .load import Catalog
-from .model import NativeKernel, OpSpec, PlatformSpec
+from .model import NativeKernel, OpSpec, PlatformSpec, ReferenceKernel
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
@@ -27,6 +27,9 @@ def verdict(op: OpSpec, platform: str, kernel: str) -> tuple[bool, str]:
         return False, f"refused: the op declares no kernel {kernel} (kernels: {', '.join(sorted(op.kernels))})"
     if isinstance(spec, NativeKernel) and spec.platforms is not None and platform not in spec.platforms:
         return False, f"refused: kernel {kernel} is written for {', '.join(spec.platforms)} only"
+    if isinstance(spec, ReferenceKernel) and op.requires:
+        # as in contracts: a Python reference keeps no guarantee, whatever it declares
+        return False, f"refused: lacks {_names(op.requires)} that {op.name} requires (a Python reference, {spec.python}, keeps no guarantee)"
     missing = [g for g in op.requires if g not in spec.guarantees]
     if missing:
         return False, f"refused: lacks {_names(missing)} that {op.name} requires (it guarantees: {_names(spec.guarantees)})"

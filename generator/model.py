@@ -416,11 +416,12 @@ class BackwardStep(StrictModel):
     """One call of the backward pass: ``op(*args)`` returns the gradients of ``gives``, in order.
 
     An arg is a forward argument or output name, or ``grad(<output>)`` for the incoming gradient.
+    A ``null`` in ``gives`` drops that output of the step (e.g. pack's cu_seqlens in unpack's backward).
     """
 
     op: Identifier
     args: tuple[Annotated[str, _Matching(r"grad\([a-z][a-z0-9_]*\)|[a-z][a-z0-9_]*", "backward argument", "grad(y)")], ...]
-    gives: tuple[Identifier, ...] = Field(min_length=1)
+    gives: tuple[Identifier | None, ...] = Field(min_length=1)
     attrs: tuple[Identifier, ...] | None = None
     """Attributes passed on; null: every attribute the step's op shares by name with this op."""
 
@@ -428,6 +429,24 @@ class BackwardStep(StrictModel):
 # Headers rendered next to a platform's kernels only when a kernel there asks for them
 # (templates/package/<name>.j2).
 SupportHeader = Literal["rlk_tensor_core.h"]
+
+
+TileExtent = Annotated[int, Field(ge=1, le=1 << 16)] | Identifier
+"""A size in elements or rows, or the name of one of the kernel's integer ``params`` that holds it."""
+
+
+class Tiles(StrictModel):
+    """The extents at which a kernel's work changes shape: the generated tests cross each of them.
+
+    A kernel that claims ``batch_invariant`` must say how many rows of the batch dimension one
+    block or tile covers (``rows``); one that reduces must say how many elements of the reduction
+    dimension one step consumes (``reduction``) and how many steps are in flight (``stages``).
+    Each may list several values where code paths differ (a device tile and a host strip).
+    """
+
+    rows: tuple[TileExtent, ...] = ()
+    reduction: tuple[TileExtent, ...] = ()
+    stages: TileExtent = 1
 
 
 class NativeKernel(StrictModel):
@@ -440,13 +459,18 @@ class NativeKernel(StrictModel):
     """Template parameters, so one template serves several ops (e.g. operand layouts)."""
     support_headers: tuple[SupportHeader, ...] = ()
     """Package headers the kernel includes beyond the ones every kernel may use."""
+    tiles: Tiles | None = None
+    """Where the kernel's work changes shape; the generated tests take their sizes from it."""
     doc: Text = ""
 
 
 class ReferenceKernel(StrictModel):
+    """A Python callable: the op's reference, or a baseline to compare with.  It carries no
+    guarantee, since nothing generated controls its reduction order (``contracts`` refuses one)."""
+
     kind: Literal["reference"]
     python: DottedName
-    guarantees: tuple[Guarantee, ...]
+    guarantees: tuple[Guarantee, ...] = ()
     doc: Text = ""
 
 
@@ -458,10 +482,8 @@ class TestPlan(StrictModel):
 
     shapes: tuple[dict[DimName, Annotated[int, Field(ge=1, le=1 << 16)]], ...] = Field(min_length=1)
     batch_dim: DimName | None = None
-    """The dimension whose size must not change any row's bits; null when the op has none."""
-    batch_sizes: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = (1, 5, 64)
-    chunk_at: int = Field(default=25, ge=1)
-    pad_by: int = Field(default=7, ge=1)
+    """The dimension whose size must not change any row's bits; null when the op has none.
+    The batch sizes, chunk and pad splits come from each kernel's ``tiles``."""
 
 
 class OpSpec(StrictModel):
@@ -539,8 +561,10 @@ class OpSpec(StrictModel):
                 name = source[5:-1] if source.startswith("grad(") else source
                 if name not in tensors or (source.startswith("grad(") and name not in {o.name for o in self.outputs}):
                     raise ValueError(f"backward step {index}: {source} names no forward {'output' if source.startswith('grad(') else 'argument or output'}")
+            if all(name is None for name in step.gives):
+                raise ValueError(f"backward step {index}: gives no gradient (every entry is null)")
             for name in step.gives:
-                if name not in {a.name for a in self.args}:
+                if name is not None and name not in {a.name for a in self.args}:
                     raise ValueError(f"backward step {index}: gives {name}, which is not a forward argument")
         for dim, dynamic in self.dynamic_dims.items():
             if dim in bound:

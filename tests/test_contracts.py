@@ -108,3 +108,65 @@ def test_batch_invariance_needs_an_output_with_the_batch_dimension(bare_project,
     assert bare_project.run("generate") == 2
     err = capsys.readouterr().err
     assert "requires.1: batch_invariant is required, but no output has the batch dimension T, so nothing defines or tests it" in err, err
+
+
+def test_reference_backend_declaring_guarantees_is_refused(project: Project, capsys):
+    """A Python backend cannot buy its way past the guard by declaring guarantees: it keeps none."""
+    before = project.snapshot()
+    line = project.edit(OP, "    python: torch.matmul\n    guarantees: []", "    python: torch.matmul\n    guarantees: [deterministic, batch_invariant]")
+    old = backends_line(project, "musa")
+    backend_line = project.edit(OP, old, "  musa: [torch_matmul]")
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"{OP}:{line + 1}: kernels.torch_matmul.guarantees: kernel torch_matmul is a Python reference (torch.matmul): it cannot carry a guarantee" in err, err
+    expected = f"{OP}:{backend_line}: backends.musa.0: refusing to map op det_gemm on platform musa to backend torch_matmul: it lacks the guarantee 'deterministic'"
+    assert expected in err, err
+    assert "torch_matmul guarantees: none: a Python reference (torch.matmul) keeps none, whatever it declares)" in err
+    assert project.snapshot() == before
+
+
+def test_reference_kernel_may_not_declare_a_guarantee_even_unmapped(project: Project, capsys):
+    line = project.edit(OP, "    python: torch.matmul\n    guarantees: []", "    python: torch.matmul\n    guarantees: [deterministic]")
+    assert project.run("check") == 2
+    assert f"{OP}:{line + 1}: kernels.torch_matmul.guarantees: kernel torch_matmul is a Python reference" in capsys.readouterr().err
+
+
+def test_batch_invariant_kernel_without_tiles_is_refused(project: Project, capsys):
+    """The generated tests take their batch sizes from tiles.rows: a claim without it could not be tested."""
+    line = project.edit(OP, "    tiles: {rows: [64, 48, 24], reduction: [16]}\n", "")
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "kernels.simt.guarantees.1: kernel simt claims batch_invariant but declares no tiles.rows" in err, err
+    assert "kernels.simt: kernel simt reduces over K and claims batch_invariant, deterministic, portable, but declares no tiles.reduction" in err, err
+    assert f"{OP}:" in err and line > 0
+
+
+def test_tile_naming_a_missing_param_is_refused(project: Project, capsys):
+    project.edit(OP, "tiles: {rows: [block_m], reduction: [block_k], stages: stages}", "tiles: {rows: [block_rows], reduction: [block_k], stages: stages}")
+    assert project.run("check") == 2
+    err = capsys.readouterr().err
+    assert "kernels.mma.tiles.rows.0: Unknown integer param block_rows. Expected one of block_k, block_m, block_n, blocks_per_sm, stages, warps_m, warps_n" in err, err
+
+
+def test_tiles_without_a_batch_dimension_are_refused(project: Project, capsys):
+    project.edit("specs/ops/pack.yaml", "    params: {scatter: false}", "    params: {scatter: false}\n    tiles: {rows: [1]}")
+    assert project.run("check") == 2
+    assert "kernels.rows.tiles.rows: tiles.rows means nothing for pack: no output has a batch dimension" in capsys.readouterr().err
+
+
+def test_kernel_tests_cross_each_tile(project: Project):
+    """The generated tests' sizes come from the kernel's tiles: around each row tile, past two of them, and a
+    reduction through more than stages + 1 steps with a ragged tail."""
+    from generator.load import load_catalog
+    from generator.plan import OpView
+
+    catalog = load_catalog(project.root / "specs", project.root)
+    op = OpView(next(o for o in catalog.ops if o.name == "det_gemm"), "det_gemm")
+    mma = op.kernel_tests("cuda")["mma"]
+    assert mma["batch_sizes"] == [1, 127, 128, 129, 259]
+    assert mma["chunks"] == [127, 129] and mma["pad_by"] == 129
+    assert mma["extents"] == {"K": 5 * 32 + 17}  # stages 3: five k-blocks of 32, then a tail of 17
+    assert op.kernel_tests("cpu")["simt"]["batch_sizes"][-1] == 256
+    ktree = OpView(next(o for o in catalog.ops if o.name == "det_gemm_ktree"), "det_gemm_ktree")
+    assert ktree.kernel_tests("cpu")["tree"]["extents"] == {"K": 96}  # K is a multiple of the 32-wide leaf: no ragged tail exists

@@ -158,14 +158,6 @@ def test_kernels_whose_generated_names_collide_are_refused(bare_project: Project
     assert "op det_gemm_nt kernel simt and op det_gemm kernel nt_simt both generate the name det_gemm_nt_simt" in err, err
 
 
-def test_ops_whose_autograd_classes_collide_are_refused(bare_project: Project, capsys):
-    source = (bare_project.root / "specs/ops/silu.yaml").read_text()
-    for name in ("silu1", "silu_1"):
-        (bare_project.root / f"specs/ops/{name}.yaml").write_text(source.replace("name: silu\n", f"name: {name}\n"))
-    err = errors_of(bare_project, capsys)
-    assert "op silu_1 and op silu1 both generate the Python class _Silu1Function" in err, err
-
-
 def test_a_kernel_named_like_a_package_header_is_refused(bare_project: Project, capsys):
     # op rlk_tensor's kernel core would render rlk_tensor_core.h over the tensor-core header.
     source = (bare_project.root / "specs/ops/silu.yaml").read_text()

@@ -25,6 +25,23 @@ def _restore(result, lead: tuple[int, ...], leads: tuple[bool, ...]):
     return outputs if isinstance(result, tuple) else outputs[0]
 
 
+def _not_differentiable(op: str) -> RuntimeError:
+    return RuntimeError(
+        f"rlkernels.{op} is not differentiable: its spec declares no backward, so no gradient can flow "
+        f"through it (call it on detached inputs, or under torch.no_grad())"
+    )
+
+
+def _no_gradient_for(op: str, needs: dict[str, bool], given: tuple[str, ...]) -> None:
+    """Refuse, rather than return None, when autograd wants a gradient the spec's backward does not give."""
+    missing = [name for name, wanted in needs.items() if wanted and name not in given]
+    if missing:
+        raise RuntimeError(
+            f"rlkernels.{op}: no gradient flows to {', '.join(repr(m) for m in missing)}; its backward gives "
+            f"{', '.join(repr(g) for g in given)} only (detach the others)"
+        )
+
+
 def _grad_or_zeros(grad: torch.Tensor | None, output: torch.Tensor) -> torch.Tensor:
     """Autograd passes None for outputs that did not reach the loss; the kernels want zeros."""
     return torch.zeros_like(output) if grad is None else grad.contiguous()
@@ -32,35 +49,36 @@ def _grad_or_zeros(grad: torch.Tensor | None, output: torch.Tensor) -> torch.Ten
 
 def _run_det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_det_gemm(a, b)
+    if a.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.det_gemm.default(a, b, out_fp32)
     kernel = _runtime.select_backend("det_gemm", _runtime.platform_of(a.device))
     return _runtime.call("det_gemm", kernel, a, b, out_fp32)
 
 
-class _DetGemmFunction(torch.autograd.Function):
+def _setup_det_gemm(ctx, inputs, output) -> None:
+    """Saves what det_gemm_nt, det_gemm_tn will need."""
+    a, b, out_fp32 = inputs
+    c, = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(a, b, c)
+    ctx.out_fp32 = out_fp32
+    ctx.c_dtype = a.dtype
+
+
+def _backward_det_gemm(ctx, grad_c):
     """Differentiates det_gemm with the catalog's own kernels (det_gemm_nt, det_gemm_tn)."""
-
-    @staticmethod
-    def forward(ctx, a, b, out_fp32):  # type: ignore[override]
-        c = _run_det_gemm(a, b, out_fp32)
-        ctx.save_for_backward(a, b, c)
-        ctx.out_fp32 = out_fp32
-        ctx.c_dtype = a.dtype
-        return c
-
-    @staticmethod
-    def backward(ctx, grad_c):  # type: ignore[override]
-        a, b, c = ctx.saved_tensors
-        needs = dict(zip(("a", "b"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["a"]:
-            result = det_gemm_nt(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), b)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("a",), result))
-        if needs["b"]:
-            result = det_gemm_tn(a, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("b",), result))
-        return grads.get("a"), grads.get("b"), None
+    a, b, c = ctx.saved_tensors
+    needs = dict(zip(("a", "b"), ctx.needs_input_grad))
+    _no_gradient_for("det_gemm", needs, ("a", "b"))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["a"]:
+        result = det_gemm_nt(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), b)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("a",), result) if name is not None)
+    if needs["b"]:
+        result = det_gemm_tn(a, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("b",), result) if name is not None)
+    return grads.get("a"), grads.get("b"), None
 
 
 def det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
@@ -79,8 +97,6 @@ def det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b)):
-        return _DetGemmFunction.apply(a, b, out_fp32)
     return _run_det_gemm(a, b, out_fp32)
 
 
@@ -94,8 +110,14 @@ def _fake_det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> 
 
 def _run_det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     _checks.check_det_gemm_ktree(a, b)
+    if a.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.det_gemm_ktree.default(a, b)
     kernel = _runtime.select_backend("det_gemm_ktree", _runtime.platform_of(a.device))
     return _runtime.call("det_gemm_ktree", kernel, a, b)
+
+
+def _backward_det_gemm_ktree(ctx, *grads):
+    raise _not_differentiable("det_gemm_ktree")
 
 
 def det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -125,35 +147,36 @@ def _fake_det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _run_det_gemm_nt(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_det_gemm_nt(a, b)
+    if a.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.det_gemm_nt.default(a, b, out_fp32)
     kernel = _runtime.select_backend("det_gemm_nt", _runtime.platform_of(a.device))
     return _runtime.call("det_gemm_nt", kernel, a, b, out_fp32)
 
 
-class _DetGemmNtFunction(torch.autograd.Function):
+def _setup_det_gemm_nt(ctx, inputs, output) -> None:
+    """Saves what det_gemm, det_gemm_tn will need."""
+    a, b, out_fp32 = inputs
+    c, = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(a, b, c)
+    ctx.out_fp32 = out_fp32
+    ctx.c_dtype = a.dtype
+
+
+def _backward_det_gemm_nt(ctx, grad_c):
     """Differentiates det_gemm_nt with the catalog's own kernels (det_gemm, det_gemm_tn)."""
-
-    @staticmethod
-    def forward(ctx, a, b, out_fp32):  # type: ignore[override]
-        c = _run_det_gemm_nt(a, b, out_fp32)
-        ctx.save_for_backward(a, b, c)
-        ctx.out_fp32 = out_fp32
-        ctx.c_dtype = a.dtype
-        return c
-
-    @staticmethod
-    def backward(ctx, grad_c):  # type: ignore[override]
-        a, b, c = ctx.saved_tensors
-        needs = dict(zip(("a", "b"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["a"]:
-            result = det_gemm(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), b)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("a",), result))
-        if needs["b"]:
-            result = det_gemm_tn(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), a)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("b",), result))
-        return grads.get("a"), grads.get("b"), None
+    a, b, c = ctx.saved_tensors
+    needs = dict(zip(("a", "b"), ctx.needs_input_grad))
+    _no_gradient_for("det_gemm_nt", needs, ("a", "b"))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["a"]:
+        result = det_gemm(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), b)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("a",), result) if name is not None)
+    if needs["b"]:
+        result = det_gemm_tn(_grad_or_zeros(grad_c, c).to(ctx.c_dtype), a)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("b",), result) if name is not None)
+    return grads.get("a"), grads.get("b"), None
 
 
 def det_gemm_nt(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
@@ -172,8 +195,6 @@ def det_gemm_nt(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> tor
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b)):
-        return _DetGemmNtFunction.apply(a, b, out_fp32)
     return _run_det_gemm_nt(a, b, out_fp32)
 
 
@@ -190,35 +211,36 @@ def _fake_det_gemm_nt(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) 
 
 def _run_det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_det_gemm_tn(a, b)
+    if a.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.det_gemm_tn.default(a, b, out_fp32)
     kernel = _runtime.select_backend("det_gemm_tn", _runtime.platform_of(a.device))
     return _runtime.call("det_gemm_tn", kernel, a, b, out_fp32)
 
 
-class _DetGemmTnFunction(torch.autograd.Function):
+def _setup_det_gemm_tn(ctx, inputs, output) -> None:
+    """Saves what det_gemm_nt, det_gemm will need."""
+    a, b, out_fp32 = inputs
+    c, = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(a, b, c)
+    ctx.out_fp32 = out_fp32
+    ctx.c_dtype = a.dtype
+
+
+def _backward_det_gemm_tn(ctx, grad_c):
     """Differentiates det_gemm_tn with the catalog's own kernels (det_gemm_nt, det_gemm)."""
-
-    @staticmethod
-    def forward(ctx, a, b, out_fp32):  # type: ignore[override]
-        c = _run_det_gemm_tn(a, b, out_fp32)
-        ctx.save_for_backward(a, b, c)
-        ctx.out_fp32 = out_fp32
-        ctx.c_dtype = a.dtype
-        return c
-
-    @staticmethod
-    def backward(ctx, grad_c):  # type: ignore[override]
-        a, b, c = ctx.saved_tensors
-        needs = dict(zip(("a", "b"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["a"]:
-            result = det_gemm_nt(b, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("a",), result))
-        if needs["b"]:
-            result = det_gemm(a, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("b",), result))
-        return grads.get("a"), grads.get("b"), None
+    a, b, c = ctx.saved_tensors
+    needs = dict(zip(("a", "b"), ctx.needs_input_grad))
+    _no_gradient_for("det_gemm_tn", needs, ("a", "b"))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["a"]:
+        result = det_gemm_nt(b, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("a",), result) if name is not None)
+    if needs["b"]:
+        result = det_gemm(a, _grad_or_zeros(grad_c, c).to(ctx.c_dtype))
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("b",), result) if name is not None)
+    return grads.get("a"), grads.get("b"), None
 
 
 def det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
@@ -237,8 +259,6 @@ def det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> tor
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (a, b)):
-        return _DetGemmTnFunction.apply(a, b, out_fp32)
     return _run_det_gemm_tn(a, b, out_fp32)
 
 
@@ -252,33 +272,34 @@ def _fake_det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) 
 
 def _run_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2, beta: float = 0.04) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_grpo_loss(ratio, kl, mask, rewards)
+    if ratio.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.grpo_loss.default(ratio, kl, mask, rewards, eps_low, eps_high, beta)
     kernel = _runtime.select_backend("grpo_loss", _runtime.platform_of(ratio.device))
     return _runtime.call("grpo_loss", kernel, ratio, kl, mask, rewards, eps_low, eps_high, beta)
 
 
-class _GrpoLossFunction(torch.autograd.Function):
+def _setup_grpo_loss(ctx, inputs, output) -> None:
+    """Saves what grpo_loss_backward will need."""
+    ratio, kl, mask, rewards, eps_low, eps_high, beta = inputs
+    loss, adv = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(ratio, mask, loss, adv)
+    ctx.eps_low = eps_low
+    ctx.eps_high = eps_high
+    ctx.beta = beta
+    ctx.mark_non_differentiable(adv)
+
+
+def _backward_grpo_loss(ctx, grad_loss, grad_adv):
     """Differentiates grpo_loss with the catalog's own kernels (grpo_loss_backward)."""
-
-    @staticmethod
-    def forward(ctx, ratio, kl, mask, rewards, eps_low, eps_high, beta):  # type: ignore[override]
-        loss, adv = _run_grpo_loss(ratio, kl, mask, rewards, eps_low, eps_high, beta)
-        ctx.save_for_backward(ratio, mask, loss, adv)
-        ctx.eps_low = eps_low
-        ctx.eps_high = eps_high
-        ctx.beta = beta
-        ctx.mark_non_differentiable(adv)
-        return loss, adv
-
-    @staticmethod
-    def backward(ctx, grad_loss, grad_adv):  # type: ignore[override]
-        ratio, mask, loss, adv = ctx.saved_tensors
-        needs = dict(zip(("ratio", "kl", "mask", "rewards"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["ratio"] or needs["kl"]:
-            result = grpo_loss_backward(_grad_or_zeros(grad_loss, loss), ratio, mask, adv, eps_low=ctx.eps_low, eps_high=ctx.eps_high, beta=ctx.beta)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("ratio", "kl"), result))
-        return grads.get("ratio"), grads.get("kl"), grads.get("mask"), grads.get("rewards"), None, None, None
+    ratio, mask, loss, adv = ctx.saved_tensors
+    needs = dict(zip(("ratio", "kl", "mask", "rewards"), ctx.needs_input_grad))
+    _no_gradient_for("grpo_loss", needs, ("ratio", "kl"))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["ratio"] or needs["kl"]:
+        result = grpo_loss_backward(_grad_or_zeros(grad_loss, loss), ratio, mask, adv, eps_low=ctx.eps_low, eps_high=ctx.eps_high, beta=ctx.beta)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("ratio", "kl"), result) if name is not None)
+    return grads.get("ratio"), grads.get("kl"), grads.get("mask"), grads.get("rewards"), None, None, None
 
 
 def grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2, beta: float = 0.04) -> tuple[torch.Tensor, torch.Tensor]:
@@ -302,8 +323,6 @@ def grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, rewards
         loss: [] float32. masked mean of the per-token loss (a 0-d tensor)
         adv: [G, S] float32. group-normalised advantages, for logging and the backward
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (ratio, kl)):
-        return _GrpoLossFunction.apply(ratio, kl, mask, rewards, eps_low, eps_high, beta)
     return _run_grpo_loss(ratio, kl, mask, rewards, eps_low, eps_high, beta)
 
 
@@ -318,8 +337,14 @@ def _fake_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, r
 
 def _run_grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2, beta: float = 0.04) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_grpo_loss_backward(grad_loss, ratio, mask, adv)
+    if grad_loss.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.grpo_loss_backward.default(grad_loss, ratio, mask, adv, eps_low, eps_high, beta)
     kernel = _runtime.select_backend("grpo_loss_backward", _runtime.platform_of(grad_loss.device))
     return _runtime.call("grpo_loss_backward", kernel, grad_loss, ratio, mask, adv, eps_low, eps_high, beta)
+
+
+def _backward_grpo_loss_backward(ctx, *grads):
+    raise _not_differentiable("grpo_loss_backward")
 
 
 def grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2, beta: float = 0.04) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,31 +382,32 @@ def _fake_grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask:
 
 def _run_logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_logp(logits, ids)
+    if logits.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.logp.default(logits, ids, ignore_index)
     kernel = _runtime.select_backend("logp", _runtime.platform_of(logits.device))
     return _runtime.call("logp", kernel, logits, ids, ignore_index)
 
 
-class _LogpFunction(torch.autograd.Function):
+def _setup_logp(ctx, inputs, output) -> None:
+    """Saves what logp_backward will need."""
+    logits, ids, ignore_index = inputs
+    lp, lse = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(logits, ids, lp, lse)
+    ctx.ignore_index = ignore_index
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_logp(ctx, grad_lp, grad_lse):
     """Differentiates logp with the catalog's own kernels (logp_backward)."""
-
-    @staticmethod
-    def forward(ctx, logits, ids, ignore_index):  # type: ignore[override]
-        lp, lse = _run_logp(logits, ids, ignore_index)
-        ctx.save_for_backward(logits, ids, lp, lse)
-        ctx.ignore_index = ignore_index
-        ctx.mark_non_differentiable(lse)
-        return lp, lse
-
-    @staticmethod
-    def backward(ctx, grad_lp, grad_lse):  # type: ignore[override]
-        logits, ids, lp, lse = ctx.saved_tensors
-        needs = dict(zip(("logits", "ids"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["logits"]:
-            result = logp_backward(_grad_or_zeros(grad_lp, lp), logits, ids, lse, ignore_index=ctx.ignore_index)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("logits",), result))
-        return grads.get("logits"), grads.get("ids"), None
+    logits, ids, lp, lse = ctx.saved_tensors
+    needs = dict(zip(("logits", "ids"), ctx.needs_input_grad))
+    _no_gradient_for("logp", needs, ("logits",))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["logits"]:
+        result = logp_backward(_grad_or_zeros(grad_lp, lp), logits, ids, lse, ignore_index=ctx.ignore_index)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("logits",), result) if name is not None)
+    return grads.get("logits"), grads.get("ids"), None
 
 
 def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
@@ -407,8 +433,6 @@ def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> t
         logits = logits.flatten(0, len(lead) - 1)
         ids = ids.flatten(0, len(lead) - 1)
         return _restore(logp(logits, ids, ignore_index), lead, (True, True))
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (logits,)):
-        return _LogpFunction.apply(logits, ids, ignore_index)
     return _run_logp(logits, ids, ignore_index)
 
 
@@ -422,8 +446,14 @@ def _fake_logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100
 
 def _run_logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     _checks.check_logp_backward(grad_lp, logits, ids, lse)
+    if grad_lp.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.logp_backward.default(grad_lp, logits, ids, lse, ignore_index)
     kernel = _runtime.select_backend("logp_backward", _runtime.platform_of(grad_lp.device))
     return _runtime.call("logp_backward", kernel, grad_lp, logits, ids, lse, ignore_index)
+
+
+def _backward_logp_backward(ctx, *grads):
+    raise _not_differentiable("logp_backward")
 
 
 def logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
@@ -464,30 +494,31 @@ def _fake_logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.
 
 def _run_pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_pack(x, mask)
+    if x.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.pack.default(x, mask)
     kernel = _runtime.select_backend("pack", _runtime.platform_of(x.device))
     return _runtime.call("pack", kernel, x, mask)
 
 
-class _PackFunction(torch.autograd.Function):
+def _setup_pack(ctx, inputs, output) -> None:
+    """Saves what unpack will need."""
+    x, mask = inputs
+    packed, cu_seqlens = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(mask, packed)
+    ctx.mark_non_differentiable(cu_seqlens)
+
+
+def _backward_pack(ctx, grad_packed, grad_cu_seqlens):
     """Differentiates pack with the catalog's own kernels (unpack)."""
-
-    @staticmethod
-    def forward(ctx, x, mask):  # type: ignore[override]
-        packed, cu_seqlens = _run_pack(x, mask)
-        ctx.save_for_backward(mask, packed)
-        ctx.mark_non_differentiable(cu_seqlens)
-        return packed, cu_seqlens
-
-    @staticmethod
-    def backward(ctx, grad_packed, grad_cu_seqlens):  # type: ignore[override]
-        mask, packed = ctx.saved_tensors
-        needs = dict(zip(("x", "mask"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["x"]:
-            result = unpack(_grad_or_zeros(grad_packed, packed), mask)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("x",), result))
-        return grads.get("x"), grads.get("mask")
+    mask, packed = ctx.saved_tensors
+    needs = dict(zip(("x", "mask"), ctx.needs_input_grad))
+    _no_gradient_for("pack", needs, ("x",))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["x"]:
+        result = unpack(_grad_or_zeros(grad_packed, packed), mask)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("x",), result) if name is not None)
+    return grads.get("x"), grads.get("mask")
 
 
 def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -506,8 +537,6 @@ def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
         packed: [TOTAL, H] same dtype as x. the kept rows in (b, s) order
         cu_seqlens: [B1] int64. sequence b's rows are packed[cu_seqlens[b]:cu_seqlens[b+1]]
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x,)):
-        return _PackFunction.apply(x, mask)
     return _run_pack(x, mask)
 
 
@@ -524,29 +553,30 @@ def _fake_pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch
 
 def _run_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_ratio_kl(lp, old_lp, ref_lp, mask)
+    if lp.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.ratio_kl.default(lp, old_lp, ref_lp, mask)
     kernel = _runtime.select_backend("ratio_kl", _runtime.platform_of(lp.device))
     return _runtime.call("ratio_kl", kernel, lp, old_lp, ref_lp, mask)
 
 
-class _RatioKlFunction(torch.autograd.Function):
+def _setup_ratio_kl(ctx, inputs, output) -> None:
+    """Saves what ratio_kl_backward will need."""
+    lp, old_lp, ref_lp, mask = inputs
+    ratio, kl = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(lp, old_lp, ref_lp, mask, ratio, kl)
+
+
+def _backward_ratio_kl(ctx, grad_ratio, grad_kl):
     """Differentiates ratio_kl with the catalog's own kernels (ratio_kl_backward)."""
-
-    @staticmethod
-    def forward(ctx, lp, old_lp, ref_lp, mask):  # type: ignore[override]
-        ratio, kl = _run_ratio_kl(lp, old_lp, ref_lp, mask)
-        ctx.save_for_backward(lp, old_lp, ref_lp, mask, ratio, kl)
-        return ratio, kl
-
-    @staticmethod
-    def backward(ctx, grad_ratio, grad_kl):  # type: ignore[override]
-        lp, old_lp, ref_lp, mask, ratio, kl = ctx.saved_tensors
-        needs = dict(zip(("lp", "old_lp", "ref_lp", "mask"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["lp"]:
-            result = ratio_kl_backward(_grad_or_zeros(grad_ratio, ratio), _grad_or_zeros(grad_kl, kl), lp, old_lp, ref_lp, mask)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("lp",), result))
-        return grads.get("lp"), grads.get("old_lp"), grads.get("ref_lp"), grads.get("mask")
+    lp, old_lp, ref_lp, mask, ratio, kl = ctx.saved_tensors
+    needs = dict(zip(("lp", "old_lp", "ref_lp", "mask"), ctx.needs_input_grad))
+    _no_gradient_for("ratio_kl", needs, ("lp",))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["lp"]:
+        result = ratio_kl_backward(_grad_or_zeros(grad_ratio, ratio), _grad_or_zeros(grad_kl, kl), lp, old_lp, ref_lp, mask)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("lp",), result) if name is not None)
+    return grads.get("lp"), grads.get("old_lp"), grads.get("ref_lp"), grads.get("mask")
 
 
 def ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -567,8 +597,6 @@ def ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask:
         ratio: [B, T] float32. exp(lp - old_lp) where the mask is true, else 0
         kl: [B, T] float32. exp(d) - d - 1 with d = ref_lp - lp where the mask is true, else 0
     """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (lp,)):
-        return _RatioKlFunction.apply(lp, old_lp, ref_lp, mask)
     return _run_ratio_kl(lp, old_lp, ref_lp, mask)
 
 
@@ -583,8 +611,14 @@ def _fake_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor,
 
 def _run_ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     _checks.check_ratio_kl_backward(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
+    if grad_ratio.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.ratio_kl_backward.default(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
     kernel = _runtime.select_backend("ratio_kl_backward", _runtime.platform_of(grad_ratio.device))
     return _runtime.call("ratio_kl_backward", kernel, grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
+
+
+def _backward_ratio_kl_backward(ctx, *grads):
+    raise _not_differentiable("ratio_kl_backward")
 
 
 def ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -618,31 +652,32 @@ def _fake_ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp:
 
 def _run_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_rms_norm(x, w)
+    if x.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.rms_norm.default(x, w, eps)
     kernel = _runtime.select_backend("rms_norm", _runtime.platform_of(x.device))
     return _runtime.call("rms_norm", kernel, x, w, eps)
 
 
-class _RmsNormFunction(torch.autograd.Function):
+def _setup_rms_norm(ctx, inputs, output) -> None:
+    """Saves what rms_norm_backward will need."""
+    x, w, eps = inputs
+    y, rstd = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(x, w, y, rstd)
+    ctx.eps = eps
+    ctx.mark_non_differentiable(rstd)
+
+
+def _backward_rms_norm(ctx, grad_y, grad_rstd):
     """Differentiates rms_norm with the catalog's own kernels (rms_norm_backward)."""
-
-    @staticmethod
-    def forward(ctx, x, w, eps):  # type: ignore[override]
-        y, rstd = _run_rms_norm(x, w, eps)
-        ctx.save_for_backward(x, w, y, rstd)
-        ctx.eps = eps
-        ctx.mark_non_differentiable(rstd)
-        return y, rstd
-
-    @staticmethod
-    def backward(ctx, grad_y, grad_rstd):  # type: ignore[override]
-        x, w, y, rstd = ctx.saved_tensors
-        needs = dict(zip(("x", "w"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["x"] or needs["w"]:
-            result = rms_norm_backward(_grad_or_zeros(grad_y, y), x, w, rstd)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("x", "w"), result))
-        return grads.get("x"), grads.get("w"), None
+    x, w, y, rstd = ctx.saved_tensors
+    needs = dict(zip(("x", "w"), ctx.needs_input_grad))
+    _no_gradient_for("rms_norm", needs, ("x", "w"))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["x"] or needs["w"]:
+        result = rms_norm_backward(_grad_or_zeros(grad_y, y), x, w, rstd)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("x", "w"), result) if name is not None)
+    return grads.get("x"), grads.get("w"), None
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
@@ -667,8 +702,6 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torc
     if lead is not None:
         x = x.flatten(0, len(lead) - 1)
         return _restore(rms_norm(x, w, eps), lead, (True, True))
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w)):
-        return _RmsNormFunction.apply(x, w, eps)
     return _run_rms_norm(x, w, eps)
 
 
@@ -683,8 +716,14 @@ def _fake_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tupl
 
 def _run_rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_rms_norm_backward(grad_y, x, w, rstd)
+    if grad_y.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.rms_norm_backward.default(grad_y, x, w, rstd)
     kernel = _runtime.select_backend("rms_norm_backward", _runtime.platform_of(grad_y.device))
     return _runtime.call("rms_norm_backward", kernel, grad_y, x, w, rstd)
+
+
+def _backward_rms_norm_backward(ctx, *grads):
+    raise _not_differentiable("rms_norm_backward")
 
 
 def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -725,29 +764,30 @@ def _fake_rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tens
 
 def _run_silu(x: torch.Tensor) -> torch.Tensor:
     _checks.check_silu(x)
+    if x.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.silu.default(x)
     kernel = _runtime.select_backend("silu", _runtime.platform_of(x.device))
     return _runtime.call("silu", kernel, x)
 
 
-class _SiluFunction(torch.autograd.Function):
+def _setup_silu(ctx, inputs, output) -> None:
+    """Saves what silu_backward will need."""
+    x, = inputs
+    y, = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(x, y)
+
+
+def _backward_silu(ctx, grad_y):
     """Differentiates silu with the catalog's own kernels (silu_backward)."""
-
-    @staticmethod
-    def forward(ctx, x):  # type: ignore[override]
-        y = _run_silu(x)
-        ctx.save_for_backward(x, y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_y):  # type: ignore[override]
-        x, y = ctx.saved_tensors
-        needs = dict(zip(("x",), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["x"]:
-            result = silu_backward(_grad_or_zeros(grad_y, y), x)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("x",), result))
-        return grads.get("x")
+    x, y = ctx.saved_tensors
+    needs = dict(zip(("x",), ctx.needs_input_grad))
+    _no_gradient_for("silu", needs, ("x",))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["x"]:
+        result = silu_backward(_grad_or_zeros(grad_y, y), x)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("x",), result) if name is not None)
+    return grads.get("x")
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
@@ -769,8 +809,6 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     if lead is not None:
         x = x.flatten(0, len(lead) - 1)
         return _restore(silu(x), lead, (True,))
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x,)):
-        return _SiluFunction.apply(x)
     return _run_silu(x)
 
 
@@ -784,8 +822,14 @@ def _fake_silu(x: torch.Tensor) -> torch.Tensor:
 
 def _run_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     _checks.check_silu_backward(grad_y, x)
+    if grad_y.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.silu_backward.default(grad_y, x)
     kernel = _runtime.select_backend("silu_backward", _runtime.platform_of(grad_y.device))
     return _runtime.call("silu_backward", kernel, grad_y, x)
+
+
+def _backward_silu_backward(ctx, *grads):
+    raise _not_differentiable("silu_backward")
 
 
 def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -821,29 +865,30 @@ def _fake_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def _run_swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     _checks.check_swiglu(g, u)
+    if g.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.swiglu.default(g, u)
     kernel = _runtime.select_backend("swiglu", _runtime.platform_of(g.device))
     return _runtime.call("swiglu", kernel, g, u)
 
 
-class _SwigluFunction(torch.autograd.Function):
+def _setup_swiglu(ctx, inputs, output) -> None:
+    """Saves what swiglu_backward will need."""
+    g, u = inputs
+    y, = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(g, u, y)
+
+
+def _backward_swiglu(ctx, grad_y):
     """Differentiates swiglu with the catalog's own kernels (swiglu_backward)."""
-
-    @staticmethod
-    def forward(ctx, g, u):  # type: ignore[override]
-        y = _run_swiglu(g, u)
-        ctx.save_for_backward(g, u, y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad_y):  # type: ignore[override]
-        g, u, y = ctx.saved_tensors
-        needs = dict(zip(("g", "u"), ctx.needs_input_grad))
-        grads: dict[str, torch.Tensor] = {}
-        if needs["g"] or needs["u"]:
-            result = swiglu_backward(_grad_or_zeros(grad_y, y), g, u)
-            result = result if isinstance(result, tuple) else (result,)
-            grads.update(zip(("g", "u"), result))
-        return grads.get("g"), grads.get("u")
+    g, u, y = ctx.saved_tensors
+    needs = dict(zip(("g", "u"), ctx.needs_input_grad))
+    _no_gradient_for("swiglu", needs, ("g", "u"))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["g"] or needs["u"]:
+        result = swiglu_backward(_grad_or_zeros(grad_y, y), g, u)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("g", "u"), result) if name is not None)
+    return grads.get("g"), grads.get("u")
 
 
 def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -867,8 +912,6 @@ def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         g = g.flatten(0, len(lead) - 1)
         u = u.flatten(0, len(lead) - 1)
         return _restore(swiglu(g, u), lead, (True,))
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (g, u)):
-        return _SwigluFunction.apply(g, u)
     return _run_swiglu(g, u)
 
 
@@ -882,8 +925,14 @@ def _fake_swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 def _run_swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_swiglu_backward(grad_y, g, u)
+    if grad_y.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.swiglu_backward.default(grad_y, g, u)
     kernel = _runtime.select_backend("swiglu_backward", _runtime.platform_of(grad_y.device))
     return _runtime.call("swiglu_backward", kernel, grad_y, g, u)
+
+
+def _backward_swiglu_backward(ctx, *grads):
+    raise _not_differentiable("swiglu_backward")
 
 
 def swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -923,8 +972,30 @@ def _fake_swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor
 
 def _run_unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     _checks.check_unpack(packed, mask)
+    if packed.device.type == "meta":  # shapes only: the fake kernel answers
+        return torch.ops.rlkernels.unpack.default(packed, mask)
     kernel = _runtime.select_backend("unpack", _runtime.platform_of(packed.device))
     return _runtime.call("unpack", kernel, packed, mask)
+
+
+def _setup_unpack(ctx, inputs, output) -> None:
+    """Saves what pack will need."""
+    packed, mask = inputs
+    x, = output if isinstance(output, tuple) else (output,)
+    ctx.save_for_backward(mask, x)
+
+
+def _backward_unpack(ctx, grad_x):
+    """Differentiates unpack with the catalog's own kernels (pack)."""
+    mask, x = ctx.saved_tensors
+    needs = dict(zip(("packed", "mask"), ctx.needs_input_grad))
+    _no_gradient_for("unpack", needs, ("packed",))
+    grads: dict[str, torch.Tensor] = {}
+    if needs["packed"]:
+        result = pack(_grad_or_zeros(grad_x, x), mask)
+        result = result if isinstance(result, tuple) else (result,)
+        grads.update((name, grad) for name, grad in zip(("packed", "None"), result) if name is not None)
+    return grads.get("packed"), grads.get("mask")
 
 
 def unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -933,6 +1004,7 @@ def unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Contract: deterministic, portable.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
     and raises ``UnsupportedError`` rather than fall back to one that does not.
+    Differentiable: the backward pass runs pack.
 
     Args:
         packed: [TOTAL, H] float32 | float16 | bfloat16. rows in (b, s) order, as pack returns them
@@ -954,43 +1026,62 @@ def _fake_unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _register_fakes() -> None:
-    """Shape-only kernels so the ops trace under torch.compile and on the meta device."""
+    """Shape-only kernels so the ops trace under torch.compile and on the meta device, and
+    every overload's autograd: the spec's backward, or a refusal where it declares none."""
     for overload in ("", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm{overload}")(_fake_det_gemm)
+        torch.library.register_autograd(f"rlkernels::det_gemm{overload}", _backward_det_gemm, setup_context=_setup_det_gemm)
     for overload in ("", ".tree"):
         torch.library.register_fake(f"rlkernels::det_gemm_ktree{overload}")(_fake_det_gemm_ktree)
+        torch.library.register_autograd(f"rlkernels::det_gemm_ktree{overload}", _backward_det_gemm_ktree)
     for overload in ("", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm_nt{overload}")(_fake_det_gemm_nt)
+        torch.library.register_autograd(f"rlkernels::det_gemm_nt{overload}", _backward_det_gemm_nt, setup_context=_setup_det_gemm_nt)
     for overload in ("", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm_tn{overload}")(_fake_det_gemm_tn)
+        torch.library.register_autograd(f"rlkernels::det_gemm_tn{overload}", _backward_det_gemm_tn, setup_context=_setup_det_gemm_tn)
     for overload in ("", ".block"):
         torch.library.register_fake(f"rlkernels::grpo_loss{overload}")(_fake_grpo_loss)
+        torch.library.register_autograd(f"rlkernels::grpo_loss{overload}", _backward_grpo_loss, setup_context=_setup_grpo_loss)
     for overload in ("", ".block"):
         torch.library.register_fake(f"rlkernels::grpo_loss_backward{overload}")(_fake_grpo_loss_backward)
+        torch.library.register_autograd(f"rlkernels::grpo_loss_backward{overload}", _backward_grpo_loss_backward)
     for overload in ("", ".rows"):
         torch.library.register_fake(f"rlkernels::logp{overload}")(_fake_logp)
+        torch.library.register_autograd(f"rlkernels::logp{overload}", _backward_logp, setup_context=_setup_logp)
     for overload in ("", ".rows"):
         torch.library.register_fake(f"rlkernels::logp_backward{overload}")(_fake_logp_backward)
+        torch.library.register_autograd(f"rlkernels::logp_backward{overload}", _backward_logp_backward)
     for overload in ("", ".rows"):
         torch.library.register_fake(f"rlkernels::pack{overload}")(_fake_pack)
+        torch.library.register_autograd(f"rlkernels::pack{overload}", _backward_pack, setup_context=_setup_pack)
     for overload in ("", ".elementwise"):
         torch.library.register_fake(f"rlkernels::ratio_kl{overload}")(_fake_ratio_kl)
+        torch.library.register_autograd(f"rlkernels::ratio_kl{overload}", _backward_ratio_kl, setup_context=_setup_ratio_kl)
     for overload in ("", ".elementwise"):
         torch.library.register_fake(f"rlkernels::ratio_kl_backward{overload}")(_fake_ratio_kl_backward)
+        torch.library.register_autograd(f"rlkernels::ratio_kl_backward{overload}", _backward_ratio_kl_backward)
     for overload in ("", ".rows"):
         torch.library.register_fake(f"rlkernels::rms_norm{overload}")(_fake_rms_norm)
+        torch.library.register_autograd(f"rlkernels::rms_norm{overload}", _backward_rms_norm, setup_context=_setup_rms_norm)
     for overload in ("", ".rows"):
         torch.library.register_fake(f"rlkernels::rms_norm_backward{overload}")(_fake_rms_norm_backward)
+        torch.library.register_autograd(f"rlkernels::rms_norm_backward{overload}", _backward_rms_norm_backward)
     for overload in ("", ".elementwise"):
         torch.library.register_fake(f"rlkernels::silu{overload}")(_fake_silu)
+        torch.library.register_autograd(f"rlkernels::silu{overload}", _backward_silu, setup_context=_setup_silu)
     for overload in ("", ".elementwise"):
         torch.library.register_fake(f"rlkernels::silu_backward{overload}")(_fake_silu_backward)
+        torch.library.register_autograd(f"rlkernels::silu_backward{overload}", _backward_silu_backward)
     for overload in ("", ".elementwise"):
         torch.library.register_fake(f"rlkernels::swiglu{overload}")(_fake_swiglu)
+        torch.library.register_autograd(f"rlkernels::swiglu{overload}", _backward_swiglu, setup_context=_setup_swiglu)
     for overload in ("", ".elementwise"):
         torch.library.register_fake(f"rlkernels::swiglu_backward{overload}")(_fake_swiglu_backward)
+        torch.library.register_autograd(f"rlkernels::swiglu_backward{overload}", _backward_swiglu_backward)
     for overload in ("", ".rows"):
         torch.library.register_fake(f"rlkernels::unpack{overload}")(_fake_unpack)
+        torch.library.register_autograd(f"rlkernels::unpack{overload}", _backward_unpack, setup_context=_setup_unpack)
 
 
 if _runtime.NATIVE_ERROR is None:

@@ -3,9 +3,11 @@
 # Template: templates/package/tests/test_op.py.j2
 """Contract tests for logp, generated from specs/ops/logp.yaml.
 
-Accuracy against the reference within the 'logprob' tolerance class;
-every guarantee the selected backend declares, checked bitwise; and bad inputs
-rejected with errors that name the argument.
+Accuracy against the reference within the 'logprob' tolerance class; every
+guarantee each native kernel declares, checked bitwise on the sizes its tiles call for, through
+its own overload (torch.ops.rlkernels.logp.<kernel>); torch.library.opcheck on
+every overload; gradients, or a clear refusal where the spec declares no backward; and bad
+inputs rejected with errors that name the argument.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import pytest
 import torch
 
 import rlkernels
-from rlkernels._registry import OPS, TOLERANCES
-from rlkernels._runtime import _resolve, platform_of, select_backend
+from rlkernels._registry import OPS, PLATFORMS, TOLERANCES
+from rlkernels._runtime import _resolve, detect_platform, platform_of, select_backend
 
 OP = OPS["logp"]
 SHAPES = [
@@ -40,14 +42,69 @@ GRAD_INPUTS = ["logits"]
 DTYPES = ["float32", "float16", "bfloat16"]
 LEADING_DIM = "N"
 BATCH_DIM = "N"
-BATCH_SIZES = [1, 5, 64]
-CHUNK_AT = 25
-PAD_BY = 7
+# Every native kernel this package carries for the op, per platform, with the sizes taken from
+# its spec's tiles: batch sizes around each row tile and past two of them, chunk splits on
+# either side of a tile boundary, padding past the next one, and a reduction extent that runs
+# more than stages + 1 steps with a ragged tail.
+KERNELS = {
+    "musa": {
+        "rows": {
+            "guarantees": ["batch_invariant", "deterministic", "portable"],
+            "batch_sizes": [1, 2, 256],
+            "chunks": [2],
+            "pad_by": 2,
+            "extents": {"V": 1793},
+        },
+    },
+    "cpu": {
+        "rows": {
+            "guarantees": ["batch_invariant", "deterministic", "portable"],
+            "batch_sizes": [1, 2, 256],
+            "chunks": [2],
+            "pad_by": 2,
+            "extents": {"V": 1793},
+        },
+    },
+}
+
+
+def _device_type(platform):
+    return next(p.device_type for p in PLATFORMS if p.name == platform)
+
+
+def targets(kernels):
+    """(device, kernel) for every native kernel of every platform the package carries, on that platform's device."""
+    params = []
+    for platform, by_kernel in kernels.items():
+        present = platform == "cpu" or detect_platform() == platform
+        skip = pytest.mark.skipif(not present, reason=f"no {platform} device in this process (detected platform: {detect_platform()})")
+        params += [pytest.param(_device_type(platform), kernel, id=f"{platform}-{kernel}", marks=skip) for kernel in by_kernel]
+    return params
+
+
+def device_targets(kernels):
+    """``targets`` of the device platforms only; a CPU-only package has none and says so."""
+    found = targets({platform: by_kernel for platform, by_kernel in kernels.items() if _device_type(platform) != "cpu"})
+    reason = "this package carries no device kernels: portability compares a device kernel with the CPU's"
+    return found or [pytest.param(None, None, id="no-device", marks=pytest.mark.skip(reason=reason))]
+
+
+TARGETS = targets(KERNELS)
 
 
 def run(*args, **attrs):
     out = rlkernels.logp(*args, **{**ATTRS, **attrs})
     return out if isinstance(out, tuple) else (out,)
+
+
+def run_kernel(kernel, *args):
+    """One kernel, through its own overload (not the backend the registry would pick)."""
+    out = getattr(torch.ops.rlkernels.logp, kernel)(*args, **ATTRS)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def facts(device, kernel):
+    return KERNELS[platform_of(device)][kernel]
 
 
 def reference(*args):
@@ -75,22 +132,48 @@ def make_inputs(dims, dtype, device, seed=0):
     return tensors
 
 
+def bits(tensor):
+    """The tensor's bits as integers: -0.0 differs from +0.0, and a NaN equals only the same NaN."""
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bool:
+        return tensor.view(torch.uint8)
+    if tensor.is_floating_point():
+        return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+    return tensor
+
+
 def assert_bitwise_equal(got, want, what):
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype, what
-        assert torch.equal(g.cpu().view(torch.uint8 if g.dtype == torch.bool else g.dtype), w.cpu()), f"{what}: outputs differ in their bits"
+    assert len(got) == len(want), f"{what}: {len(got)} outputs against {len(want)}"
+    for index, (g, w) in enumerate(zip(got, want)):
+        name = OUTPUTS[index][0] if len(got) == len(OUTPUTS) else f"output {index}"
+        assert g.dtype == w.dtype, f"{what}: {name} has dtype {g.dtype} against {w.dtype}"
+        assert g.shape == w.shape, f"{what}: {name} has shape {tuple(g.shape)} against {tuple(w.shape)}"
+        differ = bits(g) != bits(w)
+        if bool(differ.any()):
+            first = int(differ.reshape(-1).nonzero()[0])
+            raise AssertionError(
+                f"{what}: {name} differs in the bits of {int(differ.sum())} of {g.numel()} elements, first at flat index {first}: "
+                f"{g.detach().cpu().reshape(-1)[first].item()!r} against {w.detach().cpu().reshape(-1)[first].item()!r}"
+            )
 
 
 def backend_for(device):
     return select_backend(OP.name, platform_of(device))
 
 
+def needs(device, kernel, guarantee):
+    if guarantee not in facts(device, kernel)["guarantees"]:
+        pytest.skip(f"{kernel} on {platform_of(device)} does not declare {guarantee}")
+
+
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(f"{k}{v}" for k, v in sorted(s.items())))
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_accuracy(device, dtype, shape):
+@pytest.mark.parametrize("device, kernel", TARGETS)
+def test_accuracy(device, kernel, dtype, shape):
     inputs = make_inputs(shape, dtype, device)
-    got = run(*inputs)
+    got = run_kernel(kernel, *inputs)
     want = reference(*inputs)
+    assert len(got) == len(want) == len(OUTPUTS), f"{len(got)} outputs, the reference gives {len(want)}, the spec declares {len(OUTPUTS)}"
     atol, rtol = TOLERANCES[OP.tolerance][dtype]
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
@@ -100,14 +183,23 @@ def test_accuracy(device, dtype, shape):
             assert torch.equal(g.cpu(), w.to(g.dtype)), f"{name}: integer output differs from the reference"
 
 
+def _contract_dims(device, kernel):
+    """The first test shape with the kernel's reduction extent and, for a batched op, its largest batch."""
+    own = facts(device, kernel)
+    dims = {**SHAPES[0], **own["extents"]}
+    if BATCH_DIM is not None and own["batch_sizes"]:
+        dims[BATCH_DIM] = max(own["batch_sizes"])
+    return dims
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_deterministic(device, dtype):
-    if "deterministic" not in backend_for(device).guarantees:
-        pytest.skip(f"the {backend_for(device).name} backend does not declare deterministic")
-    inputs = make_inputs(SHAPES[0], dtype, device, seed=1)
-    first = run(*inputs)
+@pytest.mark.parametrize("device, kernel", TARGETS)
+def test_deterministic(device, kernel, dtype):
+    needs(device, kernel, "deterministic")
+    inputs = make_inputs(_contract_dims(device, kernel), dtype, device, seed=1)
+    first = run_kernel(kernel, *inputs)
     for _ in range(3):
-        assert_bitwise_equal(run(*inputs), first, "repeated run")
+        assert_bitwise_equal(run_kernel(kernel, *inputs), first, f"{kernel}: repeated run")
 
 
 def _batch_axes():
@@ -130,46 +222,66 @@ def _out_take(outputs, start, stop):
 
 
 def _batched(outputs):
+    assert len(outputs) == len(OUTPUTS), f"{len(outputs)} outputs, the spec declares {len(OUTPUTS)}"
     return tuple(outputs[i] for i in BATCHED_OUTPUTS)
 
 
 @pytest.mark.skipif(BATCH_DIM is None, reason="the op has no batch dimension")
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_batch_invariant(device, dtype):
-    if "batch_invariant" not in backend_for(device).guarantees:
-        pytest.skip(f"the {backend_for(device).name} backend does not declare batch_invariant")
-    total = max(BATCH_SIZES)
-    dims = {**SHAPES[0], BATCH_DIM: total}
+@pytest.mark.parametrize("device, kernel", TARGETS)
+def test_batch_invariant(device, kernel, dtype):
+    needs(device, kernel, "batch_invariant")
+    own = facts(device, kernel)
+    dims = _contract_dims(device, kernel)
+    total = dims[BATCH_DIM]
     inputs = make_inputs(dims, dtype, device, seed=2)
-    outputs = run(*inputs)
+    outputs = run_kernel(kernel, *inputs)
     full = _batched(outputs)
     assert full, "batch_invariant needs an output with the batch dimension"
 
-    for size in BATCH_SIZES:
-        assert_bitwise_equal(_batched(run(*_take(inputs, 0, size))), _out_take(outputs, 0, size), f"batch of {size} vs {total}")
+    for size in own["batch_sizes"]:
+        assert_bitwise_equal(_batched(run_kernel(kernel, *_take(inputs, 0, size))), _out_take(outputs, 0, size), f"{kernel}: batch of {size} vs {total}")
 
-    head = _batched(run(*_take(inputs, 0, CHUNK_AT)))
-    tail = _batched(run(*_take(inputs, CHUNK_AT, total)))
     axes = [OUTPUTS[i][1].index(BATCH_DIM) for i in BATCHED_OUTPUTS]
-    chunked = tuple(torch.cat([h, t], dim=axis) for h, t, axis in zip(head, tail, axes))
-    assert_bitwise_equal(chunked, full, f"chunked at {CHUNK_AT}")
+    for at in own["chunks"]:
+        head = _batched(run_kernel(kernel, *_take(inputs, 0, at)))
+        tail = _batched(run_kernel(kernel, *_take(inputs, at, total)))
+        chunked = tuple(torch.cat([h, t], dim=axis) for h, t, axis in zip(head, tail, axes))
+        assert_bitwise_equal(chunked, full, f"{kernel}: chunked at {at} of {total}")
 
+    pad = own["pad_by"]
     padded_inputs = [
-        t if axis is None else torch.cat([t, torch.zeros_like(t.narrow(axis, 0, 1)).expand(*[PAD_BY if i == axis else s for i, s in enumerate(t.shape)])], dim=axis)
+        t if axis is None else torch.cat([t, torch.zeros_like(t.narrow(axis, 0, 1)).expand(*[pad if i == axis else s for i, s in enumerate(t.shape)])], dim=axis)
         for t, axis in zip(inputs, _batch_axes())
     ]
-    assert_bitwise_equal(_out_take(run(*padded_inputs), 0, total), full, f"padded by {PAD_BY}")
+    assert_bitwise_equal(_out_take(run_kernel(kernel, *padded_inputs), 0, total), full, f"{kernel}: {total} rows padded by {pad}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_portable(device, dtype):
-    if device == "cpu":
-        pytest.skip("portable compares a device with the CPU; this is the CPU")
-    device_kernel, cpu_kernel = backend_for(device), backend_for("cpu")
-    if not {"portable"} <= device_kernel.guarantees & cpu_kernel.guarantees:
-        pytest.skip(f"{device_kernel.name} on {device} and {cpu_kernel.name} on cpu do not both declare portable")
-    inputs = make_inputs(SHAPES[1 % len(SHAPES)], dtype, device, seed=3)
-    assert_bitwise_equal(run(*inputs), run(*[t.cpu() for t in inputs]), f"{device} vs cpu")
+@pytest.mark.parametrize("device, kernel", device_targets(KERNELS))
+def test_portable(device, kernel, dtype):
+    """Each device kernel that declares portable gives the bits of the CPU's kernel."""
+    needs(device, kernel, "portable")
+    cpu_kernel = backend_for("cpu")
+    if "portable" not in cpu_kernel.guarantees:
+        pytest.skip(f"the CPU's {cpu_kernel.name} does not declare portable")
+    for seed, shape in enumerate((SHAPES[1 % len(SHAPES)], _contract_dims(device, kernel))):
+        inputs = make_inputs(shape, dtype, device, seed=3 + seed)
+        assert_bitwise_equal(run_kernel(kernel, *inputs), run_kernel(cpu_kernel.name, *[t.cpu() for t in inputs]), f"{kernel} on {device} vs {cpu_kernel.name} on cpu")
+
+
+def _opcheck_inputs(dtype, device):
+    inputs = make_inputs(SHAPES[0], dtype, device, seed=13)
+    return [t.requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, inputs)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:1])
+@pytest.mark.parametrize("device, kernel", [*TARGETS, pytest.param("cpu", "default", id="default")])
+def test_opcheck(device, kernel, dtype):
+    """torch.library.opcheck: schema, fake kernel, autograd registration and AOT dispatch of each overload."""
+    overload = getattr(torch.ops.rlkernels.logp, kernel)
+    tests = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(overload, tuple(_opcheck_inputs(dtype, device)), ATTRS, test_utils=tests)
 
 
 def test_native_op_matches_public_function(device):
@@ -224,6 +336,16 @@ def test_backward_is_deterministic(device, dtype):
     inputs = make_inputs(SHAPES[0], dtype, device, seed=9)
     first = _loss_and_grads(inputs, run, cotangent_seed=10)
     assert_bitwise_equal(_loss_and_grads(inputs, run, cotangent_seed=10), first, "repeated backward")
+
+
+def test_public_function_on_meta_tensors():
+    """Shapes and dtypes without data: the public function answers from the fake kernel."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=15)
+    want = run(*inputs)
+    got = run(*[t.to("meta") for t in inputs])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.device.type == "meta" and g.shape == w.shape and g.dtype == w.dtype
 
 
 def test_leading_dimensions_are_flattened_and_restored(device):
