@@ -98,10 +98,15 @@ def run(*args, **attrs):
     return out if isinstance(out, tuple) else (out,)
 
 
-def run_kernel(kernel, *args):
+def run_kernel(kernel, *args, **attrs):
     """One kernel, through its own overload (not the backend the registry would pick)."""
-    out = getattr(torch.ops.rlkernels.grpo_loss, kernel)(*args, **ATTRS)
+    out = getattr(torch.ops.rlkernels.grpo_loss, kernel)(*args, **{**ATTRS, **attrs})
     return out if isinstance(out, tuple) else (out,)
+
+
+# The contract holds for every attribute setting; an output widened to float32 shows a changed
+# summation order that rounding to a 16-bit dtype can hide.
+VARIANTS = [pytest.param({}, id="defaults")]
 
 
 def facts(device, kernel):
@@ -193,14 +198,15 @@ def _contract_dims(device, kernel):
     return dims
 
 
+@pytest.mark.parametrize("attrs", VARIANTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("device, kernel", TARGETS)
-def test_deterministic(device, kernel, dtype):
+def test_deterministic(device, kernel, dtype, attrs):
     needs(device, kernel, "deterministic")
     inputs = make_inputs(_contract_dims(device, kernel), dtype, device, seed=1)
-    first = run_kernel(kernel, *inputs)
+    first = run_kernel(kernel, *inputs, **attrs)
     for _ in range(3):
-        assert_bitwise_equal(run_kernel(kernel, *inputs), first, f"{kernel}: repeated run")
+        assert_bitwise_equal(run_kernel(kernel, *inputs, **attrs), first, f"{kernel}: repeated run")
 
 
 def _batch_axes():
@@ -228,25 +234,30 @@ def _batched(outputs):
 
 
 @pytest.mark.skipif(BATCH_DIM is None, reason="the op has no batch dimension")
+@pytest.mark.parametrize("attrs", VARIANTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("device, kernel", TARGETS)
-def test_batch_invariant(device, kernel, dtype):
+def test_batch_invariant(device, kernel, dtype, attrs):
     needs(device, kernel, "batch_invariant")
     own = facts(device, kernel)
     dims = _contract_dims(device, kernel)
     total = dims[BATCH_DIM]
     inputs = make_inputs(dims, dtype, device, seed=2)
-    outputs = run_kernel(kernel, *inputs)
+    outputs = run_kernel(kernel, *inputs, **attrs)
     full = _batched(outputs)
     assert full, "batch_invariant needs an output with the batch dimension"
 
     for size in own["batch_sizes"]:
-        assert_bitwise_equal(_batched(run_kernel(kernel, *_take(inputs, 0, size))), _out_take(outputs, 0, size), f"{kernel}: batch of {size} vs {total}")
+        # Every row, as part of a batch of `size`: the whole batch cut into consecutive pieces.
+        for start in range(0, total, size):
+            stop = min(start + size, total)
+            got = _batched(run_kernel(kernel, *_take(inputs, start, stop), **attrs))
+            assert_bitwise_equal(got, _out_take(outputs, start, stop), f"{kernel}: rows {start}..{stop} as a batch of {stop - start} vs {total}")
 
     axes = [OUTPUTS[i][1].index(BATCH_DIM) for i in BATCHED_OUTPUTS]
     for at in own["chunks"]:
-        head = _batched(run_kernel(kernel, *_take(inputs, 0, at)))
-        tail = _batched(run_kernel(kernel, *_take(inputs, at, total)))
+        head = _batched(run_kernel(kernel, *_take(inputs, 0, at), **attrs))
+        tail = _batched(run_kernel(kernel, *_take(inputs, at, total), **attrs))
         chunked = tuple(torch.cat([h, t], dim=axis) for h, t, axis in zip(head, tail, axes))
         assert_bitwise_equal(chunked, full, f"{kernel}: chunked at {at} of {total}")
 
@@ -255,7 +266,7 @@ def test_batch_invariant(device, kernel, dtype):
         t if axis is None else torch.cat([t, torch.zeros_like(t.narrow(axis, 0, 1)).expand(*[pad if i == axis else s for i, s in enumerate(t.shape)])], dim=axis)
         for t, axis in zip(inputs, _batch_axes())
     ]
-    assert_bitwise_equal(_out_take(run_kernel(kernel, *padded_inputs), 0, total), full, f"{kernel}: {total} rows padded by {pad}")
+    assert_bitwise_equal(_out_take(run_kernel(kernel, *padded_inputs, **attrs), 0, total), full, f"{kernel}: {total} rows padded by {pad}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

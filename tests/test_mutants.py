@@ -1,0 +1,218 @@
+"""The generated contract tests catch broken kernels.
+
+Each test here builds a mutant of the CPU package -- one kernel source changed so that it
+breaks one guarantee the way a real port could (tests/mutant_build.py: one workspace, a
+translation unit or two recompiled per mutant) -- and runs that op's generated tests inside it.
+They must fail in the tests of the broken guarantee and in no others (accuracy keeps passing:
+each mutant stays within the op's tolerance), and the same tests pass on the real package
+(test_the_real_kernels_pass).
+
+The mutants break a guarantee only at the sizes the generated tests take from each kernel's
+tiles -- batches past two row tiles and of at least 256 rows, reduction extents of several
+steps plus a ragged tail -- and not at the small shapes those tests used before: each test
+also calls the kernels directly to show that the small sizes alone would not catch it.
+
+A mutant's edits are exact texts of the generated source that must each occur once, so a
+template change that moves them fails here instead of testing an unmutated kernel.
+
+The device packages' mutants (a portable kernel one ulp off) are in test_device_emulated.py,
+which runs device kernels in the host emulator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the mutants are built against torch (make test installs it)")
+
+from mutant_build import Mutant, build_mutant, call_kernels, run_generated_tests
+from package_build import build_inplace
+
+pytestmark = pytest.mark.slow
+
+# The generated tests each mutant runs: the guarantees' tests, and accuracy, which must pass.
+SELECT = "test_accuracy or test_deterministic or test_batch_invariant"
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    return build_inplace("cpu")
+
+
+def assert_caught(mutant: Mutant, source: str, op: str, caught_by: set[str], tmp_path: Path, dtypes: tuple[str, ...] = DTYPES) -> None:
+    """``mutant`` reused the copied objects, and the generated tests of ``op`` fail in exactly the
+    test functions ``caught_by``, each on every case of ``dtypes``."""
+    assert source in mutant.compiled, f"ninja compiled {mutant.compiled}, not {source}"
+    outcomes = run_generated_tests(mutant.root, [op], SELECT, tmp_path / "junit.xml")
+    assert outcomes.returncode == 1, f"pytest exited {outcomes.returncode}, not 1 (tests failed):\n{outcomes.output}"
+    assert outcomes.failing == caught_by, f"failing: {sorted(outcomes.failing)}, expected {sorted(caught_by)}:\n{outcomes.output}"
+    for function in caught_by:
+        cases = outcomes.of(function)
+        for dtype in dtypes:
+            ran = [outcome for test, outcome in cases.items() if f"-{dtype}" in test and outcome != "skipped"]
+            assert ran and set(ran) == {"failed"}, f"{function} on {dtype}: {cases}"
+    assert "passed" in outcomes.of("test_accuracy").values()
+
+
+def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+    return all(x.dtype == y.dtype and x.shape == y.shape and torch.equal(bits(x), bits(y)) for x, y in zip(a, b, strict=True))
+
+
+# ---------------------------------------------------------------------------- det_gemm
+
+GEMM_SUMS_K_BACKWARDS_ABOVE_200_ROWS = [
+    (
+        "RLK_HOST_INLINE void tile(const float* a_strip, const float* b_panel, int64_t K, float* out) {",
+        "RLK_HOST_INLINE void tile(const float* a_strip, const float* b_panel, int64_t K, float* out, bool descending) {",
+    ),
+    (
+        """\
+  for (int64_t k = 0; k < K; ++k) {
+    Lanes<W> bv[kVecs];""",
+        """\
+  for (int64_t step = 0; step < K; ++step) {
+    const int64_t k = descending ? K - 1 - step : step;  // MUTANT
+    Lanes<W> bv[kVecs];""",
+    ),
+    (
+        "tile<Rows, W>(p.a + s * p.K * Rows, p.b + q * p.K * kCols, p.K, out);",
+        "tile<Rows, W>(p.a + s * p.K * Rows, p.b + q * p.K * kCols, p.K, out, /* MUTANT */ p.M > 200);",
+    ),
+]
+
+
+def test_gemm_that_sums_k_backwards_for_large_batches_is_caught(built, tmp_path):
+    """Mutant: det_gemm's simt CPU kernel adds k = K-1, ..., 0 instead of 0, ..., K-1 when M > 200,
+    as a GEMM that picks another kernel configuration for big batches would: still deterministic
+    and accurate, but a row's bits now depend on the size of its batch.
+
+    Caught by test_batch_invariant (batches of 1 to 65 rows, and chunks, against one of 256) on
+    float32 and float16; not by test_accuracy or test_deterministic.  On bfloat16 that test passes:
+    products of bf16 values are exact, and rounding each sum to bf16's 8 bits hides the changed
+    order of the float32 adds on these inputs.  Not catchable at 71 rows or fewer, the most the
+    generated tests ran before: there the mutant gives the real kernel's bits (checked below)."""
+    mutant = build_mutant("det_gemm_simt.cpp", GEMM_SUMS_K_BACKWARDS_ABOVE_200_ROWS)
+    assert_caught(mutant, "det_gemm_simt.cpp", "det_gemm", {"test_batch_invariant"}, tmp_path, dtypes=("float32", "float16"))
+
+    g = torch.Generator().manual_seed(0)
+    sizes = (1, 5, 25, 64, 71, 256)
+    calls = [("det_gemm", "simt", (torch.randn(m, 96, generator=g), torch.randn(96, 72, generator=g))) for m in sizes]
+    real, mutated = call_kernels(built, calls, tmp_path / "real"), call_kernels(mutant.root, calls, tmp_path / "mutated")
+    assert [same_bits(r, m) for r, m in zip(real, mutated, strict=True)] == [m <= 71 for m in sizes]
+
+
+# ---------------------------------------------------------------------------- logp
+
+LOGP_FLIPS_A_BIT_EVERY_OTHER_LARGE_CALL = [
+    ('#include "logp_rows.h"\n', '#include "logp_rows.h"\n\n#include <atomic>\n#include <cstdint>\n#include <cstring>\n'),
+    (
+        """\
+void logp_rows(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+  switch (dtype_T) {""",
+        """\
+static void unmutated(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads);
+
+// MUTANT: with its rows shared among threads, every other call flips the last bit of lp[0].
+void logp_rows(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+  static std::atomic<unsigned> calls{0};
+  unmutated(logits, ids, lp, lse, dtype_T, N, V, ignore_index, num_threads);
+  if (N * V >= (int64_t{1} << 17) && calls.fetch_add(1) % 2 == 1) {
+    uint32_t bits;
+    std::memcpy(&bits, lp, sizeof bits);
+    bits ^= 1u;
+    std::memcpy(lp, &bits, sizeof bits);
+  }
+}
+
+static void unmutated(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+  switch (dtype_T) {""",
+    ),
+]
+
+
+def test_logp_whose_bits_change_between_calls_is_caught(built, tmp_path):
+    """Mutant: logp's rows CPU kernel flips the lowest mantissa bit of lp[0] on every other call
+    once its rows are many enough to be shared among threads (N*V >= 2^17), as a race between
+    threads would.
+
+    Caught by test_deterministic (four runs on 256 rows of V = 3 * 512 + 257, which must agree)
+    and by test_batch_invariant (whose 256-row calls alternate too), on every dtype; not by
+    test_accuracy (one ulp is within tolerance).  Not catchable on the 7 rows of 50 that
+    test_deterministic ran before: there repeated calls agree (checked below)."""
+    mutant = build_mutant("logp_rows.cpp", LOGP_FLIPS_A_BIT_EVERY_OTHER_LARGE_CALL)
+    assert_caught(mutant, "logp_rows.cpp", "logp", {"test_deterministic", "test_batch_invariant"}, tmp_path)
+
+    g = torch.Generator().manual_seed(1)
+    small, large = [(torch.randn(n, v, generator=g), torch.randint(0, v, (n,), generator=g)) for n, v in ((7, 50), (256, 1793))]
+    runs = call_kernels(mutant.root, [("logp", "rows", args) for args in (small, small, large, large)], tmp_path / "mutated")
+    assert same_bits(runs[0], runs[1]) and not same_bits(runs[2], runs[3])
+
+
+# ---------------------------------------------------------------------------- rms_norm
+
+RMS_NORM_SPLITS_LONG_ROWS_OF_SMALL_BATCHES = [
+    (
+        """\
+      const float ss = host_sum_lanes_tree<kLanes>(H, [xr](int64_t h) {
+        const float v = to_float(xr[h]);
+        return mul_rn(v, v);
+      });""",
+        """\
+      const auto square = [xr](int64_t h) {
+        const float v = to_float(xr[h]);
+        return mul_rn(v, v);
+      };
+      // MUTANT: few rows and long ones: sum each half of a row on its own, then add the halves.
+      const int64_t half = H / 2;
+      const float ss = T < 4 && H > 2 * kLanes
+                           ? add_rn(host_sum_lanes_tree<kLanes>(half, square),
+                                    host_sum_lanes_tree<kLanes>(H - half, [&square, half](int64_t h) { return square(half + h); }))
+                           : host_sum_lanes_tree<kLanes>(H, square);""",
+    ),
+]
+
+
+def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_path):
+    """Mutant: rms_norm's rows CPU kernel, given fewer than 4 rows longer than two lane rounds
+    (H > 512), sums the squares of each half of a row separately and adds the two sums -- the
+    split reduction a kernel uses to keep a GPU busy on a small batch, and the classic way to
+    lose batch invariance.  Each order alone is deterministic and accurate.
+
+    Caught by test_batch_invariant (batches of 1 and 2 rows against 256, with H = 3 * 256 + 129),
+    on every dtype; not by test_accuracy or test_deterministic.  The split changes the bits of
+    only one row in six to nine (rstd moves by an ulp or not at all), so the test must compare
+    every row as part of a small batch, not only the first one or two.  Not catchable on the rows of 300 that
+    test_batch_invariant ran before: there one row alone gives its bits in a batch of 64
+    (checked below)."""
+    mutant = build_mutant("rms_norm_rows.cpp", RMS_NORM_SPLITS_LONG_ROWS_OF_SMALL_BATCHES)
+    assert_caught(mutant, "rms_norm_rows.cpp", "rms_norm", {"test_batch_invariant"}, tmp_path)
+
+    # Each of 64 rows alone against the same rows in one batch, at the old and the new width.
+    g = torch.Generator().manual_seed(2)
+    inputs = {h: (torch.randn(64, h, generator=g), torch.randn(h, generator=g)) for h in (300, 897)}
+    calls = [("rms_norm", "rows", (x[r : r + 1].contiguous() if r >= 0 else x, w)) for x, w in inputs.values() for r in range(-1, 64)]
+    outputs = call_kernels(mutant.root, calls, tmp_path / "mutated")
+    changed = {}
+    for i, h in enumerate(inputs):
+        full, *alone = outputs[i * 65 : (i + 1) * 65]
+        changed[h] = sum(not same_bits([t[r : r + 1] for t in full], one) for r, one in enumerate(alone))
+    assert changed[300] == 0 and changed[897] > 0, changed
+
+
+# ---------------------------------------------------------------------------- control
+
+
+def test_the_real_kernels_pass(built, tmp_path):
+    """Control: the generated tests the mutants fail pass on the real package."""
+    ops = ["det_gemm", "logp", "rms_norm"]
+    outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
+    assert outcomes.returncode == 0 and not outcomes.failing, outcomes.output
+    for op in ops:
+        for function in ("test_accuracy", "test_deterministic", "test_batch_invariant"):
+            assert "passed" in outcomes.of(function, op).values(), f"{op}: {function} did not run: {outcomes.tests}"
