@@ -30,10 +30,11 @@ class Mutant:
 
 def build_mutant(source: str, edits: list[tuple[str, str]]) -> Mutant:
     """The CPU package with ``edits`` (each old text must occur exactly once) applied to
-    csrc/kernels/cpu/<source>, built in the mutant workspace."""
+    ``source`` (a kernel under csrc/kernels/cpu/, or a path inside the package), built in the
+    mutant workspace."""
     WORKSPACE.mkdir(parents=True, exist_ok=True)
     sync_tree(REPO / "generated" / "cpu", WORKSPACE)
-    path = WORKSPACE / "csrc/kernels/cpu" / source
+    path = WORKSPACE / (source if "/" in source else f"csrc/kernels/cpu/{source}")
     text = path.read_text()
     for old, new in edits:
         count = text.count(old)

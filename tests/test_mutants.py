@@ -205,6 +205,44 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
     assert changed[300] == 0 and changed[897] > 0, changed
 
 
+# ---------------------------------------------------------------------------- the Python layer
+
+FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
+    (
+        "    _checks.check_det_gemm(a, b)\n    M = a.shape[0]\n    N = b.shape[1]\n    c = a.new_empty((M, N), ",
+        "    _checks.check_det_gemm(a, b)\n    M = a.shape[0]\n    N = b.shape[1] + 1  # MUTANT\n    c = a.new_empty((M, N), ",
+    )
+]
+LOGP_BACKWARD_WITHOUT_AUTOGRAD = [
+    (
+        '        torch.library.register_autograd(f"rlkernels::logp_backward{overload}", _backward_logp_backward)\n',
+        "        pass  # MUTANT: no autograd registered, so torch warns and differentiates to nothing\n",
+    )
+]
+
+
+def test_fake_kernel_with_a_wrong_shape_is_caught(built, tmp_path):
+    """Mutant: det_gemm's fake kernel (what torch.compile and meta tensors see) claims one column
+    more than the kernel returns.  Caught by test_opcheck (its fake-tensor check) and by the
+    meta-tensor test, on every overload; the kernels themselves are untouched."""
+    mutant = build_mutant("rlkernels/_ops.py", FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE)
+    outcomes = run_generated_tests(mutant.root, ["det_gemm"], "test_opcheck or test_public_function_on_meta_tensors or test_accuracy", tmp_path / "junit.xml")
+    assert outcomes.failing == {"test_opcheck", "test_public_function_on_meta_tensors"}, outcomes.output
+    assert set(outcomes.of("test_opcheck").values()) == {"failed"}
+
+
+def test_op_without_autograd_is_caught(built, tmp_path):
+    """Mutant: logp_backward loses its autograd registration, the state the issue of silent
+    gradients started from (outputs that require grad, and backward giving None with a warning).
+    Caught by test_not_differentiable_is_refused, on the public function and the overload alike.
+    Not by test_opcheck: opcheck's registration check only catches backend kernels that build
+    autograd graphs themselves, not a missing autograd kernel."""
+    mutant = build_mutant("rlkernels/_ops.py", LOGP_BACKWARD_WITHOUT_AUTOGRAD)
+    outcomes = run_generated_tests(mutant.root, ["logp_backward"], "test_opcheck or test_not_differentiable or test_accuracy", tmp_path / "junit.xml")
+    assert outcomes.failing == {"test_not_differentiable_is_refused"}, outcomes.output
+    assert set(outcomes.of("test_not_differentiable_is_refused").values()) == {"failed"}
+
+
 # ---------------------------------------------------------------------------- control
 
 

@@ -1,7 +1,7 @@
 """Runs every device kernel of an emulated device package against the same package's CPU kernels.
 
     python compare_package.py build   PACKAGE_DIR BUILD_DIR   # compile csrc/ into PACKAGE_DIR/rlkernels/_C.so
-    python compare_package.py compare PACKAGE_DIR RESULTS     # run the comparisons, write RESULTS (JSON)
+    python compare_package.py compare PACKAGE_DIR RESULTS [--contracts]   # run the comparisons, write RESULTS (JSON)
 
 PACKAGE_DIR is a generated device package (cuda, rocm or musa) whose csrc/ the caller
 prepared for the emulator (tests/test_device_emulated.py).  Each step runs in its own process: importing the package
@@ -12,6 +12,12 @@ called through that key on CPU tensors (the emulator runs it), on the shapes, dt
 generated contract tests, and once more with a NaN and infinities in its first float input.
 A kernel that declares `portable`, paired with a CPU kernel that does too, must give the CPU
 kernel's bits; any other must be as accurate as the op's tolerance class asks.
+
+With --contracts, each device kernel that is not portable (whose bits nothing else pins down:
+the tensor-core kernels) also runs the generated tests of its deterministic and batch_invariant
+claims on the sizes its tiles call for (batches across tile boundaries, a reduction through
+more than stages + 1 steps), in the last of the op's dtypes (the 16-bit path), each call sent
+to the emulator; a case's verdict is then "holds" or "BROKEN ...".
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ def _with_nonfinite(inputs):
     return out
 
 
-def compare(package: Path, results_path: Path) -> int:
+def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
     import torch
 
     sys.path.insert(0, str(package))
@@ -125,8 +131,41 @@ def compare(package: Path, results_path: Path) -> int:
                     case["verdict"] = f"ERROR {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
                 rows.append(case)
                 print(name, case, flush=True)
+            if contracts and not portable:
+                for case in _contract_cases(tests, packet, device, kernel):
+                    rows.append(case)
+                    print(name, case, flush=True)
     results_path.write_text(json.dumps(results, indent=1, sort_keys=True))
     return 0
+
+
+def _contract_cases(tests, packet, device, kernel):
+    """The generated tests of the kernel's deterministic and batch_invariant claims, on the sizes
+    its tiles call for, with every call sent to the device dispatch key (the emulator)."""
+    import pytest
+    from rlkernels._registry import BUILD_PLATFORM
+
+    def on_device(name, *args, **attrs):
+        return _as_tuple(getattr(packet, name).redispatch(device, *args, **{**tests.ATTRS, **attrs}))
+
+    tests.run_kernel = on_device
+    tests.facts = lambda _device, name: tests.KERNELS[BUILD_PLATFORM][name]
+    own = tests.KERNELS[BUILD_PLATFORM][kernel]
+    checks = [c for c in ("deterministic", "batch_invariant") if c in own["guarantees"] and (c != "batch_invariant" or tests.BATCH_DIM is not None)]
+    for check in checks:
+        for dtype in tests.DTYPES[-1:]:  # emulated tensor cores are slow: the 16-bit path, once
+            for variant in tests.VARIANTS:
+                attrs = variant.values[0]
+                dims = tests._contract_dims("cpu", kernel)
+                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(dims.items())), "inputs": f"{check} {attrs or ''}".strip()}
+                try:
+                    getattr(tests, f"test_{check}")("cpu", kernel, dtype, attrs)
+                    case["verdict"] = "holds"
+                except (AssertionError, pytest.fail.Exception) as exc:
+                    case["verdict"] = f"BROKEN {check}: {str(exc).strip().splitlines()[0][:300]}"
+                except Exception as exc:  # noqa: BLE001  every case is reported
+                    case["verdict"] = f"ERROR {type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                yield case
 
 
 def _describe(got, want) -> str:
@@ -144,7 +183,7 @@ def main(argv: list[str]) -> int:
     if command == "build":
         build(package, path)
         return 0
-    return compare(package, path)
+    return compare(package, path, contracts="--contracts" in argv[4:])
 
 
 if __name__ == "__main__":
