@@ -148,7 +148,8 @@ def _tile_problems(src: SourceMap, op: OpSpec, name: str, kernel: NativeKernel, 
         problems.append(src.problem(("kernels", name, "tiles", "rows"), f"tiles.rows means nothing for {op.name}: no output has a batch dimension"))
     if tiles.reduction and op.reduction is None:
         problems.append(src.problem(("kernels", name, "tiles", "reduction"), f"tiles.reduction means nothing for {op.name}: the op declares no reduction"))
-    named = [(("rows", i), v) for i, v in enumerate(tiles.rows)] + [(("reduction", i), v) for i, v in enumerate(tiles.reduction)]
+    named: list[tuple[tuple[str | int, ...], int | str]] = [(("rows", i), v) for i, v in enumerate(tiles.rows)]
+    named += [(("reduction", i), v) for i, v in enumerate(tiles.reduction)]
     named.append((("stages",), tiles.stages))
     for where, value in named:
         if isinstance(value, str) and not (isinstance(kernel.params.get(value), int) and not isinstance(kernel.params.get(value), bool)):

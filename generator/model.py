@@ -563,9 +563,9 @@ class OpSpec(StrictModel):
                     raise ValueError(f"backward step {index}: {source} names no forward {'output' if source.startswith('grad(') else 'argument or output'}")
             if all(name is None for name in step.gives):
                 raise ValueError(f"backward step {index}: gives no gradient (every entry is null)")
-            for name in step.gives:
-                if name is not None and name not in {a.name for a in self.args}:
-                    raise ValueError(f"backward step {index}: gives {name}, which is not a forward argument")
+            for given in step.gives:
+                if given is not None and given not in {a.name for a in self.args}:
+                    raise ValueError(f"backward step {index}: gives {given}, which is not a forward argument")
         for dim, dynamic in self.dynamic_dims.items():
             if dim in bound:
                 raise ValueError(f"dynamic dimension {dim} is already bound by an argument's shape")
