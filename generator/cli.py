@@ -1,21 +1,23 @@
-"""``python -m generator generate | check | diff | explain | schema``."""
+"""``python -m generator generate | check | diff | explain | schema | evidence``."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from . import readme, semantic_diff
+from . import evidence, readme, record, semantic_diff
 from .errors import ContractError, GeneratorError, SpecError
 from .explain import explain
 from .load import load_catalog
-from .pipeline import Layout, Output, produce_all
+from .pipeline import Layout, Output, load_checked, produce_all
 from .schema import schema_files
+from .source_hash import package_files
 from .write import MANIFEST, Changes, compute_changes, exclusive, manifest_bytes, recover, write_files, write_tree
 
 EXIT_OK, EXIT_DIFFERS, EXIT_ERROR = 0, 1, 2
@@ -24,7 +26,18 @@ REGISTRY = "registry.json"
 
 def _expected(layout: Layout) -> Output:
     output = produce_all(layout)
-    return Output({**output.files, MANIFEST: manifest_bytes(output.files)}, output.extras)
+    return Output({**output.files, MANIFEST: manifest_bytes(output.files)}, output.extras, output.evidence)
+
+
+def _report_evidence(output: Output, command: str) -> None:
+    """Stale and orphaned evidence records: shown, never a failure (CI has no GPU to refresh device records)."""
+    if output.evidence is None:
+        return
+    out, err = evidence.report_lines(output.evidence, command)
+    for line in out:
+        print(line)
+    for line in err:
+        print(line, file=sys.stderr)
 
 
 def _shown(changes: Changes) -> Iterable[tuple[str, str]]:
@@ -52,6 +65,7 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
         f"generate: generated/ {total} files, {len(changes.written)} written, {len(changes.removed)} removed, "
         f"{total - len(changes.written)} unchanged{extras} ({elapsed * 1000:.0f} ms)"
     )
+    _report_evidence(output, "generate")
     return EXIT_OK
 
 
@@ -59,8 +73,9 @@ def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
     recover(layout.generated, layout.extras)
     expected = _expected(layout)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
+    _report_evidence(expected, "check")
     if changes.empty:
-        print("check: generated/, the README's operator table and schema/ match the specs and templates")
+        print("check: generated/, the README's generated tables and schema/ match the specs, templates and evidence/")
         return EXIT_OK
     for rel in changes.written:
         state = "differs from what the specs produce" if (layout.generated / rel).exists() else "is missing"
@@ -70,7 +85,7 @@ def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
     for rel in changes.extra:
         state = "is missing" if not (layout.root / rel).exists() else "differs from what the specs produce"
         if rel == readme.README:
-            state = "has an operator table (between the GENERATED markers) that differs from the specs"
+            state = "has an operator table or a verification table (between GENERATED markers) that differs from what the specs and evidence/ produce"
         print(f"stale: {rel} {state}", file=sys.stderr)
     print("check: generated files are stale; run `make generate` and commit the result", file=sys.stderr)
     return EXIT_DIFFERS
@@ -129,9 +144,58 @@ def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
     return EXIT_DIFFERS if not changes.empty or semantic_changed else EXIT_OK
 
 
+def _evidence_for_explain(layout: Layout) -> evidence.Evidence | str:
+    """The ledger judged against the sources as rendered now, or why that cannot be had (explain also
+    serves specs that ``generate`` refuses)."""
+    try:
+        judged = produce_all(layout).evidence
+    except GeneratorError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"unavailable: the specs do not generate ({first})"
+    return judged if judged is not None else "unavailable"
+
+
 def cmd_explain(layout: Layout, args: argparse.Namespace) -> int:
     catalog = load_catalog(layout.specs, layout.root)
-    print("\n".join(explain(catalog, args.op, args.platform)))
+    lines = explain(catalog, args.op, args.platform)
+    print("\n".join(lines))
+    judged = _evidence_for_explain(layout)
+    print()
+    if isinstance(judged, str):
+        print(f"evidence: {judged}")
+        return EXIT_OK
+    print(f"evidence for {args.op} (from {evidence.DIR}/, judged against the sources as rendered now):")
+    for platform in catalog.platforms:
+        if args.platform in (None, platform.name):
+            found = judged.explain_lines(args.op, platform.name)
+            print(f"  {platform.name}:" + ("" if found else " no native backend"))
+            for line in found:
+                print(line)
+    return EXIT_OK
+
+
+def cmd_evidence(layout: Layout, args: argparse.Namespace) -> int:
+    """``evidence record-executed RESULTS``: the generated tests' results (``$RLK_EVIDENCE_OUT``) into executed records."""
+    shown = str(args.results)
+    try:
+        results = json.loads(args.results.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise GeneratorError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise GeneratorError(f"{shown}: not valid JSON ({exc})") from None
+    catalog = load_checked(layout)
+    platform = results.get("package_platform") if isinstance(results, dict) else None
+    files: dict[str, bytes] = {}
+    if isinstance(platform, str):
+        source = args.package_dir or layout.generated / platform
+        files = package_files(source, platform) if source.is_dir() else {}
+    records, skipped = record.executed_records(results, catalog, files, record.commit_of(layout.root), shown, args.check)
+    for line in skipped:
+        print(f"skipped  {line}")
+    outcome = record.record(layout.root, records, refresh=not args.no_render)
+    for item in outcome.changed:
+        print(f"recorded {item.shown()} ({item.source_sha256[:12]}, commit {evidence.short_commit(item.commit)})")
+    print(f"evidence: {len(records)} executed records from {shown}, {len(outcome.changed)} new or changed; {outcome.note}")
     return EXIT_OK
 
 
@@ -151,6 +215,7 @@ COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
     "diff": cmd_diff,
     "explain": cmd_explain,
     "schema": cmd_schema,
+    "evidence": cmd_evidence,
 }
 
 
@@ -167,10 +232,22 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("op", help="op name, e.g. det_gemm")
     exp.add_argument("--platform", help="one platform only (default: every platform)")
     sub.add_parser("schema", help="write the JSON Schema of the spec files to schema/ (for editors)")
+    ev = sub.add_parser("evidence", help="write evidence records for a check that ran")
+    ev_sub = ev.add_subparsers(dest="evidence_command", required=True)
+    rec = ev_sub.add_parser(
+        "record-executed",
+        help="turn the generated tests' results ($RLK_EVIDENCE_OUT) into executed records: outcomes with passed > 0 and failed == 0",
+    )
+    rec.add_argument("results", type=Path, help="the JSON file the generated tests wrote")
+    rec.add_argument("--package-dir", type=Path, help="the package the tests ran (hashes its csrc/); default generated/<package_platform>")
+    rec.add_argument("--check", help="what ran, for the records (default: from the results file, else by package platform)")
+    rec.add_argument("--no-render", action="store_true", help="write the ledger only; leave generated/ and the README to `make generate`")
     args = parser.parse_args(argv)
     layout = Layout(args.root.resolve())
     try:
-        if args.command == "explain":  # reads specs only
+        if args.command == "explain":  # reads specs (and renders in memory for the evidence)
+            return COMMANDS[args.command](layout, args)
+        if args.command == "evidence":  # takes the lock itself while it writes
             return COMMANDS[args.command](layout, args)
         # Every other command writes or may finish an interrupted commit: one run at a time.
         with exclusive(layout.root, lambda: print(f"waiting for another generator run in {layout.root} to finish", file=sys.stderr, flush=True)):

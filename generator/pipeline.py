@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import contracts, readme
+from . import contracts, evidence, readme
 from .errors import GeneratorError
 from .load import Catalog, load_catalog
-from .plan import OpView, make_plan
+from .plan import REGISTRY_MD, OpView, make_plan
 from .render import render_all, render_text
 from .schema import schema_files
 
@@ -32,6 +32,10 @@ class Layout:
         return self.root / "generated"
 
     @property
+    def evidence(self) -> Path:
+        return self.root / evidence.DIR
+
+    @property
     def extras(self) -> tuple[str, ...]:
         """Every file outside generated/ that a run may write (relative to the root)."""
         return (readme.README, *schema_files())
@@ -43,7 +47,9 @@ class Output:
     """Everything under generated/ (the manifest is added by ``write``)."""
     extras: dict[str, bytes]
     """Files outside generated/, relative to the root: the JSON Schemas and, where README.md
-    carries the markers, the README with its operator table spliced in."""
+    carries the markers, the README with its operator table and verification table spliced in."""
+    evidence: evidence.Evidence | None = None
+    """The ledger under evidence/ judged against the sources rendered here."""
 
 
 def load_checked(layout: Layout) -> Catalog:
@@ -58,9 +64,17 @@ def produce(layout: Layout) -> dict[str, bytes]:
 
 
 def produce_all(layout: Layout) -> Output:
-    """Every output, generated/ and extras, rendered in memory after the contracts hold."""
+    """Every output, generated/ and extras, rendered in memory after the contracts hold.
+
+    REGISTRY.md and the README's blocks show the evidence ledger judged against the sources
+    rendered in this same run, so they are rendered last."""
     catalog = load_checked(layout)
-    files = render_all(make_plan(catalog), layout.templates)
+    jobs = make_plan(catalog)
+    files = render_all([j for j in jobs if j.path != REGISTRY_MD], layout.templates)
+    judged = evidence.assess(catalog, files, evidence.read_ledger(layout.root))
+    late = [replace(j, context={**j.context, "evidence": judged}) for j in jobs if j.path == REGISTRY_MD]
+    files.update(render_all(late, layout.templates))
+    files = dict(sorted(files.items()))
     extras = schema_files()
     readme_path = layout.root / readme.README
     if readme_path.is_file():
@@ -69,9 +83,13 @@ def produce_all(layout: Layout) -> Output:
         except (OSError, UnicodeDecodeError) as exc:
             raise GeneratorError(f"{readme.README}: cannot read it ({exc})") from None
         ops = tuple(OpView(op, catalog.spec_file(f"op:{op.name}")) for op in catalog.ops)
-        context = {"package": catalog.package, "ops": ops, "platforms": catalog.platforms}
-        block = render_text(layout.templates, readme.TEMPLATE, context, f"the operator table of {readme.README}")
-        spliced = readme.splice(text, block)
-        if spliced is not None:
-            extras[readme.README] = spliced.encode("utf-8")
-    return Output(files, extras)
+        context = {"package": catalog.package, "ops": ops, "platforms": catalog.platforms, "evidence": judged, "writers": evidence.WRITERS}
+        spliced_any = False
+        for block in readme.BLOCKS:
+            rendered = render_text(layout.templates, block.template, context, f"{block.what} of {readme.README}")
+            spliced = readme.splice(text, rendered, block)
+            if spliced is not None:
+                text, spliced_any = spliced, True
+        if spliced_any:
+            extras[readme.README] = text.encode("utf-8")
+    return Output(files, extras, judged)

@@ -55,6 +55,8 @@ def copy_project(dest: Path, with_generated: bool = True, ops: tuple[str, ...] |
 
     shutil.copytree(REPO / "specs", dest / "specs", ignore=skipped)
     shutil.copytree(REPO / "templates", dest / "templates")
+    if (REPO / "evidence").is_dir():  # the ledger: REGISTRY.md renders it
+        shutil.copytree(REPO / "evidence", dest / "evidence")
     project = Project(dest)
     if with_generated:
         assert project.run("generate") == 0
@@ -63,7 +65,7 @@ def copy_project(dest: Path, with_generated: bool = True, ops: tuple[str, ...] |
 
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
-    """specs/ and templates/ copied, generated/ produced from them."""
+    """specs/, templates/ and evidence/ copied, generated/ produced from them."""
     return copy_project(tmp_path / "proj")
 
 

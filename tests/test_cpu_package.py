@@ -56,13 +56,32 @@ def test_rounds_once_at_the_store(rlkernels):
     assert torch.equal(rlkernels.det_gemm(a, b), rlkernels.det_gemm(a.float(), b.float()).to(torch.bfloat16))
 
 
-def test_generated_package_tests_pass(rlkernels):
-    from package_build import CACHE
+def test_generated_package_tests_pass(rlkernels, tmp_path):
+    """The generated contract tests pass in the built package; then, and only then, what they
+    exercised is recorded as `executed` evidence in the repository's evidence/cpu/executed.json."""
+    import json
+    import os
+
+    from generator import record
+    from generator.pipeline import Layout, load_checked
+    from generator.source_hash import package_files
+    from package_build import CACHE, REPO
 
     root = CACHE / "inplace-cpu"
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True, text=True)
+    results_file = tmp_path / "evidence-results.json"
+    env = {**os.environ, "RLK_EVIDENCE_OUT": str(results_file)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=root, capture_output=True, text=True, env=env
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " passed" in result.stdout
+    assert results_file.is_file(), "the generated tests wrote no $RLK_EVIDENCE_OUT file"
+    results = json.loads(results_file.read_text())
+    catalog = load_checked(Layout(REPO))
+    records, skipped = record.executed_records(results, catalog, package_files(root, "cpu"), record.commit_of(REPO), str(results_file))
+    assert records, f"nothing to record: {skipped}"
+    outcome = record.record(REPO, records)
+    print(f"{len(records)} executed records, {len(outcome.changed)} new or changed; {outcome.note}")
 
 
 @pytest.mark.parametrize("K", [64, 896, 4096])

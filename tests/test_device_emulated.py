@@ -12,6 +12,11 @@ kernels' grid-striding loops run on these small shapes.  What this shows for ROC
 the sources rendered for those platforms compute the right bits when the device behaves as
 the emulator does (IEEE float32 with the spec's roundings, barriers, shared memory).  Not shown:
 that hipcc or mcc compile them the same way, anything about speed, or a vendor's own arithmetic.
+
+Each platform's run writes `emulated` evidence records (evidence/<platform>/emulated.json) for
+every (op, kernel, dtype) whose cases all passed, with the hash of the sources in the repository's
+generated/ (what users build) once it is shown that they differ from the emulated ones only in the
+lowered grid limit.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, copy_project
-from emulation import EMULATOR, emulated_source
+from emulation import EMULATOR, PASSED, emulated_records, emulated_source
+from generator import record
 
 pytestmark = [
     pytest.mark.slow,
@@ -45,7 +51,7 @@ def project(tmp_path_factory: pytest.TempPathFactory):
     return project
 
 
-def emulate_package(generated: Path, platform: str, root: Path, mutate=None) -> dict[str, list[dict[str, str]]]:
+def emulate_package(generated: Path, platform: str, root: Path, mutate=None, contracts: bool = False) -> dict[str, list[dict[str, str]]]:
     """Builds generated/<platform> with its device sources on the emulator, runs the comparisons
     (tests/emulator/compare_package.py) and returns their results.  ``mutate(stem, text)`` may
     change a device source first."""
@@ -63,7 +69,8 @@ def emulate_package(generated: Path, platform: str, root: Path, mutate=None) -> 
         shutil.copy(EMULATOR / "rlk_tensor_core.h", kernels / "rlk_tensor_core.h")
     (root / "build").mkdir()
     for step, target in (("build", root / "build"), ("compare", root / "results.json")):
-        done = subprocess.run([sys.executable, str(EMULATOR / "compare_package.py"), step, str(package), str(target)], capture_output=True, text=True, timeout=1500)
+        extra = ["--contracts"] if contracts and step == "compare" else []
+        done = subprocess.run([sys.executable, str(EMULATOR / "compare_package.py"), step, str(package), str(target), *extra], capture_output=True, text=True, timeout=1500)
         assert done.returncode == 0, f"{platform} {step} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
     return json.loads((root / "results.json").read_text())
 
@@ -71,7 +78,7 @@ def emulate_package(generated: Path, platform: str, root: Path, mutate=None) -> 
 @pytest.fixture(scope="module", params=DEVICES)
 def results(request: pytest.FixtureRequest, project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, str]]]:
     pytest.importorskip("torch", reason="building the emulated package needs torch")
-    return emulate_package(project.generated, request.param, tmp_path_factory.mktemp(request.param))
+    return emulate_package(project.generated, request.param, tmp_path_factory.mktemp(request.param), contracts=True)
 
 
 def test_every_op_with_a_device_kernel_was_run(results):
@@ -82,23 +89,82 @@ def test_every_op_with_a_device_kernel_was_run(results):
 
 @pytest.mark.parametrize("op", OPS)
 def test_emulated_device_kernels_match_the_cpu_kernels(results, op: str):
-    failures = [case for case in results[op] if case["verdict"] not in ("identical", "accurate")]
+    failures = [case for case in results[op] if case["verdict"] not in PASSED]
     assert not failures, "\n".join(f"{c['kernel']} {c['dtype']} {c['shape']} ({c['inputs']}): {c['verdict']}" for c in failures[:10])
     portable = {c["kernel"] for c in results[op] if c["verdict"] == "identical"}
     nonfinite = {c["kernel"] for c in results[op] if c["inputs"] == "nan/inf"}
     assert portable == nonfinite, "every portable kernel is also compared on NaN and infinities"
 
 
-def test_a_kernel_that_skips_elements_is_caught(project, tmp_path: Path):
+def test_tensor_core_kernels_keep_their_claims_across_tiles(request: pytest.FixtureRequest, results):
+    """Kernels whose bits no CPU kernel pins down (not portable) ran their generated deterministic
+    and batch_invariant tests on the sizes of their tiles, in the emulator, and held."""
+    platform = request.node.callspec.params["results"]
+    contract_cases = {(op, c["kernel"], c["inputs"].split()[0]) for op, cases in results.items() for c in cases if c["verdict"] == "holds"}
+    for op, cases in results.items():
+        for kernel in {c["kernel"] for c in cases if c["verdict"] == "accurate"}:
+            assert (op, kernel, "deterministic") in contract_cases, f"{platform} {op}/{kernel}: no emulated determinism check"
+    if platform == "cuda":
+        for op in ("det_gemm", "det_gemm_nt", "det_gemm_tn"):
+            assert (op, "mma", "batch_invariant") in contract_cases, f"{op}/mma: no emulated batch-invariance check"
+
+
+def test_emulated_evidence_is_recorded(request: pytest.FixtureRequest, results, project):
+    """The kernels whose every case passed above are recorded in the repository's evidence/ (nothing else is)."""
+    platform = request.node.callspec.params["results"]
+    records, skipped = emulated_records(platform, results, project.generated)
+    failing = {(op, c["kernel"], c["dtype"]) for op, cases in results.items() for c in cases if c["verdict"] not in PASSED}
+    assert not {(r.op, r.kernel, r.dtype) for r in records} & failing
+    assert not skipped, f"{skipped}: run `make generate` so that generated/ is what the specs produce"
+    outcome = record.record(REPO, records)
+    print(f"{platform}: {len(records)} emulated records, {len(outcome.changed)} new or changed; {outcome.note}")
+
+
+def _mutate_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times, not once (did the template change?)"
+    return text.replace(old, new)
+
+
+def broken_kernels(stem: str, text: str) -> str:
+    """Two mutants of the CUDA package, each in a kernel of its own, so that one emulated build
+    (minutes) serves both tests below: silu's grid-stride loop skips an element; swiglu stores
+    its result one ulp up (the storage bits plus one)."""
+    if stem == "silu_elementwise":
+        return _mutate_once(text, "i += index_stride())", "i += index_stride() + 1)")
+    if stem == "swiglu_elementwise":
+        text = _mutate_once(
+            text,
+            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }\n",
+            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }\n\n"
+            "template <typename T>\n"
+            "__device__ __forceinline__ T one_ulp_up(T v) { return from_storage_bits<T>(static_cast<uint16_t>(storage_bits(v) + 1u)); }\n"
+            "template <>\n"
+            "__device__ __forceinline__ float one_ulp_up<float>(float v) { return bits_float(float_bits(v) + 1u); }\n",
+        )
+        return _mutate_once(text, "y[i] = from_float<T>(gated(to_float(g[i]), to_float(u[i])));", "y[i] = one_ulp_up<T>(from_float<T>(gated(to_float(g[i]), to_float(u[i]))));")
+    return text
+
+
+@pytest.fixture(scope="module")
+def broken(project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, str]]]:
+    pytest.importorskip("torch", reason="building the emulated package needs torch")
+    return emulate_package(project.generated, "cuda", tmp_path_factory.mktemp("broken-cuda"), broken_kernels)
+
+
+def test_a_kernel_that_skips_elements_is_caught(broken):
     """The comparison can fail: a silu whose grid-stride loop skips an element differs from the CPU's."""
-
-    def skip_elements(stem: str, text: str) -> str:
-        if stem != "silu_elementwise":
-            return text
-        assert text.count("i += index_stride())") == 1
-        return text.replace("i += index_stride())", "i += index_stride() + 1)")
-
-    silu = emulate_package(project.generated, "cuda", tmp_path, skip_elements)["silu"]
+    silu = broken["silu"]
     # Only tensors longer than the 3 blocks' threads reach a second stride.
     long_enough = [c for c in silu if c["shape"] in ("C300xR33", "C1000xR7")]
     assert long_enough and all(c["verdict"].startswith("DIFFERS from cpu/elementwise") for c in long_enough), silu
+
+
+def test_a_portable_kernel_one_ulp_off_is_caught(broken):
+    """A portable device kernel one ulp off is caught: swiglu's CUDA kernel storing its result
+    one ulp up (broken_kernels) DIFFERS from the CPU kernel on every case, every dtype, random
+    inputs and NaN/infinities alike, while the ops left alone in the same build stay identical."""
+    swiglu = broken["swiglu"]
+    assert {c["dtype"] for c in swiglu} == {"float32", "float16", "bfloat16"} and {c["inputs"] for c in swiglu} == {"random", "nan/inf"}
+    assert all(c["verdict"].startswith("DIFFERS from cpu/elementwise in output 0") for c in swiglu), swiglu
+    for op in ("silu_backward", "swiglu_backward"):
+        assert broken[op] and all(c["verdict"] == "identical" for c in broken[op]), broken[op]

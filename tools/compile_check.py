@@ -1,18 +1,24 @@
 """Compile every generated kernel source with its platform's compiler.
 
-    python tools/compile_check.py [--root DIR] [--generated DIR] [--skip-missing]
+    python tools/compile_check.py [--root DIR] [--generated DIR] [--skip-missing] [--no-evidence]
 
 Kernel sources are torch-free, so each compiles in seconds with the vendor compiler alone:
 `.cu` with nvcc, `.hip` with hipcc (once per arch), `.cpp` with g++, and `.mu` with nvcc
 through the header shim in tools/musa_shim, because mcc is not obtainable here. Flags and
 arch lists come from specs/platforms/*.yaml, so the check compiles what the build compiles.
 Exit status: 0 all compiled, 1 a compile failed, 2 a compiler or the specs are missing.
+
+Checking the project's own generated/ writes `compiled` evidence records (evidence/<platform>/
+compiled.json) for each kernel whose every compile succeeded, for every dtype of its op (one
+compile instantiates them all), with the compiler's version and targets; a kernel that failed or
+was skipped gets none.  `--no-evidence` writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,7 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the generator of this checkout, even outside its .venv
 
+from generator import record
 from generator.errors import GeneratorError
+from generator.evidence import How, Record
 from generator.load import Catalog, load_catalog
 from generator.model import PlatformSpec
 
@@ -143,6 +151,53 @@ def compile_one(job: Job, compiler: str, out_dir: Path, index: int) -> Result:
     return Result(job, "OK", output)  # warnings, if any, are shown too
 
 
+def compiler_version(name: str, path: str) -> str:
+    """The compiler's version as one short phrase, e.g. ``nvcc 13.0 (V13.0.88)``."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120, env={**os.environ, "HIP_PLATFORM": "amd"})
+    except (OSError, subprocess.TimeoutExpired):
+        return name
+    text = proc.stdout + proc.stderr
+    if name == "nvcc" and (m := re.search(r"release ([\d.]+), (V[\d.]+)", text)):
+        return f"nvcc {m.group(1)} ({m.group(2)})"
+    if name == "hipcc" and (m := re.search(r"HIP version: (\S+)", text)):
+        clang = re.search(r"clang version (\S+)", text)
+        return f"hipcc (HIP {m.group(1)}{f', clang {clang.group(1)}' if clang else ''})"
+    if name == "g++" and (m := re.search(r"\) (\d+(?:\.\d+)+)", text)):
+        return f"g++ {m.group(1)}"
+    first = text.strip().splitlines()
+    return first[0] if first else name
+
+
+def evidence_records(catalog: Catalog, generated: Path, results: list[Result], versions: dict[str, str], commit: str) -> list[Record]:
+    """`compiled` records: a kernel (generated/<p>/csrc/kernels/<p>/<op>_<kernel><suffix>) whose every
+    compile is OK gets one per dtype of its op; one that failed, or was skipped, gets none."""
+    by_source: dict[str, list[Result]] = {}
+    for result in results:
+        by_source.setdefault(result.job.source.relative_to(generated).as_posix(), []).append(result)
+    suffix = {p.name: p.source_suffix for p in catalog.platforms}
+
+    def compiled(op: str, kernel: str, platform: str, dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        found = by_source.get(f"{platform}/csrc/kernels/{platform}/{op}_{kernel}{suffix[platform]}", [])
+        return dtypes if found and all(r.status == "OK" for r in found) else ()
+
+    def how(op: str, kernel: str, platform: str) -> How:
+        jobs = [job for rs in by_source.values() for job in (r.job for r in rs) if job.source.relative_to(generated).parts[:4] == (platform, "csrc", "kernels", platform)]
+        targets = ", ".join(sorted({job.label.split(" ", 1)[1] for job in jobs if " " in job.label} - {"host"}))
+        compiler = versions.get(jobs[0].compiler, jobs[0].compiler) if jobs else "?"
+        check = "make compile-check (tools/compile_check.py)"
+        if any(job.shim for job in jobs):
+            return How(
+                check=check,
+                toolchain=f"{compiler} through the MUSA header shim (tools/musa_shim), not mcc; {targets}",
+                note="well-formed code only: that mcc accepts it is not shown",
+            )
+        return How(check=check, toolchain=f"{compiler}; {targets}" if targets else compiler)
+
+    files = record.tree_files(generated)
+    return record.records_for_kernels(catalog, files, compiled, "compiled", how, commit)
+
+
 def indent(text: str) -> str:
     return "\n".join(f"      {line}".rstrip() for line in text.splitlines())
 
@@ -154,11 +209,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip-missing", action="store_true", help="report sources whose compiler is missing as SKIPPED instead of failing"
     )
+    parser.add_argument(
+        "--no-evidence", action="store_true", help="write no compiled records to evidence/ (only ROOT/generated is ever recorded)"
+    )
     args = parser.parse_args(argv)
     generated = (args.generated or args.root / "generated").resolve()
 
     try:
-        jobs = plan(load_catalog(args.root / "specs"), generated)
+        catalog = load_catalog(args.root / "specs")
+        jobs = plan(catalog, generated)
     except GeneratorError as exc:
         print(f"compile-check: error: {exc}", file=sys.stderr)
         return 2
@@ -210,7 +269,20 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         if result.status == "FAIL":
             print(f"compile-check: FAILED {result.job.shown} ({result.job.label})", file=sys.stderr)
+    if not args.no_evidence and generated == (args.root / "generated").resolve():
+        write_evidence(args.root.resolve(), catalog, generated, results, compilers)
     return 1 if counts["FAIL"] else 0
+
+
+def write_evidence(root: Path, catalog: Catalog, generated: Path, results: list[Result], compilers: dict[str, str | None]) -> None:
+    versions = {name: compiler_version(name, path) for name, path in compilers.items() if path is not None}
+    try:
+        records = evidence_records(catalog, generated, results, versions, record.commit_of(root))
+        outcome = record.record(root, records)
+    except GeneratorError as exc:
+        print(f"compile-check: evidence: not recorded: {exc}", file=sys.stderr)
+        return
+    print(f"compile-check: evidence: {len(records)} compiled records, {len(outcome.changed)} new or changed; {outcome.note}")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@
               and whether the bits equal those of the spec's configuration
 
 and a short report: $OUT/gpu_report.md (else ./gpu_report.md) with the full log beside it.
+The tests stage also writes $OUT/gpu_evidence.json: what the generated tests exercised on the
+device (their $RLK_EVIDENCE_OUT file, with the hash of each kernel source as built and the commit)
+and records it as `executed` evidence in evidence/<platform>/executed.json, only for kernels whose
+tests passed; where the generator cannot run, it says how to record the file elsewhere.  A checkout
+without .git takes the commit from $RLK_EVIDENCE_COMMIT.
 Each stage runs in its own process with its own time limit, so a crash, a CUDA fault or a
 hang in one is reported and the later stages still run.  Needs torch, pytest, setuptools
 and ninja; not the generator (generated/ is committed).
@@ -181,6 +186,52 @@ def stage_build(args) -> tuple[bool, str]:
     return rc == 0 and bool(libs), "\n".join(body)
 
 
+def evidence_results(args, results_file: Path) -> Path | None:
+    """The generated tests' results with what the ledger needs added (each device kernel's source hash as
+    built, the commit, the toolkit), saved as $OUT/gpu_evidence.json; None when the tests wrote none."""
+    import json
+
+    sys.path.insert(0, str(ROOT))
+    from generator.source_hash import commit_of, package_files, source_sha256
+
+    if not results_file.is_file():
+        return None
+    results = json.loads(results_file.read_text())
+    files = package_files(args.pkg, args.platform)
+    for outcome in results.get("outcomes", []):
+        if outcome.get("platform") == args.platform and "source_sha256" not in outcome:
+            sha = source_sha256(files, args.platform, outcome.get("op", ""), outcome.get("kernel", ""))
+            if sha is not None:
+                outcome["source_sha256"] = sha
+    results.setdefault("commit", commit_of(ROOT))
+    results.setdefault("check", f"make gpu-check: the {args.platform} package's generated contract tests (tools/gpu_check.py)")
+    if not results.get("toolkit") and args.platform == "cuda":
+        nvcc = shutil.which("nvcc", path=tool_path()) or str(Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin/nvcc")
+        try:
+            version = re.search(r"release ([\d.]+), (V[\d.]+)", subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout)
+        except OSError:
+            version = None
+        if version:
+            results["toolkit"] = f"CUDA {version.group(1)} (nvcc {version.group(2)})"
+    saved = args.out / "gpu_evidence.json"
+    saved.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return saved
+
+
+def record_evidence(args, saved: Path) -> str:
+    """Records the saved results in the ledger with the generator; says what happened."""
+    command = [sys.executable, "-m", "generator", "--root", str(ROOT), "evidence", "record-executed", str(saved), "--package-dir", str(args.pkg)]
+    print("$ " + " ".join(command), flush=True)
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    print(done.stdout + done.stderr, flush=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return (f"- evidence: not recorded here ({last[:200]}); results saved in `{saved.name}`: record them where the generator "
+                f"runs with `python -m generator evidence record-executed {saved.name}`, then `make generate`")
+    summary = [line for line in done.stdout.splitlines() if line.startswith("evidence: ")]
+    return f"- {summary[-1] if summary else 'evidence: recorded'} (results in `{saved.name}`)"
+
+
 def stage_tests(args) -> tuple[bool, str]:
     import importlib.util
 
@@ -188,10 +239,12 @@ def stage_tests(args) -> tuple[bool, str]:
         return False, f"- pytest is not installed for {sys.executable}"
     junit = args.work / "tests.xml"
     junit.unlink(missing_ok=True)
+    results_file = args.work / "evidence-results.json"
+    results_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}", "tests"]
     # Run from the package copy: `python -m pytest` puts it first on sys.path, so the
-    # in-place build is what the tests import.
-    rc = run_logged(command, cwd=args.pkg, env=dict(os.environ, PATH=tool_path()))
+    # in-place build is what the tests import.  The tests write what they exercised to RLK_EVIDENCE_OUT.
+    rc = run_logged(command, cwd=args.pkg, env=dict(os.environ, PATH=tool_path(), RLK_EVIDENCE_OUT=str(results_file)))
     if not junit.exists():
         return False, f"- pytest exited {rc} without a report; see the log"
     counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
@@ -217,6 +270,14 @@ def stage_tests(args) -> tuple[bool, str]:
         body.append(f"- {len(device_skips)} {args.device} tests skipped, e.g. `{device_skips[0]}`")
     if not device_ran:
         body.append(f"- **no test ran on {args.device}**")
+    saved = evidence_results(args, results_file)
+    if saved is None:
+        body.append("- evidence: the generated tests wrote no results file ($RLK_EVIDENCE_OUT); nothing recorded")
+    elif args.dry_run:
+        body.append(f"- evidence: dry run, nothing recorded (results in `{saved.name}`)")
+    else:
+        # Per kernel and dtype: only outcomes with tests passed and none failed become records.
+        body.append(record_evidence(args, saved))
     return rc == 0 and not failed and device_ran > 0, "\n".join(body)
 
 

@@ -20,7 +20,7 @@ import torch
 
 import rlkernels
 from rlkernels._registry import BUILD_PLATFORM, PLATFORMS
-from rlkernels._runtime import detect_platform, platform_of
+from rlkernels._runtime import _resolve, detect_platform, platform_of
 
 DEVICE_TYPE = next(p.device_type for p in PLATFORMS if p.name == BUILD_PLATFORM)
 
@@ -82,6 +82,15 @@ def _device_name(platform: str) -> str:
     return host.processor() or host.machine()
 
 
+def _toolkit() -> str | None:
+    """The device toolkit this torch was built with, as the platform spec says where to read it."""
+    try:
+        version = _resolve("torch.version.hip")
+    except (ImportError, AttributeError):
+        return None
+    return f"{BUILD_PLATFORM} {version}" if version else None
+
+
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get("RLK_EVIDENCE_OUT")
     if not path:
@@ -91,7 +100,7 @@ def pytest_sessionfinish(session, exitstatus):
         row = rows.setdefault(tuple(key), {"passed": 0, "failed": 0, "skipped": 0})
         row[outcome] = row.get(outcome, 0) + count
     outcomes = [{"op": op, "kernel": kernel, "platform": platform, "dtype": dtype, **counts} for (op, kernel, platform, dtype), counts in sorted(rows.items())]
-    toolkit = torch.version.hip and f"rocm {torch.version.hip}" or torch.version.cuda and f"cuda {torch.version.cuda}" or None
+    toolkit = _toolkit()
     record = {
         "package_platform": BUILD_PLATFORM,
         "torch": torch.__version__,

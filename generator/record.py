@@ -1,0 +1,200 @@
+"""Writing evidence records: what the checks call once they have run.
+
+Nothing here invents evidence: each function turns the result of a check that ran into records
+for exactly what passed, and ``record`` merges them into the ledger.  When generated/ and the
+README were current before, ``record`` renders them again, so the tree stays what ``make check``
+expects; when they were not, it leaves them to ``make generate`` and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import evidence
+from .errors import GeneratorError
+from .evidence import How, Record
+from .load import Catalog
+from .pipeline import Layout, produce_all
+from .plan import OpView
+from .source_hash import commit_of, source_sha256
+from .write import compute_changes, exclusive, manifest_bytes, write_tree
+
+__all__ = ["Recorded", "commit_of", "executed_records", "record", "records_for_kernels", "tree_files"]
+
+@dataclass(frozen=True)
+class Recorded:
+    changed: tuple[Record, ...]
+    """Records that were added or replaced (a record of an unchanged source is kept as it was)."""
+    rendered: tuple[str, ...]
+    """Files re-rendered from the new ledger (relative to the root)."""
+    note: str
+    """What happened to generated/ and the README, for the user."""
+
+
+def _current(layout: Layout) -> bool:
+    """Whether generated/, the README and schema/ are what ``make check`` expects right now."""
+    try:
+        output = produce_all(layout)
+    except GeneratorError:
+        return False
+    files = {**output.files, "manifest.json": manifest_bytes(output.files)}
+    return compute_changes(layout.generated, files, output.extras).empty
+
+
+def record(root: Path, records: Sequence[Record], refresh: bool = True) -> Recorded:
+    """Merge ``records`` into ``root``'s ledger; re-render generated/ and the README when they
+    were current before (and ``refresh``)."""
+    layout = Layout(root)
+    with exclusive(root):
+        was_current = refresh and bool(records) and _current(layout)
+        changed = evidence.write_ledger(root, records)
+        if not changed:
+            return Recorded((), (), "the ledger already held these records; nothing changed")
+        if not refresh:
+            return Recorded(tuple(changed), (), "run `make generate` to render the new records")
+        if not was_current:
+            return Recorded(
+                tuple(changed), (), "generated/ was not current before these records, so it was left alone: run `make generate`"
+            )
+        output = produce_all(layout)
+        changes = write_tree(layout.generated, output.files, output.extras)
+        rendered = tuple(f"generated/{rel}" for rel in (*changes.written, *changes.removed)) + changes.extra
+        return Recorded(tuple(changed), rendered, f"re-rendered {', '.join(rendered) or 'nothing'}")
+
+
+# --------------------------------------------------------------------------- executed: the generated tests' results
+
+
+def _contracts(catalog: Catalog) -> dict[tuple[str, str, str], tuple[str, ...]]:
+    """(op, kernel, platform) → dtypes, for every native backend."""
+    found: dict[tuple[str, str, str], tuple[str, ...]] = {}
+    for op in catalog.ops:
+        view = OpView(op, catalog.spec_file(f"op:{op.name}"))
+        for platform in catalog.platforms:
+            for kernel in view.native_kernels(platform.name):
+                found[(op.name, kernel, platform.name)] = view.dtypes
+    return found
+
+
+def _count(outcome: Mapping[str, Any], key: str, shown: str) -> int:
+    value = outcome.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise GeneratorError(f"{shown}: {key} must be a count, got {value!r}")
+    return value
+
+
+def _text(data: Mapping[str, Any], key: str, shown: str, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise GeneratorError(f"{shown}: {key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def default_check(package_platform: str) -> str:
+    if package_platform == "cpu":
+        return "make test: the CPU package's generated contract tests (tests/test_cpu_package.py)"
+    return f"make gpu-check: the {package_platform} package's generated contract tests (tools/gpu_check.py)"
+
+
+def executed_records(
+    results: Any,
+    catalog: Catalog,
+    files: Mapping[str, bytes],
+    commit: str,
+    shown: str = "the results",
+    check: str | None = None,
+) -> tuple[list[Record], list[str]]:
+    """``executed`` records for the outcomes of a generated-tests run (the file ``$RLK_EVIDENCE_OUT``
+    names) that ran on their package's own platform with passed > 0 and failed == 0, and the
+    reasons each other outcome was not recorded.
+
+    ``files``: the package's sources as the tests built them (``source_hash.package_files``);
+    an outcome may carry its own ``source_sha256`` (hashed where it ran) instead."""
+    if not isinstance(results, dict):
+        raise GeneratorError(f"{shown}: expected an object with package_platform and outcomes")
+    package = _text(results, "package_platform", shown, required=True)
+    assert package is not None
+    outcomes = results.get("outcomes")
+    if not isinstance(outcomes, list):
+        raise GeneratorError(f"{shown}: outcomes must be a list")
+    how = How(
+        check=check or _text(results, "check", shown) or default_check(package),
+        where=_text(results, "device_name", shown),
+        toolchain=_text(results, "toolkit", shown),
+        torch=_text(results, "torch", shown),
+    )
+    commit = _text(results, "commit", shown) or commit
+    known = _contracts(catalog)
+    records: list[Record] = []
+    skipped: list[str] = []
+    for index, outcome in enumerate(outcomes):
+        where = f"{shown}: outcomes[{index}]"
+        if not isinstance(outcome, dict):
+            raise GeneratorError(f"{where}: expected an object")
+        op, kernel, platform, dtype = (_text(outcome, k, where, required=True) or "" for k in ("op", "kernel", "platform", "dtype"))
+        name = f"{platform} {op}/{kernel} {dtype}"
+        passed, failed = _count(outcome, "passed", where), _count(outcome, "failed", where) + _count(outcome, "errors", where)
+        if failed:
+            skipped.append(f"{name}: {failed} failed: not recorded")
+            continue
+        if not passed:
+            skipped.append(f"{name}: no test passed (all skipped or deselected): not recorded")
+            continue
+        if platform != package:
+            skipped.append(f"{name}: ran in the {package} package, whose {platform} sources are not the ones the ledger hashes: not recorded")
+            continue
+        if (op, kernel, platform) not in known or dtype not in known[(op, kernel, platform)]:
+            skipped.append(f"{name}: not a contract of the current specs: not recorded")
+            continue
+        sha = _text(outcome, "source_sha256", where) or source_sha256(files, platform, op, kernel, catalog.platform(platform).source_suffix)
+        if sha is None:
+            skipped.append(f"{name}: its source is not in the package that ran: not recorded")
+            continue
+        try:
+            records.append(Record(op=op, kernel=kernel, platform=platform, dtype=dtype, level="executed", source_sha256=sha, commit=commit, how=how))
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            raise GeneratorError(f"{where}: {'.'.join(str(p) for p in error['loc'])}: {error['msg']}") from None
+    return records, skipped
+
+
+def records_for_kernels(
+    catalog: Catalog,
+    files: Mapping[str, bytes],
+    passed: Callable[[str, str, str, tuple[str, ...]], Sequence[str]],
+    level: evidence.Level,
+    how: Callable[[str, str, str], How],
+    commit: str,
+) -> list[Record]:
+    """Records of ``level`` for the dtypes that ``passed(op, kernel, platform, dtypes of the op)``
+    returns for each native backend (none: no record), hashed from ``files``; ``how(op, kernel,
+    platform)`` says what ran."""
+    records = []
+    for (op, kernel, platform), dtypes in sorted(_contracts(catalog).items()):
+        ok = [d for d in passed(op, kernel, platform, dtypes) if d in dtypes]
+        if not ok:
+            continue
+        sha = source_sha256(files, platform, op, kernel, catalog.platform(platform).source_suffix)
+        if sha is None:
+            continue
+        records += [
+            Record(op=op, kernel=kernel, platform=platform, dtype=d, level=level, source_sha256=sha, commit=commit, how=how(op, kernel, platform))
+            for d in ok
+        ]
+    return records
+
+
+def tree_files(generated: Path) -> dict[str, bytes]:
+    """The C++ sources of every package under a generated/ tree, keyed relative to it."""
+    return {
+        path.relative_to(generated).as_posix(): path.read_bytes()
+        for path in sorted(generated.glob("*/csrc/**/*"))
+        if path.is_file()
+    }
