@@ -95,11 +95,15 @@ def package_files(package_dir: Path, platform: str) -> dict[str, bytes]:
 
 
 COMMIT_ENV = "RLK_EVIDENCE_COMMIT"
+_RENDERED_FROM_LEDGER = ("evidence", "generated/REGISTRY.md", "generated/manifest.json", "README.md")
 
 
 def commit_of(root: Path) -> str:
     """``git rev-parse HEAD`` of ``root``, with ``+dirty`` when files (not ignored ones) differ from it;
-    ``$RLK_EVIDENCE_COMMIT`` where set (a copy without .git); else ``unknown``."""
+    ``$RLK_EVIDENCE_COMMIT`` where set (a copy without .git); else ``unknown``.
+
+    The ledger and the files rendered from it (REGISTRY.md, the README) do not count: a run that
+    records evidence rewrites them, and the next check of the same run must not call its tree dirty."""
     given = os.environ.get(COMMIT_ENV)
     if given:
         return given
@@ -107,7 +111,10 @@ def commit_of(root: Path) -> str:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=False)
         if head.returncode != 0:
             return "unknown"
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=60, check=False)
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", ".", *(f":(exclude){path}" for path in _RENDERED_FROM_LEDGER)],
+            cwd=root, capture_output=True, text=True, timeout=60, check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     dirty = status.returncode != 0 or bool(status.stdout.strip())
