@@ -172,3 +172,47 @@ def test_host_threads_and_instruction_sets_change_no_bit(rlkernels, op, monkeypa
             assert one.dtype == four.dtype and one.shape == four.shape, f"{op} {dtype}"
             bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[one.element_size()]
             assert torch.equal(one.view(bits), four.view(bits)), f"{op} {dtype}: the bits differ"
+
+
+def test_logp_ids_outside_the_vocabulary_give_nan_rows_only(rlkernels):
+    """The spec's rule for ids outside [0, V) other than ignore_index: that row's lp is NaN (its
+    lse the row's logsumexp), its gradient a NaN row; ignored rows give 0; no other row changes,
+    and nothing raises (checking the ids would read them back from the device)."""
+    g = torch.Generator().manual_seed(8)
+    V = 37
+    logits = torch.randn(6, V, generator=g)
+    ids = torch.tensor([3, -1, V, -100, 2**40, 0])
+    valid = torch.tensor([True, False, False, False, False, True])
+    leaf = logits.clone().requires_grad_()
+    lp, lse = rlkernels.logp(leaf, ids)
+    assert torch.isnan(lp[1:3]).all() and torch.isnan(lp[4]) and lp[3] == 0
+    torch.testing.assert_close(lse[valid], torch.logsumexp(logits, -1)[valid])
+    assert torch.isfinite(lse[[1, 2, 4]]).all() and lse[3] == 0
+    alone, _ = rlkernels.logp(logits[valid], ids[valid])
+    assert torch.equal(lp[valid], alone)
+    lp.backward(torch.ones(6))
+    assert torch.isnan(leaf.grad[[1, 2, 4]]).all() and torch.equal(leaf.grad[3], torch.zeros(V))
+    assert torch.isfinite(leaf.grad[valid]).all()
+    for doc in (rlkernels.logp.__doc__, rlkernels.OPS["logp"].summary, rlkernels.OPS["logp_backward"].summary):
+        assert "outside [0, V)" in doc and "NaN" in doc
+
+
+def test_pack_with_no_sequences_writes_cu_seqlens(rlkernels):
+    """cu_seqlens of zero sequences is [0], even when new memory starts as garbage."""
+    was = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True  # new int64 memory holds the largest int64
+    try:
+        packed, cu_seqlens = rlkernels.pack(torch.randn(0, 5, 3), torch.zeros(0, 5, dtype=torch.bool))
+    finally:
+        torch.use_deterministic_algorithms(was[0])
+        torch.utils.deterministic.fill_uninitialized_memory = was[1]
+    assert packed.shape == (0, 3) and cu_seqlens.tolist() == [0]
+
+
+def test_a_list_given_with_leading_dimensions_is_an_input_error(rlkernels):
+    """Type checks run before the public function flattens leading dimensions or reads requires_grad."""
+    logits = torch.randn(2, 3, 5, requires_grad=True)
+    with pytest.raises(rlkernels.InputTypeError, match=r"^logp: argument 'ids' must be a torch.Tensor, got list$"):
+        rlkernels.logp(logits, [[0, 1, 2], [0, 1, 2]])
+    assert issubclass(rlkernels.InputTypeError, rlkernels.InputError) and issubclass(rlkernels.InputTypeError, TypeError)

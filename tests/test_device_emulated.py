@@ -94,6 +94,8 @@ def test_emulated_device_kernels_match_the_cpu_kernels(results, op: str):
     portable = {c["kernel"] for c in results[op] if c["verdict"] == "identical"}
     nonfinite = {c["kernel"] for c in results[op] if c["inputs"] == "nan/inf"}
     assert portable == nonfinite, "every portable kernel is also compared on NaN and infinities"
+    empty = {c["kernel"] for c in results[op] if c["inputs"] == "empty"}
+    assert empty == {c["kernel"] for c in results[op]}, "every kernel is also run with each dimension 0"
 
 
 def test_tensor_core_kernels_keep_their_claims_across_tiles(request: pytest.FixtureRequest, results):
@@ -126,9 +128,12 @@ def _mutate_once(text: str, old: str, new: str) -> str:
 
 
 def broken_kernels(stem: str, text: str) -> str:
-    """Two mutants of the CUDA package, each in a kernel of its own, so that one emulated build
-    (minutes) serves both tests below: silu's grid-stride loop skips an element; swiglu stores
-    its result one ulp up (the storage bits plus one)."""
+    """Three mutants of the CUDA package, each in a kernel of its own, so that one emulated build
+    (minutes) serves the tests below: silu's grid-stride loop skips an element; swiglu stores
+    its result one ulp up (the storage bits plus one); pack leaves cu_seqlens unwritten when
+    there are no sequences."""
+    if stem == "pack_rows":
+        return _mutate_once(text, "if (tid == 0) cu_seqlens[B] = 0;", "if (tid == 0) {}")
     if stem == "silu_elementwise":
         return _mutate_once(text, "i += index_stride())", "i += index_stride() + 1)")
     if stem == "swiglu_elementwise":
@@ -163,8 +168,18 @@ def test_a_portable_kernel_one_ulp_off_is_caught(broken):
     """A portable device kernel one ulp off is caught: swiglu's CUDA kernel storing its result
     one ulp up (broken_kernels) DIFFERS from the CPU kernel on every case, every dtype, random
     inputs and NaN/infinities alike, while the ops left alone in the same build stay identical."""
-    swiglu = broken["swiglu"]
+    # Empty inputs have no element to store one ulp up; every other case differs.
+    swiglu = [c for c in broken["swiglu"] if c["inputs"] in ("random", "nan/inf")]
     assert {c["dtype"] for c in swiglu} == {"float32", "float16", "bfloat16"} and {c["inputs"] for c in swiglu} == {"random", "nan/inf"}
     assert all(c["verdict"].startswith("DIFFERS from cpu/elementwise in output 0") for c in swiglu), swiglu
     for op in ("silu_backward", "swiglu_backward"):
         assert broken[op] and all(c["verdict"] == "identical" for c in broken[op]), broken[op]
+
+
+def test_an_output_left_unwritten_on_empty_input_is_caught(broken):
+    """pack with no sequences must still write cu_seqlens = [0]: the mutant that skips it differs
+    from the CPU kernel there (new memory starts as garbage), and only there."""
+    pack = broken["pack"]
+    no_sequences = [c for c in pack if c["shape"].startswith("B0")]
+    assert no_sequences and all(c["verdict"].startswith("DIFFERS from cpu/rows in output 1") for c in no_sequences), pack
+    assert all(c["verdict"] == "identical" for c in pack if c not in no_sequences), pack

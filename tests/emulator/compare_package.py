@@ -104,14 +104,21 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
         rows = results.setdefault(name, [])
         for kernel in (k for k in op.backends.get(BUILD_PLATFORM, ()) if op.kernels[k].kind == "native"):
             portable = "portable" in op.kernels[kernel].guarantees and "portable" in op.kernels[cpu_kernel].guarantees
-            cases = [(dtype, shape, seed, False) for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
+            cases = [(dtype, shape, seed, "random") for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
             if portable:
-                cases += [(dtype, tests.SHAPES[0], 0, True) for dtype in tests.DTYPES]
-            for dtype, shape, seed, nonfinite in cases:
-                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": "nan/inf" if nonfinite else "random"}
+                cases += [(dtype, tests.SHAPES[0], 0, "nan/inf") for dtype in tests.DTYPES]
+            # Zero-size dimensions and masks with no true entry: every output element must be written.
+            for empty in tests.EMPTY_CASES:
+                dims, none_kept = empty.values
+                cases += [(dtype, dims, 16, "none kept" if none_kept else "empty") for dtype in tests.DTYPES]
+            for dtype, shape, seed, kind in cases:
+                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": kind}
                 try:
-                    inputs = tests.make_inputs(shape, dtype, "cpu", seed=seed)
-                    if nonfinite:
+                    if kind in ("empty", "none kept"):
+                        inputs = tests.make_empty_inputs(shape, dtype, "cpu", none_kept=kind == "none kept", seed=seed)
+                    else:
+                        inputs = tests.make_inputs(shape, dtype, "cpu", seed=seed)
+                    if kind == "nan/inf":
                         inputs = _with_nonfinite(inputs)
                     got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **tests.ATTRS))
                     if portable:

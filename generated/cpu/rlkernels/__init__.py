@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from ._checks import InputError
+from ._checks import InputError, InputTypeError
 from ._ops import (
     det_gemm,
     det_gemm_ktree,
@@ -46,6 +46,7 @@ __all__ = [
     "BUILD_PLATFORM",
     "CARRIED_PLATFORMS",
     "InputError",
+    "InputTypeError",
     "NATIVE_ERROR",
     "OPS",
     "TOLERANCES",

@@ -32,6 +32,8 @@ ARGS = [
     ("mask", "bool", ("G", "S", "T"), False, {"low": 0, "high": 2, "include": [], "every": 5}),
     ("adv", "float32", ("G", "S"), False, None),
 ]
+# Dimensions whose size is the number of true entries of an argument (they follow its data).
+COUNTED = {}
 ATTRS = {"eps_low": 0.2, "eps_high": 0.2, "beta": 0.04}
 # (name, shape, differentiable)
 OUTPUTS = [
@@ -109,7 +111,9 @@ def reference(*args):
     return out if isinstance(out, tuple) else (out,)
 
 
-def make_inputs(dims, dtype, device, seed=0):
+def make_inputs(dims, dtype, device, seed=0, plant=None):
+    """Random inputs of ``dims``; integer arguments get the spec's ``include`` values planted,
+    or only the first ``plant`` of them."""
     generator = torch.Generator().manual_seed(seed)
     tensors = []
     for _, arg_dtype, shape, _, values in ARGS:
@@ -120,10 +124,12 @@ def make_inputs(dims, dtype, device, seed=0):
         else:
             values = values or {"low": 0, "high": 2, "include": [], "every": 5}
             high = dims[values["high"]] if isinstance(values["high"], str) else values["high"]
-            tensor = torch.randint(values["low"], high, size, generator=generator)
+            # An empty range (a zero-size vocabulary) leaves only the values planted below and `low`.
+            tensor = torch.randint(values["low"], high, size, generator=generator) if high > values["low"] else torch.full(size, values["low"])
             flat = tensor.view(-1)
-            for i, position in enumerate(range(0, flat.numel(), values["every"]) if values["include"] else ()):
-                flat[position] = values["include"][i % len(values["include"])]
+            include = values["include"][:plant]
+            for i, position in enumerate(range(0, flat.numel(), values["every"]) if include else ()):
+                flat[position] = include[i % len(include)]
         tensors.append(tensor.to(torch_dtype).to(device))
     return tensors
 
@@ -174,9 +180,75 @@ def test_accuracy(device, kernel, dtype, shape):
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
         if g.is_floating_point():
-            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, msg=lambda m: f"{name}: {m}")
+            # A NaN the spec defines (e.g. an id outside the vocabulary) must be NaN in both.
+            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
         else:
             assert torch.equal(g.cpu(), w.to(g.dtype)), f"{name}: integer output differs from the reference"
+
+
+# ---------------------------------------------------------------- empty inputs
+# Every dimension the arguments have, set to 0 in turn (a counted one follows its mask), and,
+# where the op takes a mask, a mask with no true entry: every output element must still be
+# written, so new memory starts as NaN (and integers as their largest value) to show any
+# element a kernel leaves alone.
+
+
+def _empty_cases():
+    dims = list(dict.fromkeys(d for _, _, shape, _, _ in ARGS for d in shape if d not in COUNTED))
+    cases = [pytest.param({**SHAPES[0], d: 0}, False, id=f"{d}0") for d in dims]
+    if any(dtype == "bool" for _, dtype, _, _, _ in ARGS):
+        cases.append(pytest.param(dict(SHAPES[0]), True, id="nothing-kept"))
+    return cases
+
+
+EMPTY_CASES = _empty_cases()
+
+
+def make_empty_inputs(dims, dtype, device, none_kept=False, seed=16):
+    """make_inputs on ``dims``, with every boolean argument false if ``none_kept``, and each
+    counted dimension resized to the count its argument holds."""
+    dims = dict(dims)
+    inputs = make_inputs(dims, dtype, device, seed=seed)
+    names = [name for name, *_ in ARGS]
+    if none_kept:
+        inputs = [torch.zeros_like(t) if t.dtype == torch.bool else t for t in inputs]
+    for dim, source in COUNTED.items():
+        dims[dim] = int(inputs[names.index(source)].count_nonzero())
+        for index, (_, _, shape, _, _) in enumerate(ARGS):
+            if dim in shape:
+                old = inputs[index]
+                inputs[index] = torch.randn([dims[d] for d in shape], generator=torch.Generator().manual_seed(seed)).to(old.dtype).to(device)
+    return inputs
+
+
+@pytest.fixture
+def new_memory_is_garbage():
+    """torch.empty (at::empty in the bindings too) fills NaN, and integers with their largest value."""
+    was = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(was[0])
+    torch.utils.deterministic.fill_uninitialized_memory = was[1]
+
+
+@pytest.mark.parametrize("dims, none_kept", EMPTY_CASES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("device, kernel", TARGETS)
+def test_empty_inputs_give_fully_written_outputs(device, kernel, dtype, dims, none_kept, new_memory_is_garbage):
+    """Zero rows, zero sequences, zero-size dimensions: every output element is the reference's."""
+    inputs = make_empty_inputs(dims, dtype, device, none_kept)
+    got = run_kernel(kernel, *inputs)
+    torch.use_deterministic_algorithms(False)  # the reference may use ops without a deterministic variant
+    want = reference(*inputs)
+    assert len(got) == len(want) == len(OUTPUTS)
+    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    for (name, _, _), g, w in zip(OUTPUTS, got, want):
+        assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, the reference's {tuple(w.shape)}"
+        if g.is_floating_point():
+            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
+        else:
+            assert torch.equal(g.cpu(), w.to(g.dtype)), f"{name}: {g.cpu().tolist()} against the reference's {w.tolist()}"
 
 
 def _contract_dims(device, kernel):
@@ -273,7 +345,10 @@ def test_portable(device, kernel, dtype):
 
 
 def _opcheck_inputs(dtype, device):
-    inputs = make_inputs(SHAPES[0], dtype, device, seed=13)
+    # opcheck compares outputs with NaN unequal to NaN: only the first planted value (ignore_index,
+    # a mask's false entries), not the later ones that the spec may answer with NaN (an id
+    # outside the vocabulary).
+    inputs = make_inputs(SHAPES[0], dtype, device, seed=13, plant=1)
     return [t.requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, inputs)]
 
 
@@ -285,7 +360,7 @@ def test_opcheck(device, kernel, dtype):
     tests = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
     torch.library.opcheck(overload, tuple(_opcheck_inputs(dtype, device)), ATTRS, test_utils=tests)
     # No backward: the registration check needs inputs that require grad (differentiating then raises, by design).
-    inputs = tuple(t.requires_grad_(t.is_floating_point()) for t in make_inputs(SHAPES[0], dtype, device, seed=13))
+    inputs = tuple(t.requires_grad_(t.is_floating_point()) for t in make_inputs(SHAPES[0], dtype, device, seed=13, plant=1))
     torch.library.opcheck(overload, inputs, ATTRS, test_utils=("test_autograd_registration",))
 
 
@@ -390,3 +465,54 @@ def test_bad_input_is_rejected(arg, breaker, message, entry):
         call(*inputs)
     assert message in str(caught.value), f"expected {message!r} in {str(caught.value)!r}"
     assert f"'{arg}'" in str(caught.value)
+
+
+# ---------------------------------------------------------------- arguments of the wrong type
+# A list, None (for a required argument), an int or a NumPy array where a tensor belongs: the
+# public function raises InputTypeError (an InputError and a TypeError) naming the argument,
+# what it expects and what it got, before reading any attribute of it; also when the other
+# arguments carry extra leading dimensions, or require grad.
+
+
+def _wrong_values(tensor):
+    values = [pytest.param(tensor.reshape(-1).tolist() if tensor.dim() == 0 else tensor.tolist(), "list", id="list"), pytest.param(3, "int", id="int")]
+    try:
+        import numpy as np
+
+        values.append(pytest.param(np.zeros(tuple(tensor.shape), dtype=np.float32), "numpy.ndarray", id="ndarray"))
+    except ImportError:
+        pass
+    return values
+
+
+def _wrong_type_cases():
+    inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=17)
+    cases = []
+    for index, ((name, _, _, optional, _), tensor) in enumerate(zip(ARGS, inputs)):
+        for value in _wrong_values(tensor) + ([] if optional else [pytest.param(None, "NoneType", id="None")]):
+            cases.append(pytest.param(index, *value.values, id=f"{name}-{value.id}"))
+    return cases
+
+
+@pytest.mark.parametrize("lifted", [False, True], ids=["plain", "leading-dims"])
+@pytest.mark.parametrize("index, value, got", _wrong_type_cases())
+def test_wrong_argument_type_is_an_input_error(index, value, got, lifted):
+    inputs = [t.requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=17))]
+    if lifted:
+        if LEADING_DIM is None:
+            pytest.skip("the op takes no extra leading dimensions")
+        inputs = [t.detach().unsqueeze(0).requires_grad_(t.requires_grad) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    inputs[index] = value
+    name, optional = ARGS[index][0], ARGS[index][3]
+    with pytest.raises(rlkernels.InputTypeError) as caught:
+        rlkernels.grpo_loss_backward(*inputs, **ATTRS)
+    assert isinstance(caught.value, (rlkernels.InputError, TypeError))
+    expected = "a torch.Tensor or None" if optional else "a torch.Tensor"
+    assert str(caught.value) == f"{OP.name}: argument '{name}' must be {expected}, got {got}"
+
+
+@pytest.mark.parametrize("attr, value", [("eps_low", "1"), ("eps_low", None), ("eps_low", True), ("eps_high", "1"), ("eps_high", None), ("eps_high", True), ("beta", "1"), ("beta", None), ("beta", True), ])
+def test_wrong_attribute_type_is_an_input_error(attr, value):
+    inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=18)
+    with pytest.raises(rlkernels.InputTypeError, match=f"{OP.name}: attribute '{attr}' must be .*, got {type(value).__name__}"):
+        rlkernels.grpo_loss_backward(*inputs, **{**ATTRS, attr: value})

@@ -17,6 +17,8 @@ def det_gemm_ktree(a, b, leaf=32):
     leaves = [(a[:, k : k + leaf].float() @ b[k : k + leaf].float()).to(torch.bfloat16) for k in range(0, a.shape[1], leaf)]
 
     def combine(lo, hi):
+        if hi == lo:  # K = 0: no leaves, an empty sum
+            return torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16)
         if hi - lo == 1:
             return leaves[lo]
         mid = lo + (hi - lo) // 2
@@ -74,23 +76,32 @@ def grpo_loss_backward(
 
 
 def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits[r, ids[r]] - logsumexp(logits[r]), and the logsumexp; 0 for both where ids is ignore_index."""
+    """logits[r, ids[r]] - logsumexp(logits[r]), and the logsumexp; 0 for both where ids is ignore_index,
+    and an lp of NaN (with NaN gradients) where ids is any other value outside [0, V)."""
     ignored = ids == ignore_index
-    safe_ids = torch.where(ignored, torch.zeros_like(ids), ids)
+    valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
     lse = torch.logsumexp(logits, dim=-1)
-    picked = logits.gather(-1, safe_ids.unsqueeze(-1)).squeeze(-1)
+    if logits.shape[-1] > 0:
+        picked = logits.gather(-1, torch.where(valid, ids, torch.zeros_like(ids)).unsqueeze(-1)).squeeze(-1)
+    else:  # no column to pick
+        picked = torch.zeros_like(lse)
     zero = torch.zeros_like(lse)
-    return torch.where(ignored, zero, picked - lse), torch.where(ignored, zero, lse).detach()
+    # NaN that depends on the logits of the invalid rows only, so that their gradient is NaN too
+    # (where() routes gradients by selection, so no NaN reaches the other rows).
+    invalid = torch.where(valid | ignored, zero, lse) * float("nan")
+    return torch.where(ignored, zero, torch.where(valid, picked - lse, invalid)), torch.where(ignored, zero, lse).detach()
 
 
 def logp_backward(
     grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, ignore_index: int = -100
 ) -> torch.Tensor:
-    """grad_lp * (onehot(ids) - exp(logits - lse)), rows of ignore_index zero."""
+    """grad_lp * (onehot(ids) - exp(logits - lse)), rows of ignore_index zero, rows of any other id
+    outside [0, V) NaN."""
     ignored = ids == ignore_index
-    safe_ids = torch.where(ignored, torch.zeros_like(ids), ids)
-    onehot = F.one_hot(safe_ids, logits.shape[-1]).to(logits.dtype)
+    valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
+    onehot = (torch.arange(logits.shape[-1]) == ids.unsqueeze(-1)).to(logits.dtype)
     grad = grad_lp.unsqueeze(-1) * (onehot - torch.exp(logits - lse.unsqueeze(-1)))
+    grad = torch.where(valid.unsqueeze(-1), grad, torch.full_like(grad, float("nan")))
     return torch.where(ignored.unsqueeze(-1), torch.zeros_like(grad), grad)
 
 def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -311,7 +311,7 @@ OPS = {
     ),
     "logp": Op(
         name="logp",
-        summary="Batch-invariant log-probability of the selected token, logits[r, ids[r]] - logsumexp(logits[r])",
+        summary="Batch-invariant log-probability of the selected token, logits[r, ids[r]] - logsumexp(logits[r]); NaN where ids[r] is outside [0, V) and not ignore_index",
         requires=frozenset({"batch_invariant", "deterministic"}),
         kernels={
             "rows": Kernel(
@@ -338,7 +338,7 @@ OPS = {
     ),
     "logp_backward": Op(
         name="logp_backward",
-        summary="Gradient of logp with respect to the logits, from the saved logsumexp",
+        summary="Gradient of logp with respect to the logits, from the saved logsumexp; NaN rows where ids[r] is outside [0, V) and not ignore_index",
         requires=frozenset({"batch_invariant", "deterministic"}),
         kernels={
             "rows": Kernel(

@@ -6,6 +6,8 @@ bindings, so errors read the same before dispatch and under torch.compile."""
 
 from __future__ import annotations
 
+from numbers import Integral, Real
+
 import torch
 
 _NAMES = {
@@ -23,6 +25,34 @@ class InputError(ValueError):
     """An argument does not fit the op's signature."""
 
 
+class InputTypeError(InputError, TypeError):
+    """An argument is not of the type the op's signature gives it (a list or a NumPy array
+    where a tensor belongs, a string for a number): an InputError and a TypeError alike."""
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _tensor(op: str, name: str, value: object, optional: bool) -> None:
+    if not isinstance(value, torch.Tensor) and not (optional and value is None):
+        expected = "a torch.Tensor or None" if optional else "a torch.Tensor"
+        raise InputTypeError(f"{op}: argument '{name}' must be {expected}, got {_type_name(value)}")
+
+
+def _scalar(op: str, name: str, value: object, kind: str) -> None:
+    """An attribute's type, as the torch schema will take it: bool for bool, an integer (not a
+    bool) for int, a real number (not a bool) for float."""
+    fits = {
+        "bool": isinstance(value, bool),
+        "int": isinstance(value, Integral) and not isinstance(value, bool),
+        "float": isinstance(value, Real) and not isinstance(value, bool),
+    }[kind]
+    if not fits:
+        raise InputTypeError(f"{op}: attribute '{name}' must be {'an int' if kind == 'int' else 'a ' + kind}, got {_type_name(value)} {value!r:.40}")
+
+
 def _has_data(t: torch.Tensor) -> bool:
     """False while torch.compile traces and for meta tensors: there are no values to count
     (the native op checks again when it runs)."""
@@ -37,11 +67,15 @@ def _dtype(t: torch.Tensor) -> str:
     return _NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
 
 
+def check_det_gemm_types(a: object, b: object, out_fp32: object = False, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("det_gemm", "a", a, False)
+    _tensor("det_gemm", "b", b, False)
+    _scalar("det_gemm", "out_fp32", out_fp32, "bool")
+
+
 def check_det_gemm(a: torch.Tensor, b: torch.Tensor) -> None:
-    if not isinstance(a, torch.Tensor):
-        raise InputError(f"det_gemm: argument 'a' must be a torch.Tensor, got {type(a).__name__}")
-    if not isinstance(b, torch.Tensor):
-        raise InputError(f"det_gemm: argument 'b' must be a torch.Tensor, got {type(b).__name__}")
+    check_det_gemm_types(a, b)
     if a.dim() != 2:
         raise InputError(f"det_gemm: argument 'a' must be 2-D with shape [M, K], got shape {list(a.shape)}")
     if b.dim() != 2:
@@ -60,11 +94,14 @@ def check_det_gemm(a: torch.Tensor, b: torch.Tensor) -> None:
         raise InputError("det_gemm: argument 'b' must be contiguous (call .contiguous() on it)")
 
 
+def check_det_gemm_ktree_types(a: object, b: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("det_gemm_ktree", "a", a, False)
+    _tensor("det_gemm_ktree", "b", b, False)
+
+
 def check_det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> None:
-    if not isinstance(a, torch.Tensor):
-        raise InputError(f"det_gemm_ktree: argument 'a' must be a torch.Tensor, got {type(a).__name__}")
-    if not isinstance(b, torch.Tensor):
-        raise InputError(f"det_gemm_ktree: argument 'b' must be a torch.Tensor, got {type(b).__name__}")
+    check_det_gemm_ktree_types(a, b)
     if a.dim() != 2:
         raise InputError(f"det_gemm_ktree: argument 'a' must be 2-D with shape [M, K], got shape {list(a.shape)}")
     if b.dim() != 2:
@@ -85,11 +122,15 @@ def check_det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> None:
         raise InputError("det_gemm_ktree: argument 'b' must be contiguous (call .contiguous() on it)")
 
 
+def check_det_gemm_nt_types(a: object, b: object, out_fp32: object = False, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("det_gemm_nt", "a", a, False)
+    _tensor("det_gemm_nt", "b", b, False)
+    _scalar("det_gemm_nt", "out_fp32", out_fp32, "bool")
+
+
 def check_det_gemm_nt(a: torch.Tensor, b: torch.Tensor) -> None:
-    if not isinstance(a, torch.Tensor):
-        raise InputError(f"det_gemm_nt: argument 'a' must be a torch.Tensor, got {type(a).__name__}")
-    if not isinstance(b, torch.Tensor):
-        raise InputError(f"det_gemm_nt: argument 'b' must be a torch.Tensor, got {type(b).__name__}")
+    check_det_gemm_nt_types(a, b)
     if a.dim() != 2:
         raise InputError(f"det_gemm_nt: argument 'a' must be 2-D with shape [M, K], got shape {list(a.shape)}")
     if b.dim() != 2:
@@ -108,11 +149,15 @@ def check_det_gemm_nt(a: torch.Tensor, b: torch.Tensor) -> None:
         raise InputError("det_gemm_nt: argument 'b' must be contiguous (call .contiguous() on it)")
 
 
+def check_det_gemm_tn_types(a: object, b: object, out_fp32: object = False, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("det_gemm_tn", "a", a, False)
+    _tensor("det_gemm_tn", "b", b, False)
+    _scalar("det_gemm_tn", "out_fp32", out_fp32, "bool")
+
+
 def check_det_gemm_tn(a: torch.Tensor, b: torch.Tensor) -> None:
-    if not isinstance(a, torch.Tensor):
-        raise InputError(f"det_gemm_tn: argument 'a' must be a torch.Tensor, got {type(a).__name__}")
-    if not isinstance(b, torch.Tensor):
-        raise InputError(f"det_gemm_tn: argument 'b' must be a torch.Tensor, got {type(b).__name__}")
+    check_det_gemm_tn_types(a, b)
     if a.dim() != 2:
         raise InputError(f"det_gemm_tn: argument 'a' must be 2-D with shape [K, M], got shape {list(a.shape)}")
     if b.dim() != 2:
@@ -131,15 +176,19 @@ def check_det_gemm_tn(a: torch.Tensor, b: torch.Tensor) -> None:
         raise InputError("det_gemm_tn: argument 'b' must be contiguous (call .contiguous() on it)")
 
 
+def check_grpo_loss_types(ratio: object, kl: object, mask: object, rewards: object, eps_low: object = 0.2, eps_high: object = 0.2, beta: object = 0.04, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("grpo_loss", "ratio", ratio, False)
+    _tensor("grpo_loss", "kl", kl, False)
+    _tensor("grpo_loss", "mask", mask, False)
+    _tensor("grpo_loss", "rewards", rewards, False)
+    _scalar("grpo_loss", "eps_low", eps_low, "float")
+    _scalar("grpo_loss", "eps_high", eps_high, "float")
+    _scalar("grpo_loss", "beta", beta, "float")
+
+
 def check_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor) -> None:
-    if not isinstance(ratio, torch.Tensor):
-        raise InputError(f"grpo_loss: argument 'ratio' must be a torch.Tensor, got {type(ratio).__name__}")
-    if not isinstance(kl, torch.Tensor):
-        raise InputError(f"grpo_loss: argument 'kl' must be a torch.Tensor, got {type(kl).__name__}")
-    if not isinstance(mask, torch.Tensor):
-        raise InputError(f"grpo_loss: argument 'mask' must be a torch.Tensor, got {type(mask).__name__}")
-    if not isinstance(rewards, torch.Tensor):
-        raise InputError(f"grpo_loss: argument 'rewards' must be a torch.Tensor, got {type(rewards).__name__}")
+    check_grpo_loss_types(ratio, kl, mask, rewards)
     if ratio.dim() != 3:
         raise InputError(f"grpo_loss: argument 'ratio' must be 3-D with shape [G, S, T], got shape {list(ratio.shape)}")
     if kl.dim() != 3:
@@ -188,15 +237,19 @@ def check_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, r
         raise InputError("grpo_loss: argument 'rewards' must be contiguous (call .contiguous() on it)")
 
 
+def check_grpo_loss_backward_types(grad_loss: object, ratio: object, mask: object, adv: object, eps_low: object = 0.2, eps_high: object = 0.2, beta: object = 0.04, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("grpo_loss_backward", "grad_loss", grad_loss, False)
+    _tensor("grpo_loss_backward", "ratio", ratio, False)
+    _tensor("grpo_loss_backward", "mask", mask, False)
+    _tensor("grpo_loss_backward", "adv", adv, False)
+    _scalar("grpo_loss_backward", "eps_low", eps_low, "float")
+    _scalar("grpo_loss_backward", "eps_high", eps_high, "float")
+    _scalar("grpo_loss_backward", "beta", beta, "float")
+
+
 def check_grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor) -> None:
-    if not isinstance(grad_loss, torch.Tensor):
-        raise InputError(f"grpo_loss_backward: argument 'grad_loss' must be a torch.Tensor, got {type(grad_loss).__name__}")
-    if not isinstance(ratio, torch.Tensor):
-        raise InputError(f"grpo_loss_backward: argument 'ratio' must be a torch.Tensor, got {type(ratio).__name__}")
-    if not isinstance(mask, torch.Tensor):
-        raise InputError(f"grpo_loss_backward: argument 'mask' must be a torch.Tensor, got {type(mask).__name__}")
-    if not isinstance(adv, torch.Tensor):
-        raise InputError(f"grpo_loss_backward: argument 'adv' must be a torch.Tensor, got {type(adv).__name__}")
+    check_grpo_loss_backward_types(grad_loss, ratio, mask, adv)
     if grad_loss.dim() != 0:
         raise InputError(f"grpo_loss_backward: argument 'grad_loss' must be 0-D with shape [], got shape {list(grad_loss.shape)}")
     if ratio.dim() != 3:
@@ -239,11 +292,15 @@ def check_grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask:
         raise InputError("grpo_loss_backward: argument 'adv' must be contiguous (call .contiguous() on it)")
 
 
+def check_logp_types(logits: object, ids: object, ignore_index: object = -100, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("logp", "logits", logits, False)
+    _tensor("logp", "ids", ids, False)
+    _scalar("logp", "ignore_index", ignore_index, "int")
+
+
 def check_logp(logits: torch.Tensor, ids: torch.Tensor) -> None:
-    if not isinstance(logits, torch.Tensor):
-        raise InputError(f"logp: argument 'logits' must be a torch.Tensor, got {type(logits).__name__}")
-    if not isinstance(ids, torch.Tensor):
-        raise InputError(f"logp: argument 'ids' must be a torch.Tensor, got {type(ids).__name__}")
+    check_logp_types(logits, ids)
     if logits.dim() != 2:
         raise InputError(f"logp: argument 'logits' must be 2-D with shape [N, V], got shape {list(logits.shape)}")
     if ids.dim() != 1:
@@ -262,15 +319,17 @@ def check_logp(logits: torch.Tensor, ids: torch.Tensor) -> None:
         raise InputError("logp: argument 'ids' must be contiguous (call .contiguous() on it)")
 
 
+def check_logp_backward_types(grad_lp: object, logits: object, ids: object, lse: object, ignore_index: object = -100, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("logp_backward", "grad_lp", grad_lp, False)
+    _tensor("logp_backward", "logits", logits, False)
+    _tensor("logp_backward", "ids", ids, False)
+    _tensor("logp_backward", "lse", lse, False)
+    _scalar("logp_backward", "ignore_index", ignore_index, "int")
+
+
 def check_logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor) -> None:
-    if not isinstance(grad_lp, torch.Tensor):
-        raise InputError(f"logp_backward: argument 'grad_lp' must be a torch.Tensor, got {type(grad_lp).__name__}")
-    if not isinstance(logits, torch.Tensor):
-        raise InputError(f"logp_backward: argument 'logits' must be a torch.Tensor, got {type(logits).__name__}")
-    if not isinstance(ids, torch.Tensor):
-        raise InputError(f"logp_backward: argument 'ids' must be a torch.Tensor, got {type(ids).__name__}")
-    if not isinstance(lse, torch.Tensor):
-        raise InputError(f"logp_backward: argument 'lse' must be a torch.Tensor, got {type(lse).__name__}")
+    check_logp_backward_types(grad_lp, logits, ids, lse)
     if grad_lp.dim() != 1:
         raise InputError(f"logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape {list(grad_lp.shape)}")
     if logits.dim() != 2:
@@ -309,11 +368,14 @@ def check_logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.
         raise InputError("logp_backward: argument 'lse' must be contiguous (call .contiguous() on it)")
 
 
+def check_pack_types(x: object, mask: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("pack", "x", x, False)
+    _tensor("pack", "mask", mask, False)
+
+
 def check_pack(x: torch.Tensor, mask: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise InputError(f"pack: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
-    if not isinstance(mask, torch.Tensor):
-        raise InputError(f"pack: argument 'mask' must be a torch.Tensor, got {type(mask).__name__}")
+    check_pack_types(x, mask)
     if x.dim() != 3:
         raise InputError(f"pack: argument 'x' must be 3-D with shape [B, S, H], got shape {list(x.shape)}")
     if mask.dim() != 2:
@@ -334,15 +396,16 @@ def check_pack(x: torch.Tensor, mask: torch.Tensor) -> None:
         raise InputError("pack: argument 'mask' must be contiguous (call .contiguous() on it)")
 
 
+def check_ratio_kl_types(lp: object, old_lp: object, ref_lp: object, mask: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("ratio_kl", "lp", lp, False)
+    _tensor("ratio_kl", "old_lp", old_lp, False)
+    _tensor("ratio_kl", "ref_lp", ref_lp, False)
+    _tensor("ratio_kl", "mask", mask, False)
+
+
 def check_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> None:
-    if not isinstance(lp, torch.Tensor):
-        raise InputError(f"ratio_kl: argument 'lp' must be a torch.Tensor, got {type(lp).__name__}")
-    if not isinstance(old_lp, torch.Tensor):
-        raise InputError(f"ratio_kl: argument 'old_lp' must be a torch.Tensor, got {type(old_lp).__name__}")
-    if not isinstance(ref_lp, torch.Tensor):
-        raise InputError(f"ratio_kl: argument 'ref_lp' must be a torch.Tensor, got {type(ref_lp).__name__}")
-    if not isinstance(mask, torch.Tensor):
-        raise InputError(f"ratio_kl: argument 'mask' must be a torch.Tensor, got {type(mask).__name__}")
+    check_ratio_kl_types(lp, old_lp, ref_lp, mask)
     if lp.dim() != 2:
         raise InputError(f"ratio_kl: argument 'lp' must be 2-D with shape [B, T], got shape {list(lp.shape)}")
     if old_lp.dim() != 2:
@@ -387,19 +450,18 @@ def check_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor,
         raise InputError("ratio_kl: argument 'mask' must be contiguous (call .contiguous() on it)")
 
 
+def check_ratio_kl_backward_types(grad_ratio: object, grad_kl: object, lp: object, old_lp: object, ref_lp: object, mask: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("ratio_kl_backward", "grad_ratio", grad_ratio, False)
+    _tensor("ratio_kl_backward", "grad_kl", grad_kl, False)
+    _tensor("ratio_kl_backward", "lp", lp, False)
+    _tensor("ratio_kl_backward", "old_lp", old_lp, False)
+    _tensor("ratio_kl_backward", "ref_lp", ref_lp, False)
+    _tensor("ratio_kl_backward", "mask", mask, False)
+
+
 def check_ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> None:
-    if not isinstance(grad_ratio, torch.Tensor):
-        raise InputError(f"ratio_kl_backward: argument 'grad_ratio' must be a torch.Tensor, got {type(grad_ratio).__name__}")
-    if not isinstance(grad_kl, torch.Tensor):
-        raise InputError(f"ratio_kl_backward: argument 'grad_kl' must be a torch.Tensor, got {type(grad_kl).__name__}")
-    if not isinstance(lp, torch.Tensor):
-        raise InputError(f"ratio_kl_backward: argument 'lp' must be a torch.Tensor, got {type(lp).__name__}")
-    if not isinstance(old_lp, torch.Tensor):
-        raise InputError(f"ratio_kl_backward: argument 'old_lp' must be a torch.Tensor, got {type(old_lp).__name__}")
-    if not isinstance(ref_lp, torch.Tensor):
-        raise InputError(f"ratio_kl_backward: argument 'ref_lp' must be a torch.Tensor, got {type(ref_lp).__name__}")
-    if not isinstance(mask, torch.Tensor):
-        raise InputError(f"ratio_kl_backward: argument 'mask' must be a torch.Tensor, got {type(mask).__name__}")
+    check_ratio_kl_backward_types(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
     if grad_ratio.dim() != 2:
         raise InputError(f"ratio_kl_backward: argument 'grad_ratio' must be 2-D with shape [B, T], got shape {list(grad_ratio.shape)}")
     if grad_kl.dim() != 2:
@@ -468,11 +530,15 @@ def check_ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp:
         raise InputError("ratio_kl_backward: argument 'mask' must be contiguous (call .contiguous() on it)")
 
 
+def check_rms_norm_types(x: object, w: object, eps: object = 1e-06, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("rms_norm", "x", x, False)
+    _tensor("rms_norm", "w", w, False)
+    _scalar("rms_norm", "eps", eps, "float")
+
+
 def check_rms_norm(x: torch.Tensor, w: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise InputError(f"rms_norm: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
-    if not isinstance(w, torch.Tensor):
-        raise InputError(f"rms_norm: argument 'w' must be a torch.Tensor, got {type(w).__name__}")
+    check_rms_norm_types(x, w)
     if x.dim() != 2:
         raise InputError(f"rms_norm: argument 'x' must be 2-D with shape [T, H], got shape {list(x.shape)}")
     if w.dim() != 1:
@@ -491,15 +557,16 @@ def check_rms_norm(x: torch.Tensor, w: torch.Tensor) -> None:
         raise InputError("rms_norm: argument 'w' must be contiguous (call .contiguous() on it)")
 
 
+def check_rms_norm_backward_types(grad_y: object, x: object, w: object, rstd: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("rms_norm_backward", "grad_y", grad_y, False)
+    _tensor("rms_norm_backward", "x", x, False)
+    _tensor("rms_norm_backward", "w", w, False)
+    _tensor("rms_norm_backward", "rstd", rstd, False)
+
+
 def check_rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> None:
-    if not isinstance(grad_y, torch.Tensor):
-        raise InputError(f"rms_norm_backward: argument 'grad_y' must be a torch.Tensor, got {type(grad_y).__name__}")
-    if not isinstance(x, torch.Tensor):
-        raise InputError(f"rms_norm_backward: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
-    if not isinstance(w, torch.Tensor):
-        raise InputError(f"rms_norm_backward: argument 'w' must be a torch.Tensor, got {type(w).__name__}")
-    if not isinstance(rstd, torch.Tensor):
-        raise InputError(f"rms_norm_backward: argument 'rstd' must be a torch.Tensor, got {type(rstd).__name__}")
+    check_rms_norm_backward_types(grad_y, x, w, rstd)
     if grad_y.dim() != 2:
         raise InputError(f"rms_norm_backward: argument 'grad_y' must be 2-D with shape [T, H], got shape {list(grad_y.shape)}")
     if x.dim() != 2:
@@ -540,9 +607,13 @@ def check_rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tens
         raise InputError("rms_norm_backward: argument 'rstd' must be contiguous (call .contiguous() on it)")
 
 
+def check_silu_types(x: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("silu", "x", x, False)
+
+
 def check_silu(x: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise InputError(f"silu: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
+    check_silu_types(x)
     if x.dim() != 2:
         raise InputError(f"silu: argument 'x' must be 2-D with shape [R, C], got shape {list(x.shape)}")
     if _dtype(x) not in ("float32", "float16", "bfloat16"):
@@ -551,11 +622,14 @@ def check_silu(x: torch.Tensor) -> None:
         raise InputError("silu: argument 'x' must be contiguous (call .contiguous() on it)")
 
 
+def check_silu_backward_types(grad_y: object, x: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("silu_backward", "grad_y", grad_y, False)
+    _tensor("silu_backward", "x", x, False)
+
+
 def check_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> None:
-    if not isinstance(grad_y, torch.Tensor):
-        raise InputError(f"silu_backward: argument 'grad_y' must be a torch.Tensor, got {type(grad_y).__name__}")
-    if not isinstance(x, torch.Tensor):
-        raise InputError(f"silu_backward: argument 'x' must be a torch.Tensor, got {type(x).__name__}")
+    check_silu_backward_types(grad_y, x)
     if grad_y.dim() != 2:
         raise InputError(f"silu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape {list(grad_y.shape)}")
     if x.dim() != 2:
@@ -576,11 +650,14 @@ def check_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> None:
         raise InputError("silu_backward: argument 'x' must be contiguous (call .contiguous() on it)")
 
 
+def check_swiglu_types(g: object, u: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("swiglu", "g", g, False)
+    _tensor("swiglu", "u", u, False)
+
+
 def check_swiglu(g: torch.Tensor, u: torch.Tensor) -> None:
-    if not isinstance(g, torch.Tensor):
-        raise InputError(f"swiglu: argument 'g' must be a torch.Tensor, got {type(g).__name__}")
-    if not isinstance(u, torch.Tensor):
-        raise InputError(f"swiglu: argument 'u' must be a torch.Tensor, got {type(u).__name__}")
+    check_swiglu_types(g, u)
     if g.dim() != 2:
         raise InputError(f"swiglu: argument 'g' must be 2-D with shape [R, C], got shape {list(g.shape)}")
     if u.dim() != 2:
@@ -601,13 +678,15 @@ def check_swiglu(g: torch.Tensor, u: torch.Tensor) -> None:
         raise InputError("swiglu: argument 'u' must be contiguous (call .contiguous() on it)")
 
 
+def check_swiglu_backward_types(grad_y: object, g: object, u: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("swiglu_backward", "grad_y", grad_y, False)
+    _tensor("swiglu_backward", "g", g, False)
+    _tensor("swiglu_backward", "u", u, False)
+
+
 def check_swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> None:
-    if not isinstance(grad_y, torch.Tensor):
-        raise InputError(f"swiglu_backward: argument 'grad_y' must be a torch.Tensor, got {type(grad_y).__name__}")
-    if not isinstance(g, torch.Tensor):
-        raise InputError(f"swiglu_backward: argument 'g' must be a torch.Tensor, got {type(g).__name__}")
-    if not isinstance(u, torch.Tensor):
-        raise InputError(f"swiglu_backward: argument 'u' must be a torch.Tensor, got {type(u).__name__}")
+    check_swiglu_backward_types(grad_y, g, u)
     if grad_y.dim() != 2:
         raise InputError(f"swiglu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape {list(grad_y.shape)}")
     if g.dim() != 2:
@@ -640,11 +719,14 @@ def check_swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor
         raise InputError("swiglu_backward: argument 'u' must be contiguous (call .contiguous() on it)")
 
 
+def check_unpack_types(packed: object, mask: object, ) -> None:
+    """Every argument's type, before anything reads an attribute of one."""
+    _tensor("unpack", "packed", packed, False)
+    _tensor("unpack", "mask", mask, False)
+
+
 def check_unpack(packed: torch.Tensor, mask: torch.Tensor) -> None:
-    if not isinstance(packed, torch.Tensor):
-        raise InputError(f"unpack: argument 'packed' must be a torch.Tensor, got {type(packed).__name__}")
-    if not isinstance(mask, torch.Tensor):
-        raise InputError(f"unpack: argument 'mask' must be a torch.Tensor, got {type(mask).__name__}")
+    check_unpack_types(packed, mask)
     if packed.dim() != 2:
         raise InputError(f"unpack: argument 'packed' must be 2-D with shape [TOTAL, H], got shape {list(packed.shape)}")
     if mask.dim() != 2:

@@ -97,6 +97,8 @@ def det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_det_gemm_types(a, b, out_fp32)
     return _run_det_gemm(a, b, out_fp32)
 
 
@@ -134,6 +136,8 @@ def det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     Returns:
         c: [M, N] same dtype as a. the K-tree sum (already bf16 at every node)
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_det_gemm_ktree_types(a, b)
     return _run_det_gemm_ktree(a, b)
 
 
@@ -195,6 +199,8 @@ def det_gemm_nt(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> tor
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_det_gemm_nt_types(a, b, out_fp32)
     return _run_det_gemm_nt(a, b, out_fp32)
 
 
@@ -259,6 +265,8 @@ def det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> tor
     Returns:
         c: [M, N] same dtype as a (float32 if out_fp32). product rounded once to the output dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_det_gemm_tn_types(a, b, out_fp32)
     return _run_det_gemm_tn(a, b, out_fp32)
 
 
@@ -323,6 +331,8 @@ def grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, rewards
         loss: [] float32. masked mean of the per-token loss (a 0-d tensor)
         adv: [G, S] float32. group-normalised advantages, for logging and the backward
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_grpo_loss_types(ratio, kl, mask, rewards, eps_low, eps_high, beta)
     return _run_grpo_loss(ratio, kl, mask, rewards, eps_low, eps_high, beta)
 
 
@@ -367,6 +377,8 @@ def grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask: torch
         grad_ratio: [G, S, T] float32. gradient of ratio
         grad_kl: [G, S, T] float32. gradient of kl
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_grpo_loss_backward_types(grad_loss, ratio, mask, adv, eps_low, eps_high, beta)
     return _run_grpo_loss_backward(grad_loss, ratio, mask, adv, eps_low, eps_high, beta)
 
 
@@ -411,7 +423,7 @@ def _backward_logp(ctx, grad_lp, grad_lse):
 
 
 def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
-    """Batch-invariant log-probability of the selected token, logits[r, ids[r]] - logsumexp(logits[r]).
+    """Batch-invariant log-probability of the selected token, logits[r, ids[r]] - logsumexp(logits[r]); NaN where ids[r] is outside [0, V) and not ignore_index.
 
     Contract: deterministic, batch_invariant.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
@@ -420,13 +432,15 @@ def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> t
 
     Args:
         logits: [N, V] float32 | float16 | bfloat16. unnormalised scores over the vocabulary
-        ids: [N] int64. selected token per row, or ignore_index
+        ids: [N] int64. selected token per row, in [0, V), or ignore_index; any other id gives that row lp NaN and a NaN gradient (never an out-of-bounds read, never an error: checking would synchronise with the device)
         ignore_index: int, default -100. rows with this id give 0 and a zero gradient
 
     Returns:
         lp: [N] float32. log-probability of the selected token
         lse: [N] float32. logsumexp of each row (0 for ignored rows), saved for the backward
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_logp_types(logits, ids, ignore_index)
     # N may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(logits, 2)
     if lead is not None:
@@ -457,7 +471,7 @@ def _backward_logp_backward(ctx, *grads):
 
 
 def logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
-    """Gradient of logp with respect to the logits, from the saved logsumexp.
+    """Gradient of logp with respect to the logits, from the saved logsumexp; NaN rows where ids[r] is outside [0, V) and not ignore_index.
 
     Contract: deterministic, batch_invariant.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
@@ -466,13 +480,15 @@ def logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor
     Args:
         grad_lp: [N] float32. incoming gradient of lp
         logits: [N, V] float32 | float16 | bfloat16. the forward's logits
-        ids: [N] int64. the forward's ids
+        ids: [N] int64. the forward's ids; a row whose id is outside [0, V) and not ignore_index gets NaN
         lse: [N] float32. logsumexp of each row, as logp returns it
         ignore_index: int, default -100. rows with this id get a zero gradient
 
     Returns:
         grad_logits: [N, V] same dtype as logits. gradient of the logits, rounded once to their dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_logp_backward_types(grad_lp, logits, ids, lse, ignore_index)
     # N may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_lp, 1)
     if lead is not None:
@@ -537,6 +553,8 @@ def pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
         packed: [TOTAL, H] same dtype as x. the kept rows in (b, s) order
         cu_seqlens: [B1] int64. sequence b's rows are packed[cu_seqlens[b]:cu_seqlens[b+1]]
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_pack_types(x, mask)
     return _run_pack(x, mask)
 
 
@@ -597,6 +615,8 @@ def ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask:
         ratio: [B, T] float32. exp(lp - old_lp) where the mask is true, else 0
         kl: [B, T] float32. exp(d) - d - 1 with d = ref_lp - lp where the mask is true, else 0
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_ratio_kl_types(lp, old_lp, ref_lp, mask)
     return _run_ratio_kl(lp, old_lp, ref_lp, mask)
 
 
@@ -639,6 +659,8 @@ def ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp: torch
     Returns:
         grad_lp: [B, T] float32. gradient of lp
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_ratio_kl_backward_types(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
     return _run_ratio_kl_backward(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
 
 
@@ -697,6 +719,8 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torc
         y: [T, H] same dtype as x. normalised rows in x's dtype
         rstd: [T] float32. rsqrt(mean(x^2) + eps) of each row, kept for the backward pass
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_rms_norm_types(x, w, eps)
     # T may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(x, 2)
     if lead is not None:
@@ -743,6 +767,8 @@ def rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rs
         dx: [T, H] same dtype as grad_y. gradient with respect to x, in x's dtype
         dw: [H] same dtype as grad_y. gradient with respect to w, in w's dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_rms_norm_backward_types(grad_y, x, w, rstd)
     # T may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_y, 2)
     if lead is not None:
@@ -804,6 +830,8 @@ def silu(x: torch.Tensor) -> torch.Tensor:
     Returns:
         y: [R, C] same dtype as x. x * sigmoid(x) in x's dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_silu_types(x)
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(x, 2)
     if lead is not None:
@@ -846,6 +874,8 @@ def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     Returns:
         dx: [R, C] same dtype as grad_y. gradient with respect to x, in x's dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_silu_backward_types(grad_y, x)
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_y, 2)
     if lead is not None:
@@ -906,6 +936,8 @@ def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Returns:
         y: [R, C] same dtype as g. silu(g) * u in the input dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_swiglu_types(g, u)
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(g, 2)
     if lead is not None:
@@ -951,6 +983,8 @@ def swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> t
         dg: [R, C] same dtype as grad_y. gradient with respect to g, in the input dtype
         du: [R, C] same dtype as grad_y. gradient with respect to u, in the input dtype
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_swiglu_backward_types(grad_y, g, u)
     # R may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_y, 2)
     if lead is not None:
@@ -1013,6 +1047,8 @@ def unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     Returns:
         x: [B, S, H] same dtype as packed. padded sequences
     """
+    # Types first: nothing below may read an attribute of a list, an array or None.
+    _checks.check_unpack_types(packed, mask)
     return _run_unpack(packed, mask)
 
 

@@ -34,7 +34,7 @@ void run(const void* x_ptr, const void* mask_ptr, void* packed_ptr, void* cu_seq
     ++row;
   }
   for (int64_t b = 0; S == 0 && b < B; ++b) cu_seqlens[b] = 0;  // no positions: every sequence is empty
-  if (B > 0) cu_seqlens[B] = row;
+  cu_seqlens[B] = row;  // written for B = 0 too: cu_seqlens is then [0]
 }
 
 }  // namespace

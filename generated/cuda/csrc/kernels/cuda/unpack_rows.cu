@@ -87,9 +87,10 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 cudaError_t launch(const void* packed, const void* mask, void* x, int64_t B, int64_t S, int64_t H, int64_t TOTAL,
                      cudaStream_t stream) {
-  if (B == 0 || S == 0 || H == 0) return cudaSuccess;
-  if (B > 0x7fffffff) return cudaErrorInvalidValue;  // one block per sequence
-  unpack_rows_kernel<T><<<static_cast<unsigned>(B), kThreads, 0, stream>>>(
+  if (B == 0 || S == 0 || H == 0) return cudaSuccess;  // x is empty: nothing to write
+  const int64_t blocks = B;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;  // one block per sequence
+  unpack_rows_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       static_cast<const T*>(packed), static_cast<const bool*>(mask), static_cast<T*>(x),
       S, H, TOTAL);
   return cudaGetLastError();

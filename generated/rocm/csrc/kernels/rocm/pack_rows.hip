@@ -62,6 +62,10 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int64_t kept_positions[kThreads];  // s of each kept position of the chunk, in order
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t b = static_cast<int64_t>(blockIdx.x);
+  if (b == B) {  // no sequences: the one block launched writes the offset array's only element
+    if (tid == 0) cu_seqlens[B] = 0;
+    return;
+  }
   const bool* m = mask + b * S;
   int64_t first = block_count(mask, b * S, counts);  // packed row of this chunk's first kept position
   if (tid == 0) cu_seqlens[b] = first;
@@ -86,9 +90,11 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 hipError_t launch(const void* x, const void* mask, void* packed, void* cu_seqlens, int64_t B, int64_t S, int64_t H, int64_t TOTAL,
                      hipStream_t stream) {
-  if (B == 0) return hipSuccess;  // empty sequences still get their offsets
-  if (B > 0x7fffffff) return hipErrorInvalidValue;  // one block per sequence
-  pack_rows_kernel<T><<<static_cast<unsigned>(B), kThreads, 0, stream>>>(
+  // Every output element is written whatever the sizes: with no sequences one block still
+  // runs, to set cu_seqlens[0] = 0; empty sequences (S = 0) still get their offsets.
+  const int64_t blocks = B > 0 ? B : 1;
+  if (blocks > 0x7fffffff) return hipErrorInvalidValue;  // one block per sequence
+  pack_rows_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       static_cast<const T*>(x), static_cast<const bool*>(mask), static_cast<T*>(packed),
       static_cast<int64_t*>(cu_seqlens), B,
       S, H, TOTAL);
