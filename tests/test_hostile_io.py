@@ -1,0 +1,201 @@
+"""Hostile files and trees around the specs and the output: spec files that are not regular files
+(a FIFO, a device, a directory), spec files the loader would skip, an empty catalog, a `--base`
+that is not a revision, a read-only or unwritable tree, something other than a file at the lock
+path, and control characters echoed back.  Each ends in exit 2 with a clear message and no
+traceback, and leaves generated/ byte for byte as it was."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Project
+from generator.load import MAX_SPEC_BYTES
+
+OP = "specs/ops/det_gemm.yaml"
+
+
+@pytest.fixture
+def project(small_project: Project) -> Project:
+    """det_gemm only: none of this depends on how many ops there are."""
+    return small_project
+
+
+def run_cli(project: Project, *args: str, limit_bytes: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process: a run that hangs, or reads until memory runs out, fails the test
+    instead of the test run.  ``limit_bytes``: the child's address space limit."""
+
+    def limit() -> None:
+        if limit_bytes is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "generator", "--root", str(project.root), *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`generator {' '.join(args)}` still ran after {timeout} s")
+
+
+def refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+# --------------------------------------------------------------------------- spec files that are not regular files
+
+
+def test_a_fifo_spec_is_refused_without_blocking(project: Project):
+    before = project.snapshot()
+    os.mkfifo(project.spec("ops/evil.yaml"))
+    for command in ("generate", "check"):
+        refused(run_cli(project, command, timeout=30), "specs/ops/evil.yaml:1: not a regular file (a FIFO)")
+    assert project.snapshot() == before
+
+
+def test_a_fifo_package_spec_is_refused_without_blocking(project: Project):
+    before = project.snapshot()
+    package = project.spec("package.yaml")
+    package.unlink()
+    os.mkfifo(package)
+    refused(run_cli(project, "generate", timeout=30), "specs/package.yaml:1: not a regular file (a FIFO)")
+    assert project.snapshot() == before
+
+
+def test_a_symlink_to_an_endless_device_is_refused_without_reading_it(project: Project):
+    """Read whole, /dev/zero fills memory; the child is limited to 2 GiB so that a regression fails fast."""
+    before = project.snapshot()
+    project.spec("ops/zero.yaml").symlink_to("/dev/zero")
+    refused(run_cli(project, "generate", limit_bytes=2 << 30), "specs/ops/zero.yaml:1: not a regular file (a character device)")
+    assert project.snapshot() == before
+
+
+def test_a_huge_spec_is_refused_after_reading_at_most_the_limit(project: Project):
+    """A sparse 16 GiB file costs no disk; reading it whole would need 16 GiB of memory."""
+    before = project.snapshot()
+    with open(project.spec("ops/huge.yaml"), "wb") as handle:
+        handle.truncate(16 << 30)
+    refused(run_cli(project, "generate", limit_bytes=2 << 30), f"specs/ops/huge.yaml:1: file is larger than {MAX_SPEC_BYTES} bytes")
+    assert project.snapshot() == before
+
+
+def test_the_spec_reader_reads_at_most_the_limit_plus_one_byte(project: Project, monkeypatch):
+    from generator import load
+
+    spec = project.spec("ops/huge.yaml")
+    spec.write_bytes(b"#" * (4 * MAX_SPEC_BYTES))
+    asked: list[int] = []
+    real_read = os.read
+
+    def counting_read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(load.os, "read", counting_read)
+    with pytest.raises(load.SpecError, match="larger than"):
+        load.read_yaml(spec, "specs/ops/huge.yaml")
+    assert asked and sum(asked) <= MAX_SPEC_BYTES + 1
+
+
+def test_a_directory_named_like_a_spec_is_refused(project: Project, capsys):
+    before = project.snapshot()
+    project.spec("ops/folder.yaml").mkdir()
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "specs/ops/folder.yaml:1: not a regular file (a directory)" in err
+    assert project.snapshot() == before
+
+
+def test_a_symlink_to_a_spec_inside_the_project_is_loaded(project: Project, capsys):
+    """A symlink that resolves to a regular file inside the project is read like the file itself."""
+    before = project.snapshot()
+    shared = project.root / "shared"
+    shared.mkdir()
+    spec = project.root / OP
+    spec.rename(shared / "det_gemm.yaml")
+    spec.symlink_to("../../shared/det_gemm.yaml")
+    assert project.run("check") == 0
+    assert project.run("generate") == 0
+    assert project.snapshot() == before
+
+
+def test_a_symlink_to_a_spec_outside_the_project_is_refused(project: Project, tmp_path: Path, capsys):
+    before = project.snapshot()
+    outside = tmp_path / "elsewhere.yaml"
+    spec = project.root / OP
+    outside.write_bytes(spec.read_bytes())
+    spec.unlink()
+    spec.symlink_to(outside)
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert f"{OP}:1: a symbolic link to {outside}, outside the project" in err
+    assert project.snapshot() == before
+
+
+# --------------------------------------------------------------------------- spec files the loader would skip
+
+
+@pytest.mark.parametrize(
+    "rel, message",
+    [
+        ("ops/extra.YAML", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("ops/extra.Yaml", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("ops/extra.yml", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("platforms/metal.YML", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("ops/more/extra.yaml", "not loaded: spec files lie directly in specs/ops/ or specs/platforms/, not in a sub-folder"),
+        ("ops/more/deeper/extra.yml", "not loaded: spec files lie directly in specs/ops/ or specs/platforms/, not in a sub-folder"),
+        ("platforms/old/cuda.yaml", "not loaded: spec files lie directly in specs/ops/ or specs/platforms/, not in a sub-folder"),
+        ("extra.yaml", "not loaded: op specs lie in specs/ops/, platform specs in specs/platforms/"),
+        ("drafts/extra.yaml", "not loaded: op specs lie in specs/ops/, platform specs in specs/platforms/"),
+    ],
+)
+def test_a_spec_that_would_not_be_loaded_is_an_error(project: Project, capsys, rel: str, message: str):
+    before = project.snapshot()
+    path = project.spec(rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((project.root / OP).read_bytes())
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert f"specs/{rel}:1: {message}" in err
+    assert "Traceback" not in err
+    assert project.snapshot() == before
+
+
+def test_other_files_beside_the_specs_are_left_alone(project: Project):
+    """A README or a .gitkeep is not a spec, wherever it lies."""
+    project.spec("ops/README.md").write_text("notes\n")
+    (project.spec("ops/notes")).mkdir()
+    project.spec("ops/notes/.gitkeep").write_text("")
+    project.spec("README.md").write_text("notes\n")
+    assert project.run("check") == 0
+
+
+# --------------------------------------------------------------------------- an empty catalog
+
+
+@pytest.mark.parametrize("how", ["empty", "missing"])
+def test_an_empty_catalog_is_an_error_not_a_wipe(project: Project, capsys, how: str):
+    before = project.snapshot()
+    ops = project.root / "specs" / "ops"
+    for spec in ops.glob("*.yaml"):
+        spec.unlink()
+    if how == "missing":
+        ops.rmdir()
+    for command in ("generate", "check", "diff"):
+        assert project.run(command) == 2, command
+        err = capsys.readouterr().err
+        assert "specs/ops:1: no op specs found in specs/ops" in err, err
+    assert project.snapshot() == before
