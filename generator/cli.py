@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import evidence, readme, record, semantic_diff
-from .errors import ContractError, GeneratorError, SpecError
+from .errors import ContractError, GeneratorError, SpecError, one_line
 from .explain import explain
 from .load import load_catalog
 from .pipeline import Layout, Output, load_checked, produce_all
@@ -91,23 +92,37 @@ def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
     return EXIT_DIFFERS
 
 
-def _base_registry(layout: Layout, rev: str) -> bytes:
-    """generated/registry.json as committed at ``rev``."""
+def _git(layout: Layout, what: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     try:
-        result = subprocess.run(
-            ["git", "show", f"{rev}:generated/{REGISTRY}"], cwd=layout.root, capture_output=True, check=False, timeout=60
-        )
+        return subprocess.run(["git", *args], cwd=layout.root, capture_output=True, check=False, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise GeneratorError(f"--base {rev}: cannot run git ({exc})") from None
+        raise GeneratorError(f"{what}: cannot run git ({exc})") from None
+
+
+def _shown_value(value: str) -> str:
+    """A command-line value as a message shows it: as typed, or quoted and escaped where it holds
+    a character that could break or disguise the line."""
+    return value if value and one_line(value) == value and not value.isspace() else ascii(value)
+
+
+def _base_registry(layout: Layout, rev: str) -> bytes:
+    """generated/registry.json as committed at ``rev``, which must name a commit: it is verified
+    (never read as an option) and the file is read from the verified object id."""
+    what = f"--base {_shown_value(rev)}"
+    verified = _git(layout, what, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    commit = verified.stdout.decode(errors="replace").strip()
+    if verified.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+        raise GeneratorError(f"{what}: not a commit in this repository; --base takes a revision such as HEAD, main or origin/main")
+    result = _git(layout, what, "show", f"{commit}:generated/{REGISTRY}")
     if result.returncode != 0:
         message = result.stderr.decode(errors="replace").strip().splitlines()
-        raise GeneratorError(f"--base {rev}: git show {rev}:generated/{REGISTRY} failed: {message[-1] if message else 'no output'}")
+        raise GeneratorError(f"{what}: git show {commit}:generated/{REGISTRY} failed: {message[-1] if message else 'no output'}")
     return result.stdout
 
 
 def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> list[str]:
     if args.base is not None:
-        source, old_bytes = f"{args.base}:generated/{REGISTRY}", _base_registry(layout, args.base)
+        source, old_bytes = f"{_shown_value(args.base)}:generated/{REGISTRY}", _base_registry(layout, args.base)
     else:
         source, path = f"generated/{REGISTRY}", layout.generated / REGISTRY
         try:
@@ -260,5 +275,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {count} {kind}{'s' if count > 1 else ''}; nothing was written", file=sys.stderr)
         return EXIT_ERROR
     except GeneratorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print("\n".join(one_line(line) for line in f"error: {exc}".splitlines()), file=sys.stderr)
         return EXIT_ERROR

@@ -199,3 +199,64 @@ def test_an_empty_catalog_is_an_error_not_a_wipe(project: Project, capsys, how: 
         err = capsys.readouterr().err
         assert "specs/ops:1: no op specs found in specs/ops" in err, err
     assert project.snapshot() == before
+
+
+# --------------------------------------------------------------------------- diff --base takes revisions only
+
+
+def git(project: Project, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=project.root, check=True, capture_output=True)
+
+
+@pytest.fixture
+def committed(project: Project) -> Project:
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "base")
+    return project
+
+
+@pytest.mark.parametrize("option", ["--output={victim}", "-o{victim}", "--output", "--no-index", "-"])
+def test_a_base_that_looks_like_an_option_is_not_passed_to_git_as_one(committed: Project, tmp_path: Path, capsys, option: str):
+    """Passed on, `--output=F` makes git write F:generated/registry.json: a file outside the tree
+    wherever the folder F:generated exists (made here, so that a regression shows)."""
+    victim = tmp_path / "out"
+    (tmp_path / "out:generated").mkdir()
+    value = option.format(victim=victim)
+    before = committed.snapshot()
+    assert committed.run("diff", f"--base={value}") == 2
+    err = capsys.readouterr().err
+    assert f"error: --base {value}: not a commit in this repository" in err
+    assert not list((tmp_path / "out:generated").iterdir()), "git wrote a file outside the tree"
+    assert committed.snapshot() == before
+
+
+@pytest.mark.parametrize("value", ["no-such-rev", "HEAD:generated/registry.json", "HEAD^{tree}", ""])
+def test_a_base_that_is_not_a_commit_is_refused(committed: Project, capsys, value: str):
+    assert committed.run("diff", "--base", value) == 2
+    assert f"error: --base {value or repr('')}: not a commit in this repository" in capsys.readouterr().err
+
+
+def test_a_base_with_control_characters_is_echoed_escaped(committed: Project, capsys):
+    assert committed.run("diff", "--base", "HEAD\x1b[2J\rx") == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err
+    assert "error: --base 'HEAD\\x1b[2J\\rx': not a commit in this repository" in err
+
+
+def test_a_base_that_names_a_commit_is_read_at_that_commit(committed: Project, capsys):
+    assert committed.run("diff", "--base", "HEAD~0", "--summary") == 0
+    assert "semantic changes (HEAD~0:generated/registry.json → the specs): none" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- explain echoes nothing raw
+
+
+@pytest.mark.parametrize("args", [("explain", "\x1b]0;pwned\x07det\x1b[2Jgemm"), ("explain", "det_gemm", "--platform", "cu\rda\x1b[1m")])
+def test_explain_escapes_the_names_it_echoes(project: Project, capsys, args: tuple[str, ...]):
+    assert project.run(*args) == 2
+    captured = capsys.readouterr()
+    echoed = captured.out + captured.err
+    assert not any(c in echoed for c in "\x1b\x07\r"), echoed
+    name = args[-1]
+    assert f"error: Unknown {'platform' if '--platform' in args else 'op'} {name!a}. Expected one of" in captured.err
