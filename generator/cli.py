@@ -71,7 +71,7 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
 
 
 def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
-    recover(layout.generated, layout.extras)
+    recover(layout.generated, layout.extras, read_only=True)
     expected = _expected(layout)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     _report_evidence(expected, "check")
@@ -140,7 +140,7 @@ def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> 
 
 
 def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
-    recover(layout.generated, layout.extras)
+    recover(layout.generated, layout.extras, read_only=True)
     expected = _expected(layout)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     summary = _semantic(layout, args, expected.files.get(REGISTRY, b'{"ops": {}}'))
@@ -153,7 +153,10 @@ def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
             in_tree = shown.startswith("generated/")
             path = (layout.generated if in_tree else layout.root) / rel
             data = (expected.files if in_tree else expected.extras).get(rel)
-            old = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.is_file() else []
+            try:
+                old = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.is_file() else []
+            except OSError as exc:
+                raise GeneratorError(f"cannot read {shown} to show how it differs ({exc.strerror or exc})") from None
             new = data.decode().splitlines(keepends=True) if data is not None else []
             sys.stdout.writelines(difflib.unified_diff(old, new, f"a/{shown}", f"b/{shown}" if data is not None else "/dev/null"))
     return EXIT_DIFFERS if not changes.empty or semantic_changed else EXIT_OK
@@ -264,8 +267,14 @@ def main(argv: list[str] | None = None) -> int:
             return COMMANDS[args.command](layout, args)
         if args.command == "evidence":  # takes the lock itself while it writes
             return COMMANDS[args.command](layout, args)
-        # Every other command writes or may finish an interrupted commit: one run at a time.
-        with exclusive(layout.root, lambda: print(f"waiting for another generator run in {layout.root} to finish", file=sys.stderr, flush=True)):
+        # Every other command writes or may finish an interrupted commit: one run at a time.  check and
+        # diff write nothing else, so where the lock file cannot be created they go on without it.
+        with exclusive(
+            layout.root,
+            lambda: print(f"waiting for another generator run in {layout.root} to finish", file=sys.stderr, flush=True),
+            read_only=args.command in ("check", "diff"),
+            on_unlocked=lambda note: print(one_line(note), file=sys.stderr, flush=True),
+        ):
             return COMMANDS[args.command](layout, args)
     except SpecError as exc:
         for problem in exc.problems:

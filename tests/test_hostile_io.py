@@ -260,3 +260,182 @@ def test_explain_escapes_the_names_it_echoes(project: Project, capsys, args: tup
     assert not any(c in echoed for c in "\x1b\x07\r"), echoed
     name = args[-1]
     assert f"error: Unknown {'platform' if '--platform' in args else 'op'} {name!a}. Expected one of" in captured.err
+
+
+# --------------------------------------------------------------------------- a read-only or unwritable tree
+
+EROFS_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class ReadOnly:
+    """Every write under ``dirs`` fails as on a read-only mount (EROFS), at the level of the
+    system calls the generator makes; permission bits would not do, as the tests may run as root.
+    ``attempts``: what was tried."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *dirs: Path) -> None:
+        import builtins
+        import io
+
+        self.dirs = [d.resolve() for d in dirs]
+        self.attempts: list[str] = []
+        real_open, real_os_open = io.open, os.open
+
+        def checked(path: object, what: str) -> None:
+            target = Path(os.fsdecode(path)).absolute()  # type: ignore[arg-type]
+            target = target.parent.resolve() / target.name
+            if any(target == d or d in target.parents for d in self.dirs):
+                self.attempts.append(f"{what} {target}")
+                raise OSError(30, "Read-only file system", str(target))
+
+        def fake_open(file, mode="r", *args, **kwargs):
+            if not isinstance(file, int) and any(c in mode for c in "wax+"):
+                checked(file, f"open({mode})")
+            return real_open(file, mode, *args, **kwargs)
+
+        def fake_os_open(path, flags, *args, **kwargs):
+            if flags & EROFS_FLAGS:
+                checked(path, "os.open")
+            return real_os_open(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", fake_open)
+        monkeypatch.setattr(io, "open", fake_open)
+        monkeypatch.setattr(os, "open", fake_os_open)
+        for name in ("unlink", "remove", "rmdir", "mkdir"):
+            real = getattr(os, name)
+            monkeypatch.setattr(os, name, lambda path, *a, _real=real, _name=name, **k: (checked(path, _name), _real(path, *a, **k))[1])
+        for name in ("replace", "rename"):
+            real = getattr(os, name)
+            monkeypatch.setattr(
+                os, name, lambda src, dst, *a, _real=real, _name=name, **k: (checked(src, _name), checked(dst, _name), _real(src, dst, *a, **k))[2]
+            )
+
+
+def no_traceback(capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return captured.out, captured.err
+
+
+@pytest.mark.parametrize("scope", ["generated", "root"])
+def test_check_and_diff_work_on_a_read_only_tree_without_writing(project: Project, monkeypatch, capsys, scope: str):
+    before = project.snapshot()
+    fake = ReadOnly(monkeypatch, project.generated if scope == "generated" else project.root)
+    assert project.run("check") == 0
+    assert project.run("diff") == 0
+    assert project.run("explain", "det_gemm") == 0
+    no_traceback(capsys)
+    assert fake.attempts == []
+    assert project.snapshot() == before
+
+
+def test_check_and_diff_on_a_read_only_root_without_a_lock_file_say_they_run_unlocked(project: Project, monkeypatch, capsys):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    ReadOnly(monkeypatch, project.root)
+    for command in ("check", "diff"):
+        assert project.run(command) == 0
+        _, err = no_traceback(capsys)
+        assert f"note: cannot create the lock file {lock} (Read-only file system); running without it" in err
+    assert not lock.exists()
+
+
+def test_check_ignores_leftovers_it_cannot_remove_from_a_read_only_tree(project: Project, monkeypatch, capsys):
+    leftover = project.generated / "cuda/setup.py.rlk-new"
+    leftover.write_text("half")
+    ReadOnly(monkeypatch, project.generated)
+    assert project.run("check") == 0
+    assert project.run("diff") == 0
+    no_traceback(capsys)
+    assert leftover.exists()
+
+
+def test_check_with_an_interrupted_commit_on_a_read_only_tree_is_an_error(project: Project, monkeypatch, capsys):
+    (project.generated / ".rlk-journal.json").write_text('{"rename": [], "delete": ["cuda/setup.py"], "extra": []}')
+    ReadOnly(monkeypatch, project.generated)
+    assert project.run("check") == 2
+    _, err = no_traceback(capsys)
+    assert "could not finish the interrupted commit" in err and "Read-only file system" in err
+
+
+@pytest.mark.parametrize("scope", ["generated", "root"])
+def test_generate_on_a_read_only_tree_is_an_error_and_changes_nothing(project: Project, monkeypatch, capsys, scope: str):
+    before = project.snapshot()
+    project.edit(OP, "  rocm: [simt]", "  rocm: []")
+    ReadOnly(monkeypatch, project.generated if scope == "generated" else project.root)
+    assert project.run("generate") == 2
+    _, err = no_traceback(capsys)
+    assert "error: could not write" in err and "Read-only file system" in err and "it was left as it was" in err
+    assert project.snapshot() == before
+    assert not list(project.root.rglob("*.rlk-new"))
+
+
+def test_generate_with_nothing_to_write_succeeds_on_a_read_only_tree(project: Project, monkeypatch, capsys):
+    fake = ReadOnly(monkeypatch, project.root)
+    assert project.run("generate") == 0
+    out, _ = no_traceback(capsys)
+    assert "0 written, 0 removed" in out
+    assert fake.attempts == []
+
+
+def test_generate_on_a_read_only_root_without_a_lock_file_is_an_error(project: Project, monkeypatch, capsys):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    ReadOnly(monkeypatch, project.root)
+    for command in ("generate", "schema"):
+        assert project.run(command) == 2
+        _, err = no_traceback(capsys)
+        assert f"error: cannot create the lock file {lock} (Read-only file system)" in err
+
+
+def test_schema_on_a_read_only_tree_is_an_error(project: Project, monkeypatch, capsys):
+    stale = project.root / "schema" / "op.schema.json"
+    stale.write_text("{}")
+    ReadOnly(monkeypatch, project.root)
+    assert project.run("schema") == 2
+    _, err = no_traceback(capsys)
+    assert f"error: could not write {stale}: Read-only file system" in err
+    assert stale.read_text() == "{}"
+
+
+def test_writing_evidence_to_a_read_only_tree_is_an_error(project: Project, monkeypatch):
+    from generator import evidence
+    from generator.errors import GeneratorError
+    from generator.evidence import How, Record
+
+    new = Record(op="det_gemm", kernel="simt", platform="cpu", dtype="float32", level="executed", source_sha256="a" * 64, commit="0" * 40, how=How(check="a check"))
+    ReadOnly(monkeypatch, project.root)
+    with pytest.raises(GeneratorError, match="could not write evidence/cpu/executed.json: Read-only file system"):
+        evidence.write_ledger(project.root, [new])
+
+
+# --------------------------------------------------------------------------- the lock path
+
+
+@pytest.mark.parametrize("command", ["generate", "check", "diff", "schema"])
+def test_a_directory_at_the_lock_path_is_an_error(project: Project, capsys, command: str):
+    before = project.snapshot()
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    lock.mkdir()
+    assert project.run(command) == 2
+    _, err = no_traceback(capsys)
+    assert f"error: {lock}: the generator's lock file is a directory, not a regular file; remove it and run again" in err
+    assert project.snapshot() == before
+
+
+def test_a_fifo_at_the_lock_path_is_an_error_without_blocking(project: Project):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    os.mkfifo(lock)
+    refused(run_cli(project, "check", timeout=30), f"error: {lock}: the generator's lock file is a FIFO, not a regular file")
+
+
+def test_a_symbolic_link_at_the_lock_path_is_an_error_and_creates_nothing(project: Project, tmp_path: Path, capsys):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    victim = tmp_path / "victim"
+    lock.symlink_to(victim)
+    assert project.run("generate") == 2
+    _, err = no_traceback(capsys)
+    assert f"error: {lock}: the generator's lock file is a symbolic link, not a regular file" in err
+    assert not victim.exists()
