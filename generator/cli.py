@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import evidence, readme, record, semantic_diff
-from .errors import ContractError, GeneratorError, SpecError
+from .errors import ContractError, GeneratorError, SpecError, one_line
 from .explain import explain
 from .load import load_catalog
 from .pipeline import Layout, Output, load_checked, produce_all
@@ -70,7 +71,7 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
 
 
 def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
-    recover(layout.generated, layout.extras)
+    recover(layout.generated, layout.extras, read_only=True)
     expected = _expected(layout)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     _report_evidence(expected, "check")
@@ -91,23 +92,37 @@ def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
     return EXIT_DIFFERS
 
 
-def _base_registry(layout: Layout, rev: str) -> bytes:
-    """generated/registry.json as committed at ``rev``."""
+def _git(layout: Layout, what: str, *args: str) -> subprocess.CompletedProcess[bytes]:
     try:
-        result = subprocess.run(
-            ["git", "show", f"{rev}:generated/{REGISTRY}"], cwd=layout.root, capture_output=True, check=False, timeout=60
-        )
+        return subprocess.run(["git", *args], cwd=layout.root, capture_output=True, check=False, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise GeneratorError(f"--base {rev}: cannot run git ({exc})") from None
+        raise GeneratorError(f"{what}: cannot run git ({exc})") from None
+
+
+def _shown_value(value: str) -> str:
+    """A command-line value as a message shows it: as typed, or quoted and escaped where it holds
+    a character that could break or disguise the line."""
+    return value if value and one_line(value) == value and not value.isspace() else ascii(value)
+
+
+def _base_registry(layout: Layout, rev: str) -> bytes:
+    """generated/registry.json as committed at ``rev``, which must name a commit: it is verified
+    (never read as an option) and the file is read from the verified object id."""
+    what = f"--base {_shown_value(rev)}"
+    verified = _git(layout, what, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    commit = verified.stdout.decode(errors="replace").strip()
+    if verified.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+        raise GeneratorError(f"{what}: not a commit in this repository; --base takes a revision such as HEAD, main or origin/main")
+    result = _git(layout, what, "show", f"{commit}:generated/{REGISTRY}")
     if result.returncode != 0:
         message = result.stderr.decode(errors="replace").strip().splitlines()
-        raise GeneratorError(f"--base {rev}: git show {rev}:generated/{REGISTRY} failed: {message[-1] if message else 'no output'}")
+        raise GeneratorError(f"{what}: git show {commit}:generated/{REGISTRY} failed: {message[-1] if message else 'no output'}")
     return result.stdout
 
 
 def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> list[str]:
     if args.base is not None:
-        source, old_bytes = f"{args.base}:generated/{REGISTRY}", _base_registry(layout, args.base)
+        source, old_bytes = f"{_shown_value(args.base)}:generated/{REGISTRY}", _base_registry(layout, args.base)
     else:
         source, path = f"generated/{REGISTRY}", layout.generated / REGISTRY
         try:
@@ -125,7 +140,7 @@ def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> 
 
 
 def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
-    recover(layout.generated, layout.extras)
+    recover(layout.generated, layout.extras, read_only=True)
     expected = _expected(layout)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     summary = _semantic(layout, args, expected.files.get(REGISTRY, b'{"ops": {}}'))
@@ -138,7 +153,10 @@ def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
             in_tree = shown.startswith("generated/")
             path = (layout.generated if in_tree else layout.root) / rel
             data = (expected.files if in_tree else expected.extras).get(rel)
-            old = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.is_file() else []
+            try:
+                old = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.is_file() else []
+            except OSError as exc:
+                raise GeneratorError(f"cannot read {shown} to show how it differs ({exc.strerror or exc})") from None
             new = data.decode().splitlines(keepends=True) if data is not None else []
             sys.stdout.writelines(difflib.unified_diff(old, new, f"a/{shown}", f"b/{shown}" if data is not None else "/dev/null"))
     return EXIT_DIFFERS if not changes.empty or semantic_changed else EXIT_OK
@@ -249,8 +267,14 @@ def main(argv: list[str] | None = None) -> int:
             return COMMANDS[args.command](layout, args)
         if args.command == "evidence":  # takes the lock itself while it writes
             return COMMANDS[args.command](layout, args)
-        # Every other command writes or may finish an interrupted commit: one run at a time.
-        with exclusive(layout.root, lambda: print(f"waiting for another generator run in {layout.root} to finish", file=sys.stderr, flush=True)):
+        # Every other command writes or may finish an interrupted commit: one run at a time.  check and
+        # diff write nothing else, so where the lock file cannot be created they go on without it.
+        with exclusive(
+            layout.root,
+            lambda: print(f"waiting for another generator run in {layout.root} to finish", file=sys.stderr, flush=True),
+            read_only=args.command in ("check", "diff"),
+            on_unlocked=lambda note: print(one_line(note), file=sys.stderr, flush=True),
+        ):
             return COMMANDS[args.command](layout, args)
     except SpecError as exc:
         for problem in exc.problems:
@@ -260,5 +284,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {count} {kind}{'s' if count > 1 else ''}; nothing was written", file=sys.stderr)
         return EXIT_ERROR
     except GeneratorError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print("\n".join(one_line(line) for line in f"error: {exc}".splitlines()), file=sys.stderr)
         return EXIT_ERROR

@@ -50,3 +50,8 @@ class RenderError(GeneratorError):
 
 class WriteError(GeneratorError):
     """The output directory could not be updated; it was left as it was."""
+
+
+class LockError(GeneratorError):
+    """The generator's lock file cannot be used: something other than a regular file is in its place,
+    or a run that writes cannot create it."""

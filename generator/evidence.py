@@ -21,6 +21,7 @@ show.  It writes no generated file; ``generator.record`` adds records and re-ren
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -228,7 +229,8 @@ def write_ledger(root: Path, new: Sequence[Record]) -> list[Record]:
             staged.write_bytes(data)
             os.replace(staged, path)
         except OSError as exc:
-            staged.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                staged.unlink(missing_ok=True)
             raise GeneratorError(f"could not write {rel}: {exc.strerror or exc}") from None
         changed += added
     return changed

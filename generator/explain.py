@@ -7,13 +7,18 @@ for one (op, platform) at a time; tests hold the two to the same verdicts.
 
 from __future__ import annotations
 
+import re
+
 from .errors import GeneratorError
 from .load import Catalog
 from .model import NativeKernel, OpSpec, PlatformSpec, ReferenceKernel
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
-    return f"Unknown {kind} {name}. Expected one of {', '.join(sorted(known)) or '(none)'}"
+    """An unknown name as given on the command line: as typed, or escaped (``ascii``) when it holds
+    anything but letters, digits, ``_``, ``.`` and ``-``, so that no control character reaches the terminal."""
+    shown = name if re.fullmatch(r"[A-Za-z0-9_.\-]+", name) else ascii(name)
+    return f"Unknown {kind} {shown}. Expected one of {', '.join(sorted(known)) or '(none)'}"
 
 
 def _names(values: object) -> str:

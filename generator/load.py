@@ -8,8 +8,10 @@ pydantic error into ``file:line: field.path: message``.
 from __future__ import annotations
 
 import bisect
+import os
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -111,13 +113,64 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
     return value
 
 
-def read_yaml(file: Path, display: str) -> tuple[Any, SourceMap]:
-    """Parse one YAML file into plain Python values plus a ``SourceMap``."""
+def _kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ]
+    return next((what for test, what in kinds if test(mode)), "not a file")
+
+
+def read_spec_bytes(file: Path, display: str, inside: Path | None = None) -> bytes:
+    """The bytes of one spec file, at most ``MAX_SPEC_BYTES`` + 1 of them (enough to tell that it is
+    too large).  Only a regular file is read (a symbolic link is followed): a FIFO, a device, a
+    socket or a directory is refused before it is opened, and the file is opened non-blocking,
+    so that one swapped in meanwhile is refused too instead of blocking or being read forever.
+    ``inside``: a directory the file must resolve into (through any symbolic link)."""
+
+    def refuse(message: str) -> SpecError:
+        return SpecError([SpecProblem(display, 1, "", message)])
+
+    def not_regular(mode: int) -> SpecError:
+        return refuse(f"not a regular file ({_kind(mode)}); spec files must be regular files")
+
     try:
-        raw = file.read_bytes()
+        info = os.stat(file)
+        if not stat.S_ISREG(info.st_mode):
+            raise not_regular(info.st_mode)
+        if inside is not None:
+            real, real_inside = file.resolve(), inside.resolve()
+            if real_inside not in real.parents:
+                raise refuse(f"a symbolic link to {real}, outside the project; spec files must lie inside it")
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symbolic link loop (resolve)
+        raise refuse(f"cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(mode)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SPEC_BYTES:
+            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
     except OSError as exc:
-        raise SpecError([SpecProblem(display, 1, "", f"cannot read file: {exc.strerror or exc}")]) from None
-    return parse_yaml(raw, display)
+        raise refuse(f"cannot read file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def read_yaml(file: Path, display: str, inside: Path | None = None) -> tuple[Any, SourceMap]:
+    """Parse one YAML file into plain Python values plus a ``SourceMap``."""
+    return parse_yaml(read_spec_bytes(file, display, inside), display)
 
 
 def parse_yaml(raw: bytes, display: str) -> tuple[dict[str, Any], SourceMap]:
@@ -238,8 +291,72 @@ class Catalog:
         return self.sources[key].file
 
 
+SPEC_DIRS = ("ops", "platforms")
+
+
+def _looks_like_spec(name: str) -> bool:
+    return name.lower().endswith((".yaml", ".yml"))
+
+
+def _discover(specs_dir: Path, shown: Callable[[Path], str]) -> tuple[dict[str, list[Path]], list[SpecProblem]]:
+    """The files to load from ``specs/ops`` and ``specs/platforms`` (every ``*.yaml`` directly in
+    them, whatever its type: the reader refuses what is not a regular file), and a problem for
+    every other file under ``specs/`` that looks like a spec but would not be loaded (another
+    case of ``.yaml``, ``.yml``, a sub-folder, a folder other than those two)."""
+    found: dict[str, list[Path]] = {kind: [] for kind in SPEC_DIRS}
+    problems: list[SpecProblem] = []
+
+    def stray(path: Path, message: str) -> None:
+        problems.append(SpecProblem(shown(path), 1, "", message))
+
+    def strays_below(directory: Path, message: str) -> None:
+        # not following symbolic links: a link loop cannot make this walk forever
+        for parent, dirs, files in os.walk(directory, onerror=lambda exc: None):
+            dirs.sort()
+            for name in sorted((*dirs, *files)):
+                if _looks_like_spec(name):
+                    stray(Path(parent) / name, message)
+
+    try:
+        top = sorted(os.scandir(specs_dir), key=lambda e: e.name)
+    except OSError as exc:
+        raise SpecError([SpecProblem(shown(specs_dir), 1, "", f"cannot read the spec folder: {exc.strerror or exc}")]) from None
+    nested = "not loaded: spec files lie directly in specs/ops/ or specs/platforms/, not in a sub-folder"
+    elsewhere = "not loaded: op specs lie in specs/ops/, platform specs in specs/platforms/"
+    for entry in top:
+        path = Path(entry.path)
+        if entry.name in SPEC_DIRS:
+            if not entry.is_dir():
+                stray(path, "not a directory: spec files lie in the folders specs/ops/ and specs/platforms/")
+                continue
+            try:
+                entries = sorted(os.scandir(path), key=lambda e: e.name)
+            except OSError as exc:
+                stray(path, f"cannot read the folder: {exc.strerror or exc}")
+                continue
+            for item in entries:
+                item_path = Path(item.path)
+                if item.name.endswith(".yaml"):
+                    found[entry.name].append(item_path)
+                elif _looks_like_spec(item.name):
+                    stray(item_path, "spec files end in .yaml (lower case); rename it or remove it")
+                elif item.is_dir(follow_symlinks=False):
+                    strays_below(item_path, nested)
+        elif entry.name == "package.yaml":
+            continue
+        elif _looks_like_spec(entry.name):
+            stray(path, elsewhere)
+        elif entry.is_dir(follow_symlinks=False):
+            strays_below(path, elsewhere)
+    return found, problems
+
+
 def load_catalog(specs_dir: Path, display_root: Path | None = None) -> Catalog:
-    """Load ``package.yaml``, ``platforms/*.yaml`` and ``ops/*.yaml``; report every bad file at once."""
+    """Load ``package.yaml``, ``platforms/*.yaml`` and ``ops/*.yaml``; report every bad file at once.
+
+    Spec files must be regular files inside the project: a symbolic link is followed when it
+    resolves to a regular file inside the project root, and refused when it leads outside (the
+    output would then depend on a file the project does not hold)."""
     root = display_root or specs_dir.parent
 
     def shown(p: Path) -> str:
@@ -253,7 +370,7 @@ def load_catalog(specs_dir: Path, display_root: Path | None = None) -> Catalog:
 
     def load_one(path: Path, model: type[M], expect_name: bool) -> M | None:
         try:
-            data, src = read_yaml(path, shown(path))
+            data, src = read_yaml(path, shown(path), inside=root)
             spec = validate(model, data, src)
         except SpecError as exc:
             problems.extend(exc.problems)
@@ -267,15 +384,17 @@ def load_catalog(specs_dir: Path, display_root: Path | None = None) -> Catalog:
         return spec
 
     package_file = specs_dir / "package.yaml"
-    if not package_file.is_file():
+    if not os.path.lexists(package_file):
         raise SpecError([SpecProblem(shown(package_file), 1, "", "missing: every spec tree needs a package.yaml")])
     package = load_one(package_file, PackageSpec, expect_name=False)
-    platforms = [p for f in sorted((specs_dir / "platforms").glob("*.yaml")) if (p := load_one(f, PlatformSpec, True))]
-    ops = [o for f in sorted((specs_dir / "ops").glob("*.yaml")) if (o := load_one(f, OpSpec, True))]
-    for stray in sorted(specs_dir.rglob("*.yml")):
-        problems.append(SpecProblem(shown(stray), 1, "", "spec files end in .yaml; rename it or remove it"))
+    found, strays = _discover(specs_dir, shown)
+    platforms = [p for f in found["platforms"] if (p := load_one(f, PlatformSpec, True))]
+    ops = [o for f in found["ops"] if (o := load_one(f, OpSpec, True))]
+    problems += strays
     if not platforms and not problems:
         problems.append(SpecProblem(shown(specs_dir / "platforms"), 1, "", "no platform specs found"))
+    if not found["ops"] and not problems:
+        problems.append(SpecProblem(shown(specs_dir / "ops"), 1, "", "no op specs found in specs/ops; a catalog needs at least one op"))
     if problems:
         raise SpecError(problems)
     assert package is not None

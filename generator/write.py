@@ -19,15 +19,17 @@ last, so even a lost journal never orphans a file the old manifest owned: the ne
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import WriteError
+from .errors import LockError, WriteError
 
 MANIFEST = "manifest.json"
 JOURNAL = ".rlk-journal.json"
@@ -160,11 +162,14 @@ def _read_journal(journal: Path) -> tuple[list[str], list[str], list[str]]:
     return renames, deletes, extras
 
 
-def recover(out_dir: Path, extras: Iterable[str] = ()) -> None:
+def recover(out_dir: Path, extras: Iterable[str] = (), read_only: bool = False) -> None:
     """Finish a commit that a killed process left half done, or undo one that never started.
 
     ``extras``: the extras a run may have staged (relative to the project root), whose
-    leftover ``.rlk-new`` files are removed too.
+    leftover ``.rlk-new`` files are removed too.  ``read_only`` (``check``, ``diff``): leftovers
+    that cannot be removed are left where they are, as they change nothing that is compared; an
+    interrupted commit must still be finished, or the tree is neither the old state nor the new.
+    Nothing is written when there is nothing to recover.
     """
     journal = out_dir / JOURNAL
     if journal.is_file():
@@ -173,20 +178,37 @@ def recover(out_dir: Path, extras: Iterable[str] = ()) -> None:
             _apply(out_dir, renames, deletes, staged_extras)
             journal.unlink()
         except OSError as exc:
-            raise WriteError(f"could not finish the interrupted commit in {out_dir}: {exc}; fix the cause and run `make generate` again") from None
+            raise WriteError(
+                f"could not finish the interrupted commit in {out_dir}: {exc.strerror or exc}; fix the cause and run `make generate` again"
+            ) from None
     if not out_dir.is_dir():
         return
+
+    def drop(path: Path, prune: bool = True) -> None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if not read_only:
+                raise WriteError(f"could not remove {path}, left by an earlier run: {exc.strerror or exc}; {out_dir} was left as it was") from None
+            return
+        if prune:
+            with contextlib.suppress(OSError):
+                _prune_empty_dirs(path.parent, out_dir)
+
     # A run killed while staging leaves .rlk-new files (and maybe a half-written journal) but no journal:
     # its commit never started, so the old tree is intact and the leftovers are simply dropped.
-    (out_dir / (JOURNAL + ".tmp")).unlink(missing_ok=True)
+    journal_tmp = out_dir / (JOURNAL + ".tmp")
+    if os.path.lexists(journal_tmp):
+        drop(journal_tmp, prune=False)
     for leftover in sorted(out_dir.rglob(f"*{NEW_SUFFIX}")):
         if leftover.is_file() or leftover.is_symlink():
-            leftover.unlink()
-            _prune_empty_dirs(leftover.parent, out_dir)
+            drop(leftover)
     for rel in extras:
         staged = out_dir.parent / (rel + NEW_SUFFIX)
         if staged.is_file():
-            staged.unlink()
+            drop(staged, prune=False)
 
 
 def _apply(out_dir: Path, renames: list[str], deletes: list[str], extras: list[str]) -> None:
@@ -209,31 +231,95 @@ def _apply(out_dir: Path, renames: list[str], deletes: list[str], extras: list[s
         rename(out_dir / (MANIFEST + NEW_SUFFIX), out_dir / MANIFEST)
 
 
+def _kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((what for test, what in kinds if test(mode)), "not a file")
+
+
+def _open_lock(path: Path, read_only: bool, on_unlocked: Callable[[str], None]) -> int | None:
+    """A descriptor of the lock file, or None where a run that only reads goes unlocked.
+
+    Only a regular file will do: anything else at the lock path (a directory, a FIFO, a device,
+    a symbolic link, which could lead a created file anywhere) is an error naming it.  An existing
+    lock file is opened read-only (flock needs no more), so that a run on a read-only tree can
+    still take it; a missing one is created, and where it cannot be, ``check`` and ``diff`` go on
+    unlocked (and say so) while a run that writes stops."""
+
+    def not_regular(mode: int) -> LockError:
+        return LockError(f"{path}: the generator's lock file is {_kind(mode)}, not a regular file; remove it and run again")
+
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(3):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            raise LockError(f"cannot use the lock file {path} ({exc.strerror or exc})") from None
+        try:
+            if mode is not None:
+                if not stat.S_ISREG(mode):
+                    raise not_regular(mode)
+                fd = os.open(path, os.O_RDONLY | flags)
+            else:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, 0o644)
+        except (FileNotFoundError, FileExistsError):
+            continue  # removed or created by another run meanwhile: look again
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symbolic link put there meanwhile
+                raise not_regular(stat.S_IFLNK) from None
+            reason = exc.strerror or str(exc)
+            if mode is None and read_only and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                on_unlocked(f"note: cannot create the lock file {path} ({reason}); running without it, as this run writes nothing")
+                return None
+            raise LockError(f"cannot {'create' if mode is None else 'open'} the lock file {path} ({reason})") from None
+        opened = os.fstat(fd).st_mode
+        if not stat.S_ISREG(opened):
+            os.close(fd)
+            raise not_regular(opened)
+        return fd
+    raise LockError(f"cannot use the lock file {path}: it keeps appearing and disappearing")
+
+
 @contextlib.contextmanager
-def exclusive(root: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+def exclusive(
+    root: Path,
+    on_wait: Callable[[], None] = lambda: None,
+    read_only: bool = False,
+    on_unlocked: Callable[[str], None] = lambda note: None,
+) -> Iterator[None]:
     """Holds ``root``'s generator lock, so that two runs never commit to (or recover) the same tree
     at once: the second waits for the first (``on_wait`` says so).  Where there is no flock (not
-    POSIX) or the root is read-only, nothing can race a write here, and the run goes unlocked."""
+    POSIX), the run goes unlocked.  ``read_only``: the run writes nothing (``check``, ``diff``), so
+    it may go unlocked where the lock file cannot be created (``on_unlocked`` says so)."""
     try:
         import fcntl
     except ImportError:
         yield
         return
-    try:
-        handle = open(root / LOCK, "a+b")  # noqa: SIM115  held for the whole run
-    except OSError:
+    fd = _open_lock(root / LOCK, read_only, on_unlocked)
+    if fd is None:
         yield
         return
-    with handle:
+    try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             on_wait()
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def write_tree(out_dir: Path, files: Mapping[str, bytes], extras: Mapping[str, bytes] | None = None) -> Changes:
@@ -306,7 +392,8 @@ def write_files(root: Path, files: Mapping[str, bytes]) -> list[str]:
             _fsync_write(staged, data)
             os.replace(staged, target)
         except OSError as exc:
-            staged.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                staged.unlink(missing_ok=True)
             raise WriteError(f"could not write {target}: {exc.strerror or exc}") from None
         written.append(rel)
     return written

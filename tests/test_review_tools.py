@@ -202,7 +202,7 @@ def test_diff_against_a_git_revision(small_project: Project, capsys):
     assert "semantic changes (HEAD:generated/registry.json → the specs):" in out
     assert "WEAKENS CONTRACT: det_gemm/rocm: supported → unsupported" in out
     assert small_project.run("diff", "--base", "no-such-rev") == 2
-    assert "error: --base no-such-rev: git show no-such-rev:generated/registry.json failed" in capsys.readouterr().err
+    assert "error: --base no-such-rev: not a commit in this repository" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- explain

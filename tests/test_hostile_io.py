@@ -1,0 +1,441 @@
+"""Hostile files and trees around the specs and the output: spec files that are not regular files
+(a FIFO, a device, a directory), spec files the loader would skip, an empty catalog, a `--base`
+that is not a revision, a read-only or unwritable tree, something other than a file at the lock
+path, and control characters echoed back.  Each ends in exit 2 with a clear message and no
+traceback, and leaves generated/ byte for byte as it was."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Project
+from generator.load import MAX_SPEC_BYTES
+
+OP = "specs/ops/det_gemm.yaml"
+
+
+@pytest.fixture
+def project(small_project: Project) -> Project:
+    """det_gemm only: none of this depends on how many ops there are."""
+    return small_project
+
+
+def run_cli(project: Project, *args: str, limit_bytes: int | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child process: a run that hangs, or reads until memory runs out, fails the test
+    instead of the test run.  ``limit_bytes``: the child's address space limit."""
+
+    def limit() -> None:
+        if limit_bytes is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "generator", "--root", str(project.root), *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=limit,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`generator {' '.join(args)}` still ran after {timeout} s")
+
+
+def refused(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+
+
+# --------------------------------------------------------------------------- spec files that are not regular files
+
+
+def test_a_fifo_spec_is_refused_without_blocking(project: Project):
+    before = project.snapshot()
+    os.mkfifo(project.spec("ops/evil.yaml"))
+    for command in ("generate", "check"):
+        refused(run_cli(project, command, timeout=30), "specs/ops/evil.yaml:1: not a regular file (a FIFO)")
+    assert project.snapshot() == before
+
+
+def test_a_fifo_package_spec_is_refused_without_blocking(project: Project):
+    before = project.snapshot()
+    package = project.spec("package.yaml")
+    package.unlink()
+    os.mkfifo(package)
+    refused(run_cli(project, "generate", timeout=30), "specs/package.yaml:1: not a regular file (a FIFO)")
+    assert project.snapshot() == before
+
+
+def test_a_symlink_to_an_endless_device_is_refused_without_reading_it(project: Project):
+    """Read whole, /dev/zero fills memory; the child is limited to 2 GiB so that a regression fails fast."""
+    before = project.snapshot()
+    project.spec("ops/zero.yaml").symlink_to("/dev/zero")
+    refused(run_cli(project, "generate", limit_bytes=2 << 30), "specs/ops/zero.yaml:1: not a regular file (a character device)")
+    assert project.snapshot() == before
+
+
+def test_a_huge_spec_is_refused_after_reading_at_most_the_limit(project: Project):
+    """A sparse 16 GiB file costs no disk; reading it whole would need 16 GiB of memory."""
+    before = project.snapshot()
+    with open(project.spec("ops/huge.yaml"), "wb") as handle:
+        handle.truncate(16 << 30)
+    refused(run_cli(project, "generate", limit_bytes=2 << 30), f"specs/ops/huge.yaml:1: file is larger than {MAX_SPEC_BYTES} bytes")
+    assert project.snapshot() == before
+
+
+def test_the_spec_reader_reads_at_most_the_limit_plus_one_byte(project: Project, monkeypatch):
+    from generator import load
+
+    spec = project.spec("ops/huge.yaml")
+    spec.write_bytes(b"#" * (4 * MAX_SPEC_BYTES))
+    asked: list[int] = []
+    real_read = os.read
+
+    def counting_read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(load.os, "read", counting_read)
+    with pytest.raises(load.SpecError, match="larger than"):
+        load.read_yaml(spec, "specs/ops/huge.yaml")
+    assert asked and sum(asked) <= MAX_SPEC_BYTES + 1
+
+
+def test_a_directory_named_like_a_spec_is_refused(project: Project, capsys):
+    before = project.snapshot()
+    project.spec("ops/folder.yaml").mkdir()
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "specs/ops/folder.yaml:1: not a regular file (a directory)" in err
+    assert project.snapshot() == before
+
+
+def test_a_symlink_to_a_spec_inside_the_project_is_loaded(project: Project, capsys):
+    """A symlink that resolves to a regular file inside the project is read like the file itself."""
+    before = project.snapshot()
+    shared = project.root / "shared"
+    shared.mkdir()
+    spec = project.root / OP
+    spec.rename(shared / "det_gemm.yaml")
+    spec.symlink_to("../../shared/det_gemm.yaml")
+    assert project.run("check") == 0
+    assert project.run("generate") == 0
+    assert project.snapshot() == before
+
+
+def test_a_symlink_to_a_spec_outside_the_project_is_refused(project: Project, tmp_path: Path, capsys):
+    before = project.snapshot()
+    outside = tmp_path / "elsewhere.yaml"
+    spec = project.root / OP
+    outside.write_bytes(spec.read_bytes())
+    spec.unlink()
+    spec.symlink_to(outside)
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert f"{OP}:1: a symbolic link to {outside}, outside the project" in err
+    assert project.snapshot() == before
+
+
+# --------------------------------------------------------------------------- spec files the loader would skip
+
+
+@pytest.mark.parametrize(
+    "rel, message",
+    [
+        ("ops/extra.YAML", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("ops/extra.Yaml", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("ops/extra.yml", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("platforms/metal.YML", "spec files end in .yaml (lower case); rename it or remove it"),
+        ("ops/more/extra.yaml", "not loaded: spec files lie directly in specs/ops/ or specs/platforms/, not in a sub-folder"),
+        ("ops/more/deeper/extra.yml", "not loaded: spec files lie directly in specs/ops/ or specs/platforms/, not in a sub-folder"),
+        ("platforms/old/cuda.yaml", "not loaded: spec files lie directly in specs/ops/ or specs/platforms/, not in a sub-folder"),
+        ("extra.yaml", "not loaded: op specs lie in specs/ops/, platform specs in specs/platforms/"),
+        ("drafts/extra.yaml", "not loaded: op specs lie in specs/ops/, platform specs in specs/platforms/"),
+    ],
+)
+def test_a_spec_that_would_not_be_loaded_is_an_error(project: Project, capsys, rel: str, message: str):
+    before = project.snapshot()
+    path = project.spec(rel)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes((project.root / OP).read_bytes())
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert f"specs/{rel}:1: {message}" in err
+    assert "Traceback" not in err
+    assert project.snapshot() == before
+
+
+def test_other_files_beside_the_specs_are_left_alone(project: Project):
+    """A README or a .gitkeep is not a spec, wherever it lies."""
+    project.spec("ops/README.md").write_text("notes\n")
+    (project.spec("ops/notes")).mkdir()
+    project.spec("ops/notes/.gitkeep").write_text("")
+    project.spec("README.md").write_text("notes\n")
+    assert project.run("check") == 0
+
+
+# --------------------------------------------------------------------------- an empty catalog
+
+
+@pytest.mark.parametrize("how", ["empty", "missing"])
+def test_an_empty_catalog_is_an_error_not_a_wipe(project: Project, capsys, how: str):
+    before = project.snapshot()
+    ops = project.root / "specs" / "ops"
+    for spec in ops.glob("*.yaml"):
+        spec.unlink()
+    if how == "missing":
+        ops.rmdir()
+    for command in ("generate", "check", "diff"):
+        assert project.run(command) == 2, command
+        err = capsys.readouterr().err
+        assert "specs/ops:1: no op specs found in specs/ops" in err, err
+    assert project.snapshot() == before
+
+
+# --------------------------------------------------------------------------- diff --base takes revisions only
+
+
+def git(project: Project, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=project.root, check=True, capture_output=True)
+
+
+@pytest.fixture
+def committed(project: Project) -> Project:
+    git(project, "init", "-q")
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "base")
+    return project
+
+
+@pytest.mark.parametrize("option", ["--output={victim}", "-o{victim}", "--output", "--no-index", "-"])
+def test_a_base_that_looks_like_an_option_is_not_passed_to_git_as_one(committed: Project, tmp_path: Path, capsys, option: str):
+    """Passed on, `--output=F` makes git write F:generated/registry.json: a file outside the tree
+    wherever the folder F:generated exists (made here, so that a regression shows)."""
+    victim = tmp_path / "out"
+    (tmp_path / "out:generated").mkdir()
+    value = option.format(victim=victim)
+    before = committed.snapshot()
+    assert committed.run("diff", f"--base={value}") == 2
+    err = capsys.readouterr().err
+    assert f"error: --base {value}: not a commit in this repository" in err
+    assert not list((tmp_path / "out:generated").iterdir()), "git wrote a file outside the tree"
+    assert committed.snapshot() == before
+
+
+@pytest.mark.parametrize("value", ["no-such-rev", "HEAD:generated/registry.json", "HEAD^{tree}", ""])
+def test_a_base_that_is_not_a_commit_is_refused(committed: Project, capsys, value: str):
+    assert committed.run("diff", "--base", value) == 2
+    assert f"error: --base {value or repr('')}: not a commit in this repository" in capsys.readouterr().err
+
+
+def test_a_base_with_control_characters_is_echoed_escaped(committed: Project, capsys):
+    assert committed.run("diff", "--base", "HEAD\x1b[2J\rx") == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err
+    assert "error: --base 'HEAD\\x1b[2J\\rx': not a commit in this repository" in err
+
+
+def test_a_base_that_names_a_commit_is_read_at_that_commit(committed: Project, capsys):
+    assert committed.run("diff", "--base", "HEAD~0", "--summary") == 0
+    assert "semantic changes (HEAD~0:generated/registry.json → the specs): none" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- explain echoes nothing raw
+
+
+@pytest.mark.parametrize("args", [("explain", "\x1b]0;pwned\x07det\x1b[2Jgemm"), ("explain", "det_gemm", "--platform", "cu\rda\x1b[1m")])
+def test_explain_escapes_the_names_it_echoes(project: Project, capsys, args: tuple[str, ...]):
+    assert project.run(*args) == 2
+    captured = capsys.readouterr()
+    echoed = captured.out + captured.err
+    assert not any(c in echoed for c in "\x1b\x07\r"), echoed
+    name = args[-1]
+    assert f"error: Unknown {'platform' if '--platform' in args else 'op'} {name!a}. Expected one of" in captured.err
+
+
+# --------------------------------------------------------------------------- a read-only or unwritable tree
+
+EROFS_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class ReadOnly:
+    """Every write under ``dirs`` fails as on a read-only mount (EROFS), at the level of the
+    system calls the generator makes; permission bits would not do, as the tests may run as root.
+    ``attempts``: what was tried."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, *dirs: Path) -> None:
+        import builtins
+        import io
+
+        self.dirs = [d.resolve() for d in dirs]
+        self.attempts: list[str] = []
+        real_open, real_os_open = io.open, os.open
+
+        def checked(path: object, what: str) -> None:
+            target = Path(os.fsdecode(path)).absolute()  # type: ignore[arg-type]
+            target = target.parent.resolve() / target.name
+            if any(target == d or d in target.parents for d in self.dirs):
+                self.attempts.append(f"{what} {target}")
+                raise OSError(30, "Read-only file system", str(target))
+
+        def fake_open(file, mode="r", *args, **kwargs):
+            if not isinstance(file, int) and any(c in mode for c in "wax+"):
+                checked(file, f"open({mode})")
+            return real_open(file, mode, *args, **kwargs)
+
+        def fake_os_open(path, flags, *args, **kwargs):
+            if flags & EROFS_FLAGS:
+                checked(path, "os.open")
+            return real_os_open(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", fake_open)
+        monkeypatch.setattr(io, "open", fake_open)
+        monkeypatch.setattr(os, "open", fake_os_open)
+        for name in ("unlink", "remove", "rmdir", "mkdir"):
+            real = getattr(os, name)
+            monkeypatch.setattr(os, name, lambda path, *a, _real=real, _name=name, **k: (checked(path, _name), _real(path, *a, **k))[1])
+        for name in ("replace", "rename"):
+            real = getattr(os, name)
+            monkeypatch.setattr(
+                os, name, lambda src, dst, *a, _real=real, _name=name, **k: (checked(src, _name), checked(dst, _name), _real(src, dst, *a, **k))[2]
+            )
+
+
+def no_traceback(capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return captured.out, captured.err
+
+
+@pytest.mark.parametrize("scope", ["generated", "root"])
+def test_check_and_diff_work_on_a_read_only_tree_without_writing(project: Project, monkeypatch, capsys, scope: str):
+    before = project.snapshot()
+    fake = ReadOnly(monkeypatch, project.generated if scope == "generated" else project.root)
+    assert project.run("check") == 0
+    assert project.run("diff") == 0
+    assert project.run("explain", "det_gemm") == 0
+    no_traceback(capsys)
+    assert fake.attempts == []
+    assert project.snapshot() == before
+
+
+def test_check_and_diff_on_a_read_only_root_without_a_lock_file_say_they_run_unlocked(project: Project, monkeypatch, capsys):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    ReadOnly(monkeypatch, project.root)
+    for command in ("check", "diff"):
+        assert project.run(command) == 0
+        _, err = no_traceback(capsys)
+        assert f"note: cannot create the lock file {lock} (Read-only file system); running without it" in err
+    assert not lock.exists()
+
+
+def test_check_ignores_leftovers_it_cannot_remove_from_a_read_only_tree(project: Project, monkeypatch, capsys):
+    leftover = project.generated / "cuda/setup.py.rlk-new"
+    leftover.write_text("half")
+    ReadOnly(monkeypatch, project.generated)
+    assert project.run("check") == 0
+    assert project.run("diff") == 0
+    no_traceback(capsys)
+    assert leftover.exists()
+
+
+def test_check_with_an_interrupted_commit_on_a_read_only_tree_is_an_error(project: Project, monkeypatch, capsys):
+    (project.generated / ".rlk-journal.json").write_text('{"rename": [], "delete": ["cuda/setup.py"], "extra": []}')
+    ReadOnly(monkeypatch, project.generated)
+    assert project.run("check") == 2
+    _, err = no_traceback(capsys)
+    assert "could not finish the interrupted commit" in err and "Read-only file system" in err
+
+
+@pytest.mark.parametrize("scope", ["generated", "root"])
+def test_generate_on_a_read_only_tree_is_an_error_and_changes_nothing(project: Project, monkeypatch, capsys, scope: str):
+    before = project.snapshot()
+    project.edit(OP, "  rocm: [simt]", "  rocm: []")
+    ReadOnly(monkeypatch, project.generated if scope == "generated" else project.root)
+    assert project.run("generate") == 2
+    _, err = no_traceback(capsys)
+    assert "error: could not write" in err and "Read-only file system" in err and "it was left as it was" in err
+    assert project.snapshot() == before
+    assert not list(project.root.rglob("*.rlk-new"))
+
+
+def test_generate_with_nothing_to_write_succeeds_on_a_read_only_tree(project: Project, monkeypatch, capsys):
+    fake = ReadOnly(monkeypatch, project.root)
+    assert project.run("generate") == 0
+    out, _ = no_traceback(capsys)
+    assert "0 written, 0 removed" in out
+    assert fake.attempts == []
+
+
+def test_generate_on_a_read_only_root_without_a_lock_file_is_an_error(project: Project, monkeypatch, capsys):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    ReadOnly(monkeypatch, project.root)
+    for command in ("generate", "schema"):
+        assert project.run(command) == 2
+        _, err = no_traceback(capsys)
+        assert f"error: cannot create the lock file {lock} (Read-only file system)" in err
+
+
+def test_schema_on_a_read_only_tree_is_an_error(project: Project, monkeypatch, capsys):
+    stale = project.root / "schema" / "op.schema.json"
+    stale.write_text("{}")
+    ReadOnly(monkeypatch, project.root)
+    assert project.run("schema") == 2
+    _, err = no_traceback(capsys)
+    assert f"error: could not write {stale}: Read-only file system" in err
+    assert stale.read_text() == "{}"
+
+
+def test_writing_evidence_to_a_read_only_tree_is_an_error(project: Project, monkeypatch):
+    from generator import evidence
+    from generator.errors import GeneratorError
+    from generator.evidence import How, Record
+
+    new = Record(op="det_gemm", kernel="simt", platform="cpu", dtype="float32", level="executed", source_sha256="a" * 64, commit="0" * 40, how=How(check="a check"))
+    ReadOnly(monkeypatch, project.root)
+    with pytest.raises(GeneratorError, match="could not write evidence/cpu/executed.json: Read-only file system"):
+        evidence.write_ledger(project.root, [new])
+
+
+# --------------------------------------------------------------------------- the lock path
+
+
+@pytest.mark.parametrize("command", ["generate", "check", "diff", "schema"])
+def test_a_directory_at_the_lock_path_is_an_error(project: Project, capsys, command: str):
+    before = project.snapshot()
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    lock.mkdir()
+    assert project.run(command) == 2
+    _, err = no_traceback(capsys)
+    assert f"error: {lock}: the generator's lock file is a directory, not a regular file; remove it and run again" in err
+    assert project.snapshot() == before
+
+
+def test_a_fifo_at_the_lock_path_is_an_error_without_blocking(project: Project):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    os.mkfifo(lock)
+    refused(run_cli(project, "check", timeout=30), f"error: {lock}: the generator's lock file is a FIFO, not a regular file")
+
+
+def test_a_symbolic_link_at_the_lock_path_is_an_error_and_creates_nothing(project: Project, tmp_path: Path, capsys):
+    lock = project.root / ".rlk-generate.lock"
+    lock.unlink()
+    victim = tmp_path / "victim"
+    lock.symlink_to(victim)
+    assert project.run("generate") == 2
+    _, err = no_traceback(capsys)
+    assert f"error: {lock}: the generator's lock file is a symbolic link, not a regular file" in err
+    assert not victim.exists()
