@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -104,7 +105,9 @@ def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], 
         if blame is not None:
             file, line, field = blame
             missing = isinstance(exc, jinja2.TemplateNotFound)
-            why = f"the template templates/{template} does not exist" if missing else f"templates/{template} needs something this spec does not give"
+            names = re.findall(r"'([A-Za-z_][A-Za-z0-9_]*)'", str(exc)) if isinstance(exc, jinja2.UndefinedError) else []
+            needs = f"a value named {names[-1]}" if names else "something"
+            why = f"the template templates/{template} does not exist" if missing else f"templates/{template} needs {needs} this spec does not give"
             raise SpecError([SpecProblem(file, line, field, f"cannot render {output}: {why}; nothing was written")]) from None
         if isinstance(exc, jinja2.TemplateNotFound):
             raise RenderError(f"{output}: template not found: templates/{exc.name}") from None
