@@ -6,11 +6,12 @@ generator writes nothing unless ``check`` passes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import get_args
 
 from .errors import ContractError, SpecError, SpecProblem
 from .load import Catalog, SourceMap
-from .model import Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
+from .model import MAX_STAGES, MAX_TILE_REDUCTION, MAX_TILE_ROWS, Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
@@ -155,6 +156,11 @@ def _tile_problems(src: SourceMap, op: OpSpec, name: str, kernel: NativeKernel, 
         if isinstance(value, str) and not (isinstance(kernel.params.get(value), int) and not isinstance(kernel.params.get(value), bool)):
             ints = [k for k, v in kernel.params.items() if isinstance(v, int) and not isinstance(v, bool)]
             problems.append(src.problem(("kernels", name, "tiles", *where), _one_of("integer param", value, ints)))
+        elif isinstance(value, str):
+            limit = {"rows": MAX_TILE_ROWS, "reduction": MAX_TILE_REDUCTION, "stages": MAX_STAGES}[str(where[0])]
+            held = kernel.params[value]
+            if held > limit:
+                problems.append(src.problem(("kernels", name, "params", value), f"param {value} = {held} is the kernel's tiles.{where[0]}, which may be at most {limit}"))
     return problems
 
 
@@ -190,9 +196,14 @@ def _name_clashes(catalog: Catalog) -> list[SpecProblem]:
     return problems
 
 
-def check(catalog: Catalog) -> None:
-    """Raise ``ContractError`` (guarantee violations) or ``SpecError`` (dangling names)."""
+def check(catalog: Catalog, templates: Path | None = None) -> None:
+    """Raise ``ContractError`` (guarantee violations) or ``SpecError`` (dangling names).
+    ``templates``: the templates folder, where each native kernel's template must exist."""
     problems: list[SpecProblem] = []
+    for op in catalog.ops:
+        for name, kernel in op.kernels.items():
+            if templates is not None and isinstance(kernel, NativeKernel) and not (templates / kernel.template).is_file():
+                problems.append(catalog.sources[f"op:{op.name}"].problem(("kernels", name, "template"), f"template {kernel.template} does not exist under templates/"))
     violations: list[SpecProblem] = []
     for op in catalog.ops:
         p, v = _op_problems(catalog, op)

@@ -11,14 +11,27 @@ from __future__ import annotations
 import keyword
 import math
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
+
+from . import reserved
 
 _CPP_KEYWORDS = frozenset(
     """alignas alignof and and_eq asm auto bitand bitor bool break case catch char
@@ -37,8 +50,21 @@ _RESERVED = frozenset(
     # locals and helpers of the generated bindings, launchers and Python wrappers
     | {"kernel", "lead", "ctx", "needs", "grads", "result", "count", "status", "num_threads", "device_guard"}
 )
-# Object-like macros of the C and C++ standard libraries, which a dimension name would meet as a C++ local.
-_C_MACROS = frozenset({"NULL", "EOF", "NAN", "EDOM", "EILSEQ", "ERANGE", "EINVAL", "BUFSIZ", "INFINITY", "SEEK_SET", "SEEK_CUR", "SEEK_END"})
+# Macros, types and functions of the headers the generated sources include, Python's builtins and
+# the generated modules' own names are derived from the sources into reserved_names.json (``reserved``).
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+"""An int attribute reaches the torch schema and the kernels as int64_t."""
+FLOAT32_MAX = 3.4028234663852886e38
+"""A float attribute reaches the kernels as float: a default must be a finite float32."""
+MAX_PARAM = 1 << 16
+"""Integer kernel params are extents and counts (tile sizes, warps, stages) the templates multiply."""
+MAX_TILE_ROWS = 1024
+MAX_TILE_REDUCTION = 8192
+MAX_STAGES = 16
+"""The generated tests run batches and reductions a few tiles past these extents on a CPU."""
+MAX_TEST_ELEMENTS = 1 << 24
+"""The product of one test shape's sizes: the generated tests allocate tensors of that order per case."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +112,9 @@ def _identifier(value: str) -> str:
         raise ValueError(f"{value!r} is reserved in C++, Python or generated code; pick another name")
     if "__" in value or value.endswith("_"):
         raise ValueError(f"{value!r} may not contain '__' or end with '_' (reserved in C++)")
+    what = reserved.clash(value)
+    if what is not None:
+        raise ValueError(f"{value!r} clashes with {what}; pick another name")
     return value
 
 
@@ -94,8 +123,9 @@ Identifier = Annotated[str, AfterValidator(_identifier), _SchemaPattern(IDENTIFI
 
 def _dim_name(value: str) -> str:
     _pattern(DIM_NAME, "dimension name", "K")(value)
-    if value in _C_MACROS:
-        raise ValueError(f"{value!r} is a C/C++ standard macro; pick another dimension name")
+    what = reserved.clash(value)
+    if what is not None:
+        raise ValueError(f"{value!r} clashes with {what}; pick another dimension name")
     return value
 
 
@@ -119,7 +149,19 @@ CompilerFlag = Annotated[str, _Matching(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag"
 EnvName = Annotated[str, _Matching(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST")]
 ArchName = Annotated[str, _Matching(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90")]
 Version = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0")]
-Text = Annotated[str, _Matching(r'[^\x00-\x1f\x7f`$\\{}"]{0,400}', "single line of text (at most 400 characters)", "Deterministic GEMM")]
+def _printable(value: str) -> str:
+    for char in value:
+        if unicodedata.category(char) in {"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"}:
+            name = unicodedata.name(char, f"U+{ord(char):04X}")
+            raise ValueError(f"text may not hold the control, format or separator character U+{ord(char):04X} ({name}): it hides or reorders text in generated files")
+    return value
+
+
+Text = Annotated[
+    str,
+    _Matching(r'[^\x00-\x1f\x7f`$\\{}"]{0,400}', "single line of text (at most 400 characters)", "Deterministic GEMM"),
+    AfterValidator(_printable),
+]
 """Free text that lands in comments, docstrings and string literals: one line, nothing that could
 close a comment or a string, or open a template expression."""
 Suffix = Literal[".cu", ".hip", ".mu", ".cpp"]
@@ -313,8 +355,14 @@ class TestValues(StrictModel):
 
     low: Size = 0
     high: Size | DimName = 2
-    include: tuple[Size, ...] = ()
+    include: tuple[Size, ...] = Field(default=(), max_length=16)
     every: int = Field(default=5, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _range_is_not_empty(self) -> TestValues:
+        if isinstance(self.high, int) and self.low >= self.high:
+            raise ValueError(f"low {self.low} must be below high {self.high} (the range [low, high) is empty)")
+        return self
 
 
 class TensorArg(StrictModel):
@@ -342,6 +390,10 @@ class Attr(StrictModel):
             raise ValueError(f"default {self.default!r} is not a {self.type}")
         if isinstance(self.default, float) and not math.isfinite(self.default):
             raise ValueError(f"default {self.default!r} is not a finite number")
+        if self.type == "float" and abs(self.default) > FLOAT32_MAX:
+            raise ValueError(f"default {self.default!r} overflows float32, which the kernels receive")
+        if self.type == "int" and not INT64_MIN <= self.default <= INT64_MAX:
+            raise ValueError(f"default {self.default!r} does not fit int64, which the torch schema and kernels receive")
         return self
 
 
@@ -431,8 +483,20 @@ class BackwardStep(StrictModel):
 SupportHeader = Literal["rlk_tensor_core.h"]
 
 
-TileExtent = Annotated[int, Field(ge=1, le=1 << 16)] | Identifier
-"""A size in elements or rows, or the name of one of the kernel's integer ``params`` that holds it."""
+def _at_most(limit: int, what: str) -> Callable[[bool | int | str], bool | int | str]:
+    def check(value: bool | int | str) -> bool | int | str:
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= limit:
+            raise ValueError(f"{what} must be between 1 and {limit}, got {value}")
+        return value
+
+    return check
+
+
+TileRows = Annotated[StrictInt | Identifier, AfterValidator(_at_most(MAX_TILE_ROWS, "rows"))]
+TileReduction = Annotated[StrictInt | Identifier, AfterValidator(_at_most(MAX_TILE_REDUCTION, "a reduction step"))]
+TileStages = Annotated[StrictInt | Identifier, AfterValidator(_at_most(MAX_STAGES, "stages"))]
+"""A size in rows or elements, or a step count, or the name of one of the kernel's integer ``params``
+that holds it (``contracts`` holds the param to the same bound)."""
 
 
 class Tiles(StrictModel):
@@ -444,9 +508,9 @@ class Tiles(StrictModel):
     Each may list several values where code paths differ (a device tile and a host strip).
     """
 
-    rows: tuple[TileExtent, ...] = ()
-    reduction: tuple[TileExtent, ...] = ()
-    stages: TileExtent = 1
+    rows: tuple[TileRows, ...] = Field(default=(), max_length=8)
+    reduction: tuple[TileReduction, ...] = Field(default=(), max_length=8)
+    stages: TileStages = 1
 
 
 class NativeKernel(StrictModel):
@@ -455,7 +519,7 @@ class NativeKernel(StrictModel):
     guarantees: tuple[Guarantee, ...]
     platforms: tuple[Identifier, ...] | None = None
     """Platforms the template can render for (e.g. a tensor-core kernel); null: every platform."""
-    params: dict[Identifier, bool | int] = {}
+    params: dict[Identifier, Annotated[StrictBool | StrictInt, AfterValidator(_at_most(MAX_PARAM, "an integer param"))]] = {}
     """Template parameters, so one template serves several ops (e.g. operand layouts)."""
     support_headers: tuple[SupportHeader, ...] = ()
     """Package headers the kernel includes beyond the ones every kernel may use."""
@@ -477,13 +541,21 @@ class ReferenceKernel(StrictModel):
 Kernel = Annotated[NativeKernel | ReferenceKernel, Field(discriminator="kind")]
 
 
+def _fits_a_test_run(shape: dict[str, int]) -> dict[str, int]:
+    if math.prod(shape.values()) > MAX_TEST_ELEMENTS:
+        sizes = " x ".join(f"{d}={n}" for d, n in shape.items())
+        raise ValueError(f"shape {sizes} is {math.prod(shape.values())} elements, more than the {MAX_TEST_ELEMENTS} a CPU test run can afford")
+    return shape
+
+
 class TestPlan(StrictModel):
     """Shapes the generated contract tests use, scaled to run on a CPU in seconds."""
 
-    shapes: tuple[dict[DimName, Annotated[int, Field(ge=1, le=1 << 16)]], ...] = Field(min_length=1)
+    shapes: tuple[Annotated[dict[DimName, Annotated[int, Field(ge=1, le=1 << 16)]], AfterValidator(_fits_a_test_run)], ...] = Field(min_length=1, max_length=16)
     batch_dim: DimName | None = None
     """The dimension whose size must not change any row's bits; null when the op has none.
     The batch sizes, chunk and pad splits come from each kernel's ``tiles``."""
+
 
 
 class OpSpec(StrictModel):
@@ -491,7 +563,7 @@ class OpSpec(StrictModel):
     summary: Text
     aliases: tuple[Identifier, ...] = ()
     """More public names for the same function (e.g. det_linear)."""
-    dtype_vars: dict[TypeVar, tuple[Dtype, ...]] = {}
+    dtype_vars: dict[TypeVar, Annotated[tuple[Dtype, ...], Field(min_length=1)]] = {}
     args: tuple[TensorArg, ...] = Field(min_length=1)
     attrs: tuple[Attr, ...] = ()
     outputs: tuple[Output, ...] = Field(min_length=1)

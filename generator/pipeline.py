@@ -54,7 +54,7 @@ class Output:
 
 def load_checked(layout: Layout) -> Catalog:
     catalog = load_catalog(layout.specs, layout.root)
-    contracts.check(catalog)
+    contracts.check(catalog, layout.templates)
     return catalog
 
 

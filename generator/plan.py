@@ -379,6 +379,8 @@ class RenderJob:
     context: dict[str, Any] = field(hash=False, compare=False)
     sources: tuple[str, ...]
     """Spec files the output depends on, for the provenance header."""
+    blame: tuple[str, int, str] | None = None
+    """The spec (file, line, field) a failure to render this file is reported against; None: the first op among ``sources``, line 1."""
 
 
 def package_targets(catalog: Catalog, platform: PlatformSpec) -> tuple[PlatformSpec, ...]:
@@ -432,7 +434,9 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
                     kctx = {**tctx, "op": op, "kernel": kernel}
                     stem = f"{tdir}/{op.name}_{kernel}"
                     jobs.append(RenderJob(f"{stem}.h", "package/launcher.h.j2", kctx, (op.spec_file, tfile)))
-                    jobs.append(RenderJob(f"{stem}{target.source_suffix}", spec.template, kctx, (op.spec_file, tfile)))
+                    where = ("kernels", kernel, "template")
+                    blame = (op.spec_file, catalog.sources[f"op:{op.name}"].line(where), "kernels." + kernel + ".template")
+                    jobs.append(RenderJob(f"{stem}{target.source_suffix}", spec.template, kctx, (op.spec_file, tfile), blame))
 
     # The pipeline renders REGISTRY.md last, with the evidence ledger judged against the other files.
     jobs.append(RenderJob(REGISTRY_MD, "review/REGISTRY.md.j2", {**base, "evidence": None}, (package_file, *all_platform_files, *op_files)))

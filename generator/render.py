@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import jinja2
 
-from .errors import RenderError
+from .errors import RenderError, SpecError, SpecProblem
 from .plan import RenderJob
 
 _COMMENT = {
@@ -55,6 +56,14 @@ def _py_frozenset(values: object) -> str:
     return "frozenset({" + ", ".join(_py_str(v) for v in items) + "})" if items else "frozenset()"
 
 
+_MD_CELL = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|"}
+
+
+def _md_cell(value: object) -> str:
+    """Text safe inside a Markdown table cell: no '|' that would split it, no '<' that would open HTML (or a comment)."""
+    return "".join(_MD_CELL.get(c, c) for c in str(value))
+
+
 def make_environment(templates_dir: Path) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir)),
@@ -66,6 +75,7 @@ def make_environment(templates_dir: Path) -> jinja2.Environment:
     )
     env.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
     env.filters["pystr"] = _py_str
+    env.filters["mdcell"] = _md_cell
     env.filters["pytuple"] = lambda values: _py_tuple([_py_str(v) for v in values])
     env.filters["pylist"] = lambda values: "[" + ", ".join(_py_str(v) for v in values) + "]"
     env.filters["pyset"] = _py_frozenset
@@ -85,16 +95,24 @@ def _normalise(text: str, max_blank: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], output: str) -> str:
+def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], output: str, blame: tuple[str, int, str] | None = None) -> str:
+    """``blame``: the spec (file, line, field) a failure other than a template's own syntax is reported against."""
     try:
         return env.get_template(template).render(context)
     except jinja2.TemplateSyntaxError as exc:
         raise RenderError(f"templates/{exc.name or template}:{exc.lineno}: template syntax: {exc.message}") from None
-    except jinja2.TemplateNotFound as exc:
-        raise RenderError(f"{output}: template not found: templates/{exc.name}") from None
-    except jinja2.UndefinedError as exc:
-        raise RenderError(f"templates/{template}: while rendering {output}: {exc.message}") from None
-    except Exception as exc:  # noqa: BLE001 -- a filter or a view raised: still a render failure, never a partial write
+    except Exception as exc:  # noqa: BLE001 -- a missing template or value, a filter or a view raised: never a partial write
+        if blame is not None:
+            file, line, field = blame
+            missing = isinstance(exc, jinja2.TemplateNotFound)
+            names = re.findall(r"'([A-Za-z_][A-Za-z0-9_]*)'", str(exc)) if isinstance(exc, jinja2.UndefinedError) else []
+            needs = f"a value named {names[-1]}" if names else "something"
+            why = f"the template templates/{template} does not exist" if missing else f"templates/{template} needs {needs} this spec does not give"
+            raise SpecError([SpecProblem(file, line, field, f"cannot render {output}: {why}; nothing was written")]) from None
+        if isinstance(exc, jinja2.TemplateNotFound):
+            raise RenderError(f"{output}: template not found: templates/{exc.name}") from None
+        if isinstance(exc, jinja2.UndefinedError):
+            raise RenderError(f"templates/{template}: while rendering {output}: {exc.message}") from None
         raise RenderError(f"templates/{template}: while rendering {output}: {type(exc).__name__}: {exc}") from None
 
 
@@ -102,7 +120,8 @@ def render_all(jobs: list[RenderJob], templates_dir: Path) -> dict[str, bytes]:
     env = make_environment(templates_dir)
     rendered: dict[str, bytes] = {}
     for job in jobs:
-        body = _render(env, job.template, {**job.context, "provenance": provenance(job)}, job.path)
+        blame = job.blame or (next((f for f in job.sources if f.startswith("specs/ops/")), job.sources[0]), 1, "") if job.sources else None
+        body = _render(env, job.template, {**job.context, "provenance": provenance(job)}, job.path, blame)
         max_blank = 2 if job.path.endswith(".py") else 1
         rendered[job.path] = (_header(job) + _normalise(body, max_blank)).encode("utf-8")
     return rendered

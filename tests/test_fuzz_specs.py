@@ -462,3 +462,58 @@ def test_cli_on_hostile_specs_exits_2_without_traceback(tmp_path):
         assert "Traceback" not in result.stderr
         assert "specs/ops/det_gemm.yaml:" in result.stderr
         assert not (tmp_path / "generated").exists()
+
+
+# --------------------------------------------------------------------------- names and numbers at their bounds
+
+from generator import model as _model
+from generator import reserved as _reserved
+
+CLASHING = [n for kind in _reserved.KINDS for n in _reserved.names(kind)]
+LOWER_CLASHES = sorted(n for n in CLASHING if n[:1].islower())
+UPPER_CLASHES = sorted(n for n in CLASHING if n[:1].isupper() and len(n) <= 8 and n.isalnum() and n.isupper())
+
+
+@fuzz(150)
+@given(name=st.sampled_from(LOWER_CLASHES), dim=st.sampled_from(UPPER_CLASHES), where=st.sampled_from(["arg", "alias", "output", "attr", "dim"]))
+def test_names_from_the_clash_lists_are_refused(name, dim, where):
+    data = real("ops/det_gemm.yaml")
+    if where == "arg":
+        data["args"][0]["name"] = name
+    elif where == "alias":
+        data["aliases"] = [name]
+    elif where == "output":
+        data["outputs"][0]["name"] = name
+    elif where == "attr":
+        data["attrs"][0]["name"] = name
+    else:
+        data["args"][0]["shape"][0] = dim
+    assert load_bytes(dump(data), OpSpec) is None
+
+
+BOUNDS = [
+    (("attrs", 1), {"name": "k", "type": "int"}, "default", _model.INT64_MAX, _model.INT64_MAX + 1),
+    (("attrs", 1), {"name": "k", "type": "int"}, "default", _model.INT64_MIN, _model.INT64_MIN - 1),
+    (("attrs", 1), {"name": "k", "type": "float"}, "default", _model.FLOAT32_MAX, 3.5e38),
+    (("kernels", "mma", "params"), None, "block_n", _model.MAX_PARAM, _model.MAX_PARAM + 1),
+    (("kernels", "mma", "params"), None, "block_n", 1, 0),
+    (("kernels", "simt", "tiles", "rows"), None, 0, _model.MAX_TILE_ROWS, _model.MAX_TILE_ROWS + 1),
+    (("kernels", "simt", "tiles", "reduction"), None, 0, _model.MAX_TILE_REDUCTION, _model.MAX_TILE_REDUCTION + 1),
+]
+
+
+@fuzz(60)
+@given(case=st.sampled_from(BOUNDS), past=st.booleans(), extra=st.integers(0, 3))
+def test_numbers_at_and_past_their_bounds(case, past, extra):
+    path, replace_with, key, at, beyond = case
+    data = real("ops/det_gemm.yaml")
+    node = data
+    for part in path[:-1]:
+        node = node[part]
+    if replace_with is not None:
+        node.append({**replace_with})  # a new attribute after the spec's own
+    target = node[path[-1]]
+    value = beyond + (extra if beyond > at else -extra) * (1 if isinstance(at, int) else 1e37) if past else at
+    target[key] = value
+    result = load_bytes(dump(data), OpSpec)
+    assert (result is None) == past, f"{path}.{key} = {value!r}"

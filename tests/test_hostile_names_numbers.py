@@ -1,0 +1,131 @@
+"""Names that clash with what generated code uses, numbers past what consumes them, text that hides
+or breaks tables, and failures while rendering: each ends in exit 2 with `specs/…:LINE: field: message`,
+no traceback, and generated/ left byte-identical."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import Project, copy_project
+from generator import reserved
+
+OP = "specs/ops/det_gemm.yaml"
+NT = "specs/ops/det_gemm_nt.yaml"
+ARG = "  - {name: a, dtype: T"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Project:
+    return copy_project(tmp_path_factory.mktemp("hostile") / "proj", ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "logp", "logp_backward", "ratio_kl", "ratio_kl_backward", "rms_norm", "rms_norm_backward"))
+
+
+def refused(project: Project, capsys, file: str, old: str, new: str, field: str, message: str) -> None:
+    before = project.snapshot()
+    original = (project.root / file).read_text()
+    line = project.edit(file, old, new)
+    try:
+        assert project.run("generate") == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "jinja" not in err.lower()
+        prefix = f"{file}:{line}: {field}: "
+        assert any(l.startswith(prefix) and message in l for l in err.splitlines()), f"no line starting {prefix!r} with {message!r} in:\n{err}"
+        assert project.snapshot() == before
+    finally:
+        (project.root / file).write_text(original)
+
+
+@pytest.mark.parametrize(
+    "file, old, new, field, message",
+    [
+        (NT, "aliases: [det_linear]", "aliases: [any]", "aliases.0", "a Python builtin"),
+        (NT, "aliases: [det_linear]", "aliases: [zip]", "aliases.0", "a Python builtin"),
+        (OP, ARG, "  - {name: isinstance, dtype: T", "args.0.name", "a Python builtin"),
+        (OP, ARG, "  - {name: functools, dtype: T", "args.0.name", "module-level name of the generated Python package"),
+        (OP, ARG, "  - {name: int64_t, dtype: T", "args.0.name", "C/C++ type"),
+        (OP, ARG, "  - {name: errno, dtype: T", "args.0.name", "C/C++ macro"),
+        (OP, ARG, "  - {name: stdin, dtype: T", "args.0.name", "C/C++ macro"),
+        (OP, "  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [EINTR, K]", "args.0.shape.0", "C/C++ macro"),
+        (OP, "  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [SIGINT, K]", "args.0.shape.0", "C/C++ macro"),
+        (OP, "  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [FILE, K]", "args.0.shape.0", "C/C++ type"),
+    ],
+)
+def test_names_that_clash_with_generated_code_are_refused(generated, capsys, file, old, new, field, message):
+    refused(generated, capsys, file, old, new, field, message)
+
+
+def test_the_reserved_lists_cover_every_namespace():
+    assert {"any", "zip", "isinstance"} <= set(reserved.names("python_builtins"))
+    assert {"errno", "EINTR", "E2BIG", "SIGINT", "NULL", "EOF"} <= set(reserved.names("cpp_macros"))
+    assert {"int64_t", "size_t", "FILE"} <= set(reserved.names("cpp_types"))
+    assert "threadIdx" in reserved.names("device_builtins")
+
+
+LOGP = "specs/ops/logp.yaml"
+RMS = "specs/ops/rms_norm.yaml"
+RKL = "specs/ops/ratio_kl.yaml"
+IGNORE = "  - {name: ignore_index, type: int, default: -100"
+EPS = "{name: eps, type: float, default: 1.0e-6"
+
+
+@pytest.mark.parametrize(
+    "file, old, new, field, message",
+    [
+        (LOGP, IGNORE, "  - {name: ignore_index, type: int, default: 9223372036854775808", "attrs.0", "does not fit int64"),
+        (LOGP, IGNORE, "  - {name: ignore_index, type: int, default: -9223372036854775809", "attrs.0", "does not fit int64"),
+        (RMS, EPS, "{name: eps, type: float, default: 1.0e+39", "attrs.0", "overflows float32"),
+        (OP, "block_k: 32,", "block_k: 0,", "kernels.mma.params.block_k", "must be between 1 and 65536, got 0"),
+        (OP, "block_k: 32,", "block_k: 1000000,", "kernels.mma.params.block_k", "must be between 1 and 65536"),
+        (OP, "block_m: 128,", "block_m: 4096,", "kernels.mma.params.block_m", "may be at most 1024"),
+        (OP, "rows: [64, 48, 24]", "rows: [4096, 48, 24]", "kernels.simt.tiles.rows.0", "must be between 1 and 1024"),
+        (OP, "    - {M: 33, K: 64, N: 40}", "    - {M: 65536, K: 65536, N: 40}", "tests.shapes.0", "a CPU test run can afford"),
+        (RKL, "values: {low: 0, high: 2}", "values: {low: 3, high: 2}", "args.3.values", "must be below high"),
+    ],
+)
+def test_numbers_past_their_consumers_bounds_are_refused(generated, capsys, file, old, new, field, message):
+    refused(generated, capsys, file, old, new, field, message)
+
+
+SUMMARY = "summary: Deterministic batch-invariant matrix product C = A @ B"
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u2066", "\u2069", "\u200b", "\u2028", "\u200e", "\ufeff"])
+def test_control_and_bidi_characters_in_text_are_refused(generated, capsys, char):
+    refused(generated, capsys, OP, SUMMARY, f"summary: 'matrix {char}product'", "summary", "control, format or separator character")
+
+
+def test_table_breakers_in_text_are_escaped(generated):
+    original = (generated.root / OP).read_text()
+    generated.edit(OP, SUMMARY, "summary: C = A | B <!-- x")
+    try:
+        assert generated.run("generate") == 0
+        registry = (generated.generated / "REGISTRY.md").read_text()
+        assert "C = A \\| B &lt;!-- x" in registry and "A | B" not in registry
+    finally:
+        (generated.root / OP).write_text(original)
+        assert generated.run("generate") == 0
+
+
+def test_a_kernel_template_that_does_not_exist_is_a_spec_error(generated, capsys):
+    refused(generated, capsys, OP, "template: kernels/det_gemm_simt.j2", "template: kernels/nowhere.j2", "kernels.simt.template", "does not exist under templates/")
+
+
+def test_an_empty_dtype_variable_is_refused(generated, capsys):
+    text = (generated.root / OP).read_text()
+    old = next(l for l in text.splitlines() if l.startswith("  T: "))
+    refused(generated, capsys, OP, old, "  T: []", "dtype_vars.T", "at least 1 item")
+
+
+def test_a_render_failure_is_reported_against_the_spec(generated, capsys):
+    """A template that asks for what the spec does not give: the spec's kernel, not a Jinja error."""
+    before = generated.snapshot()
+    template = generated.root / "templates/kernels/det_gemm_simt.j2"
+    original = template.read_text()
+    template.write_text("{{ op.spec.no_such_field }}\n" + original)
+    try:
+        assert generated.run("generate") == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "undefined" not in err.lower() and "jinja" not in err.lower()
+        assert "specs/ops/det_gemm" in err and "kernels.simt.template: cannot render" in err, err
+        assert generated.snapshot() == before
+    finally:
+        template.write_text(original)
