@@ -1,6 +1,6 @@
 """Compile every generated kernel source with its platform's compiler.
 
-    python tools/compile_check.py [--root DIR] [--generated DIR] [--skip-missing] [--no-evidence]
+    python tools/compile_check.py [--root DIR] [--generated DIR] [--skip-missing] [--no-evidence] [--op NAME ...]
 
 Kernel sources are torch-free, so each compiles in seconds with the vendor compiler alone:
 `.cu` with nvcc, `.hip` with hipcc (once per arch), `.cpp` with g++, and `.mu` with nvcc
@@ -212,12 +212,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-evidence", action="store_true", help="write no compiled records to evidence/ (only ROOT/generated is ever recorded)"
     )
+    parser.add_argument(
+        "--op", action="append", default=[], metavar="NAME", help="compile only this op's kernels (repeatable); records no evidence"
+    )
     args = parser.parse_args(argv)
     generated = (args.generated or args.root / "generated").resolve()
 
     try:
         catalog = load_catalog(args.root / "specs")
         jobs = plan(catalog, generated)
+        if args.op:
+            unknown = sorted(set(args.op) - {op.name for op in catalog.ops})
+            if unknown:
+                raise GeneratorError(f"--op {', '.join(unknown)}: no such op in {args.root / 'specs'}")
+            kernels = {f"{op.name}_{kernel}" for op in catalog.ops if op.name in args.op for kernel in op.kernels}
+            jobs = [job for job in jobs if job.source.stem in kernels]
+            args.no_evidence = True
     except GeneratorError as exc:
         print(f"compile-check: error: {exc}", file=sys.stderr)
         return 2
