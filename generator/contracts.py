@@ -91,10 +91,18 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
                 problems.append(src.problem(("backward", index, "attrs", attr_index), f"attribute {attr} is not shared by {op.name} and {step.op}"))
     # Batch invariance is defined on the outputs that carry the batch dimension; without one
     # the promise means nothing and no test could hold a kernel to it.
+    # For packed sequences (tests.sequences) it is defined on the outputs whose rows belong to them.
     batch_dim = op.tests.batch_dim
-    batched = batch_dim is not None and any(batch_dim in out.shape for out in op.outputs)
+    row_batched = batch_dim is not None and any(batch_dim in out.shape for out in op.outputs)
+    packed = op.tests.sequences is not None and any(out.shape[:1] and out.shape[0] in op.tests.sequences.offsets for out in op.outputs)
+    batched = row_batched or packed
     if not batched:
-        why = "the op names no batch dimension (tests.batch_dim)" if batch_dim is None else f"no output has the batch dimension {batch_dim}"
+        if batch_dim is not None:
+            why = f"no output has the batch dimension {batch_dim}"
+        elif op.tests.sequences is None:
+            why = "the op names no batch dimension (tests.batch_dim) or packed sequences (tests.sequences)"
+        else:
+            why = f"no output's first dimension is one of the packed dimensions {', '.join(op.tests.sequences.offsets)}"
         if Guarantee.batch_invariant in op.requires:
             index = op.requires.index(Guarantee.batch_invariant)
             problems.append(src.problem(("requires", index), f"batch_invariant is required, but {why}, so nothing defines or tests it"))
@@ -112,7 +120,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
                 )
             )
         elif isinstance(kernel, NativeKernel):
-            problems += _tile_problems(src, op, name, kernel, batched)
+            problems += _tile_problems(src, op, name, kernel, row_batched)
     for name, kernel in op.kernels.items():
         for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
             if platform not in platforms:

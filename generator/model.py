@@ -414,12 +414,14 @@ class DimConstraint(StrictModel):
     dim: DimName
     multiple_of: int | None = Field(default=None, ge=2, le=1 << 20)
     """At least 2: every size is a multiple of 1."""
+    multiple_of_dim: DimName | None = None
+    """Another dimension (query heads a multiple of key/value heads); a size 0 divides only 0."""
     count_nonzero_of: Identifier | None = None
 
     @model_validator(mode="after")
     def _one_rule(self) -> DimConstraint:
-        if (self.multiple_of is None) == (self.count_nonzero_of is None):
-            raise ValueError("give exactly one of multiple_of and count_nonzero_of")
+        if sum(rule is not None for rule in (self.multiple_of, self.multiple_of_dim, self.count_nonzero_of)) != 1:
+            raise ValueError("give exactly one of multiple_of, multiple_of_dim and count_nonzero_of")
         return self
 
 
@@ -427,6 +429,10 @@ class Reduction(StrictModel):
     """The order every kernel of the op must reduce in; kernels render exactly this order.
 
     ascending:  one float32 accumulator adds the terms in index order.
+    online_blocks: the terms in blocks of ``block`` consecutive indices, blocks in ascending order,
+                aligned to index 0 of each sequence (never to a query or a chunk); a running
+                maximum m and sum l are rescaled by e^(m_old - m_new) at each block, the block's
+                terms summed by a lanes tree of ``block`` lanes (attention's softmax).
     k_tree:     leaves of ``leaf`` terms summed ascending in float32 and rounded once to the
                 output dtype, then combined pairwise by mid-split with adds in the output dtype.
     lanes_tree: ``lanes`` float32 partial sums (lane l adds terms l, l+lanes, ... ascending),
@@ -434,10 +440,11 @@ class Reduction(StrictModel):
     """
 
     dim: DimName
-    order: Literal["ascending", "k_tree", "lanes_tree"]
+    order: Literal["ascending", "k_tree", "lanes_tree", "online_blocks"]
     accumulator: Literal["float32"]
     leaf: int | None = Field(default=None, ge=1, le=4096)
     lanes: int | None = Field(default=None, ge=2, le=1024)
+    block: int | None = Field(default=None, ge=2, le=1024)
 
     @model_validator(mode="after")
     def _parameters_fit_order(self) -> Reduction:
@@ -445,8 +452,11 @@ class Reduction(StrictModel):
             raise ValueError("leaf is required for order k_tree, and only for it")
         if (self.order == "lanes_tree") != (self.lanes is not None):
             raise ValueError("lanes is required for order lanes_tree, and only for it")
-        if self.lanes is not None and self.lanes & (self.lanes - 1):
-            raise ValueError(f"lanes must be a power of two, got {self.lanes}")
+        if (self.order == "online_blocks") != (self.block is not None):
+            raise ValueError("block is required for order online_blocks, and only for it")
+        for name, value in (("lanes", self.lanes), ("block", self.block)):
+            if value is not None and value & (value - 1):
+                raise ValueError(f"{name} must be a power of two, got {value}")
         return self
 
 
@@ -548,6 +558,25 @@ def _fits_a_test_run(shape: dict[str, int]) -> dict[str, int]:
     return shape
 
 
+class Sequences(StrictModel):
+    """Packed variable-length sequences (the flash-attention varlen layout): rows of a dimension
+    belong to sequences whose boundaries an int argument holds as offsets (cu_seqlens).
+
+    The generated tests fill each offsets argument with a valid split of its dimension, and check
+    that a sequence's rows of every output that has that dimension do not depend on the other
+    sequences packed with it (``batch_invariant`` for such ops).  With ``prefix``, the first
+    dimension's rows (queries) see the second's (keys) aligned to the end, each query only the
+    keys up to its own position: then a sequence's queries in chunks, each against its whole
+    prefix (chunked prefill), and one query against the cached keys (decode) must give the bits
+    of one pass."""
+
+    offsets: dict[DimName, Identifier] = Field(min_length=1, max_length=2)
+    """Dimension → the argument of shape [sequences + 1] holding its offsets."""
+    prefix: StrictBool = False
+    prefix_if: Identifier | None = None
+    """A bool attribute under which alone ``prefix`` holds (attention's ``causal``)."""
+
+
 class TestPlan(StrictModel):
     """Shapes the generated contract tests use, scaled to run on a CPU in seconds."""
 
@@ -555,6 +584,9 @@ class TestPlan(StrictModel):
     batch_dim: DimName | None = None
     """The dimension whose size must not change any row's bits; null when the op has none.
     The batch sizes, chunk and pad splits come from each kernel's ``tiles``."""
+    sequences: Sequences | None = None
+    variants: tuple[dict[Identifier, StrictBool | StrictInt | float], ...] = Field(default=(), max_length=4)
+    """Attribute settings the contract tests also run under (e.g. a sliding window)."""
 
 
 
@@ -660,12 +692,40 @@ class OpSpec(StrictModel):
         for c in self.constraints:
             if c.dim not in bound:
                 raise ValueError(f"constraint on {c.dim}: no argument has that dimension")
+            if c.multiple_of_dim is not None and (c.multiple_of_dim not in bound or c.multiple_of_dim == c.dim):
+                raise ValueError(f"constraint on {c.dim}: multiple_of_dim {c.multiple_of_dim} is not another dimension of a required argument")
             if c.count_nonzero_of is not None and c.count_nonzero_of not in {a.name for a in self.args if not a.optional}:
                 raise ValueError(f"constraint on {c.dim}: {c.count_nonzero_of} is not a required argument")
         if self.reduction is not None and self.reduction.dim not in bound:
             raise ValueError(f"reduction over {self.reduction.dim}: no argument has that dimension")
         if self.tests.batch_dim is not None and self.tests.batch_dim not in bound:
             raise ValueError(f"tests.batch_dim {self.tests.batch_dim}: no argument has that dimension")
+        if self.tests.sequences is not None:
+            if self.tests.batch_dim is not None:
+                raise ValueError("tests: give batch_dim or sequences, not both (packed rows have no batch axis to slice)")
+            int_args = {a.name: a for a in self.args if a.dtype in ("int32", "int64") and not a.optional}
+            for dim, offsets in self.tests.sequences.offsets.items():
+                if dim not in bound:
+                    raise ValueError(f"tests.sequences.offsets: {dim} is not a dimension of a required argument")
+                arg = int_args.get(offsets)
+                if arg is None or len(arg.shape) != 1:
+                    raise ValueError(f"tests.sequences.offsets.{dim}: {offsets} is not a required 1-D int32 or int64 argument")
+            shapes = {self.args[[a.name for a in self.args].index(o)].shape for o in self.tests.sequences.offsets.values()}
+            if len(shapes) != 1:
+                raise ValueError("tests.sequences.offsets: the offsets arguments must share their shape (one entry per sequence boundary)")
+            if self.tests.sequences.prefix and len(self.tests.sequences.offsets) != 2:
+                raise ValueError("tests.sequences.prefix needs two offset dimensions: the queries', then the keys'")
+            condition = self.tests.sequences.prefix_if
+            if condition is not None and (not self.tests.sequences.prefix or condition not in {a.name for a in self.attrs if a.type == "bool"}):
+                raise ValueError(f"tests.sequences.prefix_if: {condition} is not a bool attribute, or prefix is not set")
+        attrs_by_name = {a.name: a for a in self.attrs}
+        for index, variant in enumerate(self.tests.variants):
+            for name, value in variant.items():
+                attr = attrs_by_name.get(name)
+                if attr is None:
+                    raise ValueError(f"tests.variants[{index}]: {name} is not an attribute")
+                if isinstance(value, bool) != (attr.type == "bool") or (attr.type == "int" and not isinstance(value, int)):
+                    raise ValueError(f"tests.variants[{index}]: {name} = {value!r} is not a {attr.type}")
         for shape in self.tests.shapes:
             if set(shape) != bound:
                 raise ValueError(f"tests.shapes entries must give exactly the dimensions {', '.join(sorted(bound))}")

@@ -55,7 +55,7 @@ class Check:
     ``message`` is the fixed part, shared by both languages; each appends ", got …".
     """
 
-    kind: Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "count_nonzero", "contiguous"]
+    kind: Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "count_nonzero", "contiguous"]
     arg: str
     message: str
     optional: bool = False
@@ -148,6 +148,21 @@ class OpView:
                         f"nonzero entries of argument '{constraint.count_nonzero_of}'",
                         axis=b.axis,
                         other=constraint.count_nonzero_of,
+                        dim=constraint.dim,
+                    )
+                )
+                continue
+            if constraint.multiple_of_dim is not None:
+                d = bound[constraint.multiple_of_dim]
+                out.append(
+                    Check(
+                        "multiple_of_dim",
+                        b.arg,
+                        f"{op}: dimension {constraint.dim} (axis {b.axis} of argument '{b.arg}') must be a multiple of dimension "
+                        f"{d.dim} (axis {d.axis} of argument '{d.arg}')",
+                        axis=b.axis,
+                        other=d.arg,
+                        other_axis=d.axis,
                         dim=constraint.dim,
                     )
                 )
@@ -343,12 +358,20 @@ class OpView:
             steps = _tile_values(kernel, kernel.tiles.reduction if kernel.tiles else ())
             if self.spec.reduction is not None and steps and kernel.tiles is not None:
                 extents[self.spec.reduction.dim] = self._ragged_extent(max(steps), _tile_values(kernel, (kernel.tiles.stages,))[0])
+            lengths: list[int] = []
+            if self.spec.tests.sequences is not None:
+                # Packed sequences cross the reduction's block: the extents go into the sequences'
+                # lengths (their offsets must add up), not into the packed dimension.
+                block = max(steps, default=1)
+                lengths = sorted({1, 2 * block + 3} | {n for n in (block - 1, block, block + 1) if n >= 1})
+                extents = {}
             out[name] = {
                 "guarantees": sorted(g.value for g in kernel.guarantees),
                 "batch_sizes": sorted(sizes | {total}) if rows else [],
                 "chunks": chunks,
                 "pad_by": max(rows, default=1) + 1,
                 "extents": extents,
+                "lengths": lengths,
             }
         return out
 

@@ -37,6 +37,9 @@ ATTRS = {"out_fp32": False}
 OUTPUTS = [
     ("c", ("M", "N"), True),
 ]
+# Dimensions another must be a multiple of, and those (a divisor 0 leaves only 0).
+DIVIDES = {}
+OFFSETS = {}
 GRAD_INPUTS = ["a", "b"]
 DTYPES = ["float32", "float16", "bfloat16"]
 LEADING_DIM = None
@@ -117,14 +120,34 @@ def reference(*args):
     return out if isinstance(out, tuple) else (out,)
 
 
-def make_inputs(dims, dtype, device, seed=0, plant=None):
+def _offsets(lengths):
+    return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
+
+
+def _random_split(total, entries, generator):
+    """Offsets of ``entries - 1`` sequences that together cover ``total`` rows, in random lengths."""
+    if entries < 2:
+        return torch.zeros(entries, dtype=torch.int64)  # no sequence: no row belongs to one
+    cuts = torch.randint(0, total + 1, (entries - 2,), generator=generator).sort().values
+    return torch.cat([torch.zeros(1, dtype=torch.int64), cuts, torch.full((1,), total)])
+
+
+def make_inputs(dims, dtype, device, seed=0, plant=None, lengths=None):
     """Random inputs of ``dims``; integer arguments get the spec's ``include`` values planted,
-    or only the first ``plant`` of them."""
+    or only the first ``plant`` of them.  Offsets arguments (packed sequences) split their
+    dimension into sequences: of the given ``lengths`` (dimension -> list), else at random."""
     generator = torch.Generator().manual_seed(seed)
     tensors = []
-    for _, arg_dtype, shape, _, values in ARGS:
+    offsets_of = {arg: dim for dim, arg in OFFSETS.items()}
+    for name, arg_dtype, shape, _, values in ARGS:
         size = [dims[d] for d in shape]
         torch_dtype = getattr(torch, dtype if len(arg_dtype) == 1 else arg_dtype)
+        if name in offsets_of:
+            dim = offsets_of[name]
+            split = _offsets(lengths[dim]) if lengths else _random_split(dims[dim], size[0], generator)
+            assert list(split.shape) == size and int(split[-1] if split.numel() else 0) <= dims[dim], (name, split, dims)
+            tensors.append(split.to(torch_dtype).to(device))
+            continue
         if values is None and torch_dtype.is_floating_point:
             tensor = torch.randn(size, generator=generator)
         else:
@@ -201,7 +224,7 @@ def test_accuracy(device, kernel, dtype, shape):
 
 def _empty_cases():
     dims = list(dict.fromkeys(d for _, _, shape, _, _ in ARGS for d in shape if d not in COUNTED))
-    cases = [pytest.param({**SHAPES[0], d: 0}, False, id=f"{d}0") for d in dims]
+    cases = [pytest.param({**SHAPES[0], d: 0, **({DIVIDES[d]: 0} if d in DIVIDES else {})}, False, id=f"{d}0") for d in dims]
     if any(dtype == "bool" for _, dtype, _, _, _ in ARGS):
         cases.append(pytest.param(dict(SHAPES[0]), True, id="nothing-kept"))
     return cases
