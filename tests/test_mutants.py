@@ -205,6 +205,60 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
     assert changed[300] == 0 and changed[897] > 0, changed
 
 
+# ---------------------------------------------------------------------------- attention
+
+ATTENTION_SELECT = "test_accuracy or test_deterministic or test_sequence or test_chunked or test_decode"
+
+ATTENTION_BLOCKS_ALIGNED_IN_THE_PACK = [
+    (
+        "      for (int64_t start = lo - lo % kBlock; start < hi; start += kBlock) {",
+        "      for (int64_t start = lo - (k0 + lo) % kBlock; start < hi; start += kBlock) {  // MUTANT: aligned in the pack",
+    ),
+]
+
+ATTENTION_DECODE_DOTS_DESCENDING = [
+    (
+        """\
+        for (int64_t d = 0; d < D; ++d) {
+          const float qd = query[d];""",
+        """\
+        for (int64_t step = 0; step < D; ++step) {
+          const int64_t d = TQ == 1 ? D - 1 - step : step;  // MUTANT: a decode path with its own order
+          const float qd = query[d];""",
+    ),
+]
+
+
+def assert_attention_caught(mutant: Mutant, caught_by: set[str], tmp_path: Path) -> None:
+    assert "attention_blocks.cpp" in mutant.compiled, f"ninja compiled {mutant.compiled}"
+    outcomes = run_generated_tests(mutant.root, ["attention"], ATTENTION_SELECT, tmp_path / "junit.xml")
+    assert outcomes.failing == caught_by, f"failing: {sorted(outcomes.failing)}, expected {sorted(caught_by)}:\n{outcomes.output}"
+    for function in caught_by:
+        ran = [outcome for test, outcome in outcomes.of(function).items() if "-float32-" in test and outcome != "skipped"]
+        assert ran and "failed" in ran, f"{function} on float32: {outcomes.of(function)}"
+    assert set(outcomes.of("test_accuracy").values()) == {"passed"}
+
+
+def test_attention_blocks_aligned_in_the_pack_are_caught(built, tmp_path):
+    """Mutant: attention's CPU kernel aligns its key blocks to multiples of 64 in the packed key
+    tensor instead of to each sequence's first key, as a kernel tiling the packed buffer would:
+    deterministic and accurate, and one sequence alone (at offset 0) gives the same bits as in
+    chunked prefill or decode.  Caught by the packed-sequence test only, where a sequence's keys
+    start elsewhere in the pack than alone."""
+    mutant = build_mutant("attention_blocks.cpp", ATTENTION_BLOCKS_ALIGNED_IN_THE_PACK)
+    assert_attention_caught(mutant, {"test_sequence_does_not_depend_on_what_is_packed_with_it"}, tmp_path)
+
+
+def test_attention_with_its_own_decode_order_is_caught(built, tmp_path):
+    """Mutant: when a call holds one query (a decode step), attention's CPU kernel adds each
+    score's products over d in descending order, as a separate decode kernel would.  Caught by the
+    decode test, by the chunked-prefill test (its first chunk is one query) and by the
+    packed-sequence test (a sequence of one query alone), not by accuracy or determinism."""
+    mutant = build_mutant("attention_blocks.cpp", ATTENTION_DECODE_DOTS_DESCENDING)
+    caught = {"test_decode_gives_the_bits_of_prefill", "test_chunked_prefill_gives_the_bits_of_one_pass", "test_sequence_does_not_depend_on_what_is_packed_with_it"}
+    assert_attention_caught(mutant, caught, tmp_path)
+
+
 # ---------------------------------------------------------------------------- the Python layer
 
 FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
@@ -250,6 +304,10 @@ def test_the_real_kernels_pass(built, tmp_path):
     """Control: the generated tests the mutants fail pass on the real package."""
     ops = ["det_gemm", "logp", "rms_norm"]
     outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
+    attention = run_generated_tests(built, ["attention"], ATTENTION_SELECT, tmp_path / "attention.xml")
+    assert attention.returncode == 0 and not attention.failing, attention.output
+    for function in ("test_sequence_does_not_depend_on_what_is_packed_with_it", "test_chunked_prefill_gives_the_bits_of_one_pass", "test_decode_gives_the_bits_of_prefill"):
+        assert "passed" in attention.of(function).values(), f"attention: {function} did not run"
     assert outcomes.returncode == 0 and not outcomes.failing, outcomes.output
     for op in ops:
         for function in ("test_accuracy", "test_deterministic", "test_batch_invariant"):

@@ -104,6 +104,30 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
   return a;
 }
 
+// A sequence's keys (transposed per block: d-major, a key per lane, so that a block's scores
+// are computed side by side) and values, converted to float32 once for all its queries.
+struct SequenceCache {
+  int64_t k0 = -1, Lk = -1, g = -1;
+  std::vector<float> keys, values;
+
+  template <typename T>
+  void load(const T* k, const T* v, int64_t k0_, int64_t Lk_, int64_t g_, int64_t HK, int64_t D) {
+    if (k0_ == k0 && Lk_ == Lk && g_ == g) return;
+    k0 = k0_, Lk = Lk_, g = g_;
+    const int64_t blocks = (Lk + kBlock - 1) / kBlock;
+    keys.assign(static_cast<size_t>(blocks * kBlock * D), 0.0f);
+    values.resize(static_cast<size_t>(Lk * D));
+    for (int64_t j = 0; j < Lk; ++j) {
+      const int64_t source = ((k0 + j) * HK + g) * D;
+      float* column = keys.data() + (j / kBlock) * kBlock * D + j % kBlock;
+      for (int64_t d = 0; d < D; ++d) {
+        column[d * kBlock] = to_float(k[source + d]);
+        values[static_cast<size_t>(j * D + d)] = to_float(v[source + d]);
+      }
+    }
+  }
+};
+
 template <typename T>
 void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu_q_ptr, const void* cu_k_ptr, void* o_ptr, void* lse_ptr,
          int64_t TQ, int64_t HQ, int64_t D, int64_t TK, int64_t HK, int64_t B1, float scale, bool causal, int64_t window,
@@ -117,12 +141,14 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
   float* lse = static_cast<float*>(lse_ptr);
   const int64_t group = HK > 0 ? HQ / HK : 0;  // no query head: no key head serves one
   const float sc = effective_scale(scale, D);
-  // Pairs (t, h) are independent: threads split them, and change no bit.
-  parallel_rows(TQ * HQ, (TK + 1) * (3 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(static_cast<size_t>(D));
-    float s[kBlock], p[kBlock];
-    for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t t = pair / HQ, h = pair % HQ, g = h / group;
+  // Pairs are independent: threads split them, and change no bit.  They are taken head-major, so
+  // that a thread's consecutive pairs are queries of one sequence and head sharing its cache.
+  parallel_rows(TQ * HQ, (TK + 1) * (D + 8), num_threads, [&](int64_t begin, int64_t end) {
+    SequenceCache cache;
+    std::vector<float> acc(static_cast<size_t>(D)), query(static_cast<size_t>(D));
+    float s[kBlock], p[kBlock], dots[kBlock];
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t h = index / TQ, t = index % TQ, g = h / group, pair = t * HQ + h;
       T* out = o + pair * D;
       int64_t k0 = 0, Lk = 0, position = 0;
       if (!locate_query(cu_q, cu_k, B1, TQ, TK, t, &k0, &Lk, &position)) {
@@ -132,24 +158,37 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
       }
       int64_t lo = 0, hi = 0;
       visible_keys(position, Lk, causal, window, &lo, &hi);
-      const T* query = q + pair * D;
-      for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
+      cache.load(k, v, k0, Lk, g, HK, D);
+      for (int64_t d = 0; d < D; ++d) {
+        query[d] = to_float(q[pair * D + d]);
+        acc[d] = 0.0f;
+      }
       float m = negative_infinity(), l = 0.0f;
       for (int64_t start = lo - lo % kBlock; start < hi; start += kBlock) {
+        // The block's 64 dots side by side, each over d ascending (as dot()).
+        const float* block = cache.keys.data() + start * D;
+        for (int lane = 0; lane < kBlock; ++lane) dots[lane] = 0.0f;
+        for (int64_t d = 0; d < D; ++d) {
+          const float qd = query[d];
+          const float* column = block + d * kBlock;
+          for (int lane = 0; lane < kBlock; ++lane) dots[lane] = add_rn(dots[lane], mul_rn(qd, column[lane]));
+        }
         float block_max_score = negative_infinity();
         for (int lane = 0; lane < kBlock; ++lane) {
           const int64_t j = start + lane;
-          s[lane] = (j >= lo && j < hi) ? mul_rn(dot(query, k + ((k0 + j) * HK + g) * D, D), sc) : negative_infinity();
+          s[lane] = (j >= lo && j < hi) ? mul_rn(dots[lane], sc) : negative_infinity();
           block_max_score = max_step(block_max_score, s[lane]);
         }
         const float a = rescale(&m, block_max_score);
         for (int lane = 0; lane < kBlock; ++lane) p[lane] = exp_f32(add_rn(s[lane], -m));
         l = add_rn(mul_rn(l, a), host_sum_lanes_tree<kBlock>(kBlock, [&p](int64_t lane) { return p[lane]; }));
-        const int64_t first = (lo > start ? lo : start) - start, last = (hi < start + kBlock ? hi : start + kBlock) - start;
-        for (int64_t d = 0; d < D; ++d) {
-          float value = mul_rn(acc[d], a);
-          for (int64_t jj = first; jj < last; ++jj) value = add_rn(value, mul_rn(p[jj], to_float(v[((k0 + start + jj) * HK + g) * D + d])));
-          acc[d] = value;
+        // o[d] = o[d] * a, then + p_j * v[j, d] for each seen j ascending: keys outer, d inner.
+        for (int64_t d = 0; d < D; ++d) acc[d] = mul_rn(acc[d], a);
+        const int64_t first = (lo > start ? lo : start), last = (hi < start + kBlock ? hi : start + kBlock);
+        for (int64_t j = first; j < last; ++j) {
+          const float weight = p[j - start];
+          const float* value = cache.values.data() + j * D;
+          for (int64_t d = 0; d < D; ++d) acc[d] = add_rn(acc[d], mul_rn(weight, value[d]));
         }
       }
       const bool seen = lo < hi;

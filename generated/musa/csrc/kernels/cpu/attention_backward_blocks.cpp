@@ -104,6 +104,46 @@ RLK_ARITH void p_and_ds(const T* grad_o, const T* q, const T* k, const T* v, con
   *ds = mul_rn(*p, add_rn(dp, -delta));
 }
 
+// Rows [0, n) of a [*, heads, D] tensor's head `head`, from row `first`, in float32: row-major
+// (`rows`) and transposed per block of BLOCK rows, d-major (`columns`), so that a block's dots
+// are computed side by side.  Converted once per sequence and head, for every row of the other side.
+struct RowCache {
+  int64_t first = -1, n = -1, head = -1;
+  std::vector<float> rows, columns;
+
+  template <typename T>
+  bool load(const T* x, int64_t first_, int64_t n_, int64_t head_, int64_t heads, int64_t D) {
+    if (first_ == first && n_ == n && head_ == head) return false;
+    first = first_, n = n_, head = head_;
+    rows.resize(static_cast<size_t>(n * D));
+    columns.assign(static_cast<size_t>((n + kBlock - 1) / kBlock * kBlock * D), 0.0f);
+    for (int64_t r = 0; r < n; ++r) {
+      float* column = columns.data() + (r / kBlock) * kBlock * D + r % kBlock;
+      for (int64_t d = 0; d < D; ++d) {
+        const float value = to_float(x[((first + r) * heads + head) * D + d]);
+        rows[static_cast<size_t>(r * D + d)] = value;
+        column[d * kBlock] = value;
+      }
+    }
+    return true;
+  }
+};
+
+// The dots of `vector` with the BLOCK rows of a transposed block, each over d ascending (as dot()).
+inline void block_dots(const float* vector, const float* block, int64_t D, float* dots) {
+  for (int lane = 0; lane < kBlock; ++lane) dots[lane] = 0.0f;
+  for (int64_t d = 0; d < D; ++d) {
+    const float x = vector[d];
+    const float* column = block + d * kBlock;
+    for (int lane = 0; lane < kBlock; ++lane) dots[lane] = add_rn(dots[lane], mul_rn(x, column[lane]));
+  }
+}
+
+template <typename T>
+void load_row(const T* x, int64_t D, float* out) {
+  for (int64_t d = 0; d < D; ++d) out[d] = to_float(x[d]);
+}
+
 template <typename T>
 void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* o_ptr, const void* lse_ptr, const void* cu_q_ptr,
          const void* cu_k_ptr, void* grad_q_ptr, void* grad_k_ptr, void* grad_v_ptr, int64_t TQ, int64_t HQ, int64_t D, int64_t TK, int64_t HK,
@@ -121,31 +161,47 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
   T* grad_v = static_cast<T*>(grad_v_ptr);
   const int64_t group = HK > 0 ? HQ / HK : 0;  // no query head: no key head serves one
   const float sc = effective_scale(scale, D);
-  // Each row of each gradient is written by one pass over its own sequence: threads split rows.
-  parallel_rows(TQ * HQ, (TK + 1) * (4 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(static_cast<size_t>(D));
-    for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t t = pair / HQ, h = pair % HQ, g = h / group;
+  // Each row of each gradient is written by one pass over its own sequence: threads split rows,
+  // taken head-major so that a thread's consecutive rows share a sequence and head (the caches).
+  parallel_rows(TQ * HQ, (TK + 1) * (2 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
+    RowCache keys, values;
+    std::vector<float> acc(static_cast<size_t>(D)), query(static_cast<size_t>(D)), incoming(static_cast<size_t>(D));
+    float scores[kBlock], dps[kBlock];
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t h = index / TQ, t = index % TQ, g = h / group, pair = t * HQ + h;
       T* out = grad_q + pair * D;
       Sequence s;
       if (!locate(cu_q, cu_q, cu_k, B1, TQ, TK, t, false, &s)) {
         for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(bits_float(kCanonicalNan));
         continue;
       }
+      keys.load(k, s.k0, s.k1 - s.k0, g, HK, D);
+      values.load(v, s.k0, s.k1 - s.k0, g, HK, D);
+      load_row(q + pair * D, D, query.data());
+      load_row(grad_o + pair * D, D, incoming.data());
+      const float delta = dot(grad_o + pair * D, o + pair * D, D);
       for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
-      for (int64_t j = s.k0; j < s.k1; ++j) {
-        if (!sees(s, t, j, causal, window)) continue;
-        float p = 0.0f, ds = 0.0f;
-        p_and_ds(grad_o, q, k, v, o, lse, t, h, j, g, HQ, HK, D, sc, &p, &ds);
-        for (int64_t d = 0; d < D; ++d) acc[d] = add_rn(acc[d], mul_rn(ds, to_float(k[(j * HK + g) * D + d])));
+      for (int64_t start = 0; start < s.k1 - s.k0; start += kBlock) {
+        block_dots(query.data(), keys.columns.data() + start * D, D, scores);
+        block_dots(incoming.data(), values.columns.data() + start * D, D, dps);
+        for (int lane = 0; lane < kBlock && start + lane < s.k1 - s.k0; ++lane) {
+          const int64_t j = s.k0 + start + lane;
+          if (!sees(s, t, j, causal, window)) continue;
+          const float p = exp_f32(add_rn(mul_rn(scores[lane], sc), -lse[pair]));
+          const float ds = mul_rn(p, add_rn(dps[lane], -delta));
+          const float* key = keys.rows.data() + (start + lane) * D;
+          for (int64_t d = 0; d < D; ++d) acc[d] = add_rn(acc[d], mul_rn(ds, key[d]));
+        }
       }
       for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(mul_rn(acc[d], sc));
     }
   });
-  parallel_rows(TK * HK, (TQ + 1) * group * (4 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc_k(static_cast<size_t>(D)), acc_v(static_cast<size_t>(D));
-    for (int64_t pair = begin; pair < end; ++pair) {
-      const int64_t j = pair / HK, g = pair % HK;
+  parallel_rows(TK * HK, (TQ + 1) * group * (2 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
+    RowCache queries, incoming;
+    std::vector<float> deltas, acc_k(static_cast<size_t>(D)), acc_v(static_cast<size_t>(D)), key(static_cast<size_t>(D)), value(static_cast<size_t>(D));
+    float scores[kBlock], dps[kBlock];
+    for (int64_t index = begin; index < end; ++index) {
+      const int64_t g = index / TK, j = index % TK, pair = j * HK + g;
       T* out_k = grad_k + pair * D;
       T* out_v = grad_v + pair * D;
       Sequence s;
@@ -156,16 +212,30 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
         }
         continue;
       }
+      load_row(k + pair * D, D, key.data());
+      load_row(v + pair * D, D, value.data());
       for (int64_t d = 0; d < D; ++d) acc_k[d] = acc_v[d] = 0.0f;
+      const int64_t Lq = s.q1 - s.q0;
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        for (int64_t t = s.q0; t < s.q1; ++t) {
-          if (!sees(s, t, j, causal, window)) continue;
-          float p = 0.0f, ds = 0.0f;
-          p_and_ds(grad_o, q, k, v, o, lse, t, h, j, g, HQ, HK, D, sc, &p, &ds);
-          const int64_t row = t * HQ + h;
-          for (int64_t d = 0; d < D; ++d) {
-            acc_k[d] = add_rn(acc_k[d], mul_rn(ds, to_float(q[row * D + d])));
-            acc_v[d] = add_rn(acc_v[d], mul_rn(p, to_float(grad_o[row * D + d])));
+        queries.load(q, s.q0, Lq, h, HQ, D);
+        if (incoming.load(grad_o, s.q0, Lq, h, HQ, D)) {
+          deltas.resize(static_cast<size_t>(Lq));
+          for (int64_t i = 0; i < Lq; ++i) deltas[static_cast<size_t>(i)] = dot(grad_o + ((s.q0 + i) * HQ + h) * D, o + ((s.q0 + i) * HQ + h) * D, D);
+        }
+        for (int64_t start = 0; start < Lq; start += kBlock) {
+          block_dots(key.data(), queries.columns.data() + start * D, D, scores);
+          block_dots(value.data(), incoming.columns.data() + start * D, D, dps);
+          for (int lane = 0; lane < kBlock && start + lane < Lq; ++lane) {
+            const int64_t t = s.q0 + start + lane;
+            if (!sees(s, t, j, causal, window)) continue;
+            const float p = exp_f32(add_rn(mul_rn(scores[lane], sc), -lse[t * HQ + h]));
+            const float ds = mul_rn(p, add_rn(dps[lane], -deltas[static_cast<size_t>(start + lane)]));
+            const float* query = queries.rows.data() + (start + lane) * D;
+            const float* grad = incoming.rows.data() + (start + lane) * D;
+            for (int64_t d = 0; d < D; ++d) {
+              acc_k[d] = add_rn(acc_k[d], mul_rn(ds, query[d]));
+              acc_v[d] = add_rn(acc_v[d], mul_rn(p, grad[d]));
+            }
           }
         }
       }
