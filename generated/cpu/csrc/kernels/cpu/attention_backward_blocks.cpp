@@ -20,6 +20,7 @@
 #include "rlk_numerics.h"
 #include "rlk_parallel.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace rlk {
@@ -107,6 +108,9 @@ RLK_ARITH void p_and_ds(const T* grad_o, const T* q, const T* k, const T* v, con
 // Rows [0, n) of a [*, heads, D] tensor's head `head`, from row `first`, in float32: row-major
 // (`rows`) and transposed per block of BLOCK rows, d-major (`columns`), so that a block's dots
 // are computed side by side.  Converted once per sequence and head, for every row of the other side.
+// Rows of one head a host thread takes at a time (they share the caches below).
+constexpr int64_t kRowsPerPiece = 32;
+
 struct RowCache {
   int64_t first = -1, n = -1, head = -1;
   std::vector<float> rows, columns;
@@ -163,12 +167,13 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
   const float sc = effective_scale(scale, D);
   // Each row of each gradient is written by one pass over its own sequence: threads split rows,
   // taken head-major so that a thread's consecutive rows share a sequence and head (the caches).
-  parallel_rows(TQ * HQ, (TK + 1) * (2 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
+  const int64_t query_chunks = (TQ + kRowsPerPiece - 1) / kRowsPerPiece;
+  parallel_rows(HQ * query_chunks, kRowsPerPiece * (TK + 1) * (2 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
     RowCache keys, values;
     std::vector<float> acc(static_cast<size_t>(D)), query(static_cast<size_t>(D)), incoming(static_cast<size_t>(D));
     float scores[kBlock], dps[kBlock];
-    for (int64_t index = begin; index < end; ++index) {
-      const int64_t h = index / TQ, t = index % TQ, g = h / group, pair = t * HQ + h;
+    for (int64_t piece = begin; piece < end; ++piece) for (int64_t t = piece % query_chunks * kRowsPerPiece; t < TQ && t < (piece % query_chunks + 1) * kRowsPerPiece; ++t) {
+      const int64_t h = piece / query_chunks, g = h / group, pair = t * HQ + h;
       T* out = grad_q + pair * D;
       Sequence s;
       if (!locate(cu_q, cu_q, cu_k, B1, TQ, TK, t, false, &s)) {
@@ -181,7 +186,10 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
       load_row(grad_o + pair * D, D, incoming.data());
       const float delta = dot(grad_o + pair * D, o + pair * D, D);
       for (int64_t d = 0; d < D; ++d) acc[d] = 0.0f;
-      for (int64_t start = 0; start < s.k1 - s.k0; start += kBlock) {
+      // Only the blocks that hold a key the query sees (sees() still decides each key).
+      int64_t lo = 0, hi = 0;
+      visible_keys((s.k1 - s.k0) - (s.q1 - s.q0) + (t - s.q0), s.k1 - s.k0, causal, window, &lo, &hi);
+      for (int64_t start = lo - lo % kBlock; start < hi; start += kBlock) {
         block_dots(query.data(), keys.columns.data() + start * D, D, scores);
         block_dots(incoming.data(), values.columns.data() + start * D, D, dps);
         for (int lane = 0; lane < kBlock && start + lane < s.k1 - s.k0; ++lane) {
@@ -196,12 +204,15 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
       for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(mul_rn(acc[d], sc));
     }
   });
-  parallel_rows(TK * HK, (TQ + 1) * group * (2 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
-    RowCache queries, incoming;
-    std::vector<float> deltas, acc_k(static_cast<size_t>(D)), acc_v(static_cast<size_t>(D)), key(static_cast<size_t>(D)), value(static_cast<size_t>(D));
+  const int64_t key_chunks = (TK + kRowsPerPiece - 1) / kRowsPerPiece;
+  parallel_rows(HK * key_chunks, kRowsPerPiece * (TQ + 1) * group * (2 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
+    // One cache per query head of the group: a key row visits each of them.
+    std::vector<RowCache> queries(static_cast<size_t>(group)), incoming(static_cast<size_t>(group));
+    std::vector<std::vector<float>> deltas(static_cast<size_t>(group));
+    std::vector<float> acc_k(static_cast<size_t>(D)), acc_v(static_cast<size_t>(D)), key(static_cast<size_t>(D)), value(static_cast<size_t>(D));
     float scores[kBlock], dps[kBlock];
-    for (int64_t index = begin; index < end; ++index) {
-      const int64_t g = index / TK, j = index % TK, pair = j * HK + g;
+    for (int64_t piece = begin; piece < end; ++piece) for (int64_t j = piece % key_chunks * kRowsPerPiece; j < TK && j < (piece % key_chunks + 1) * kRowsPerPiece; ++j) {
+      const int64_t g = piece / key_chunks, pair = j * HK + g;
       T* out_k = grad_k + pair * D;
       T* out_v = grad_v + pair * D;
       Sequence s;
@@ -216,22 +227,29 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
       load_row(v + pair * D, D, value.data());
       for (int64_t d = 0; d < D; ++d) acc_k[d] = acc_v[d] = 0.0f;
       const int64_t Lq = s.q1 - s.q0;
+      // A causal query sees key j only from its own position on: the queries before it are
+      // passed over a block at a time (sees() still decides each query).
+      const int64_t first_query = causal ? std::max<int64_t>(0, std::min<int64_t>(Lq, (j - s.k0) - ((s.k1 - s.k0) - Lq))) : 0;
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        queries.load(q, s.q0, Lq, h, HQ, D);
-        if (incoming.load(grad_o, s.q0, Lq, h, HQ, D)) {
-          deltas.resize(static_cast<size_t>(Lq));
-          for (int64_t i = 0; i < Lq; ++i) deltas[static_cast<size_t>(i)] = dot(grad_o + ((s.q0 + i) * HQ + h) * D, o + ((s.q0 + i) * HQ + h) * D, D);
+        const size_t member = static_cast<size_t>(h - g * group);
+        RowCache& own_queries = queries[member];
+        RowCache& own_incoming = incoming[member];
+        std::vector<float>& own_deltas = deltas[member];
+        own_queries.load(q, s.q0, Lq, h, HQ, D);
+        if (own_incoming.load(grad_o, s.q0, Lq, h, HQ, D)) {
+          own_deltas.resize(static_cast<size_t>(Lq));
+          for (int64_t i = 0; i < Lq; ++i) own_deltas[static_cast<size_t>(i)] = dot(grad_o + ((s.q0 + i) * HQ + h) * D, o + ((s.q0 + i) * HQ + h) * D, D);
         }
-        for (int64_t start = 0; start < Lq; start += kBlock) {
-          block_dots(key.data(), queries.columns.data() + start * D, D, scores);
-          block_dots(value.data(), incoming.columns.data() + start * D, D, dps);
+        for (int64_t start = first_query - first_query % kBlock; start < Lq; start += kBlock) {
+          block_dots(key.data(), own_queries.columns.data() + start * D, D, scores);
+          block_dots(value.data(), own_incoming.columns.data() + start * D, D, dps);
           for (int lane = 0; lane < kBlock && start + lane < Lq; ++lane) {
             const int64_t t = s.q0 + start + lane;
             if (!sees(s, t, j, causal, window)) continue;
             const float p = exp_f32(add_rn(mul_rn(scores[lane], sc), -lse[t * HQ + h]));
-            const float ds = mul_rn(p, add_rn(dps[lane], -deltas[static_cast<size_t>(start + lane)]));
-            const float* query = queries.rows.data() + (start + lane) * D;
-            const float* grad = incoming.rows.data() + (start + lane) * D;
+            const float ds = mul_rn(p, add_rn(dps[lane], -own_deltas[static_cast<size_t>(start + lane)]));
+            const float* query = own_queries.rows.data() + (start + lane) * D;
+            const float* grad = own_incoming.rows.data() + (start + lane) * D;
             for (int64_t d = 0; d < D; ++d) {
               acc_k[d] = add_rn(acc_k[d], mul_rn(ds, query[d]));
               acc_v[d] = add_rn(acc_v[d], mul_rn(p, grad[d]));

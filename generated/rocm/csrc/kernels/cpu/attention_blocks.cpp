@@ -106,6 +106,9 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
 
 // A sequence's keys (transposed per block: d-major, a key per lane, so that a block's scores
 // are computed side by side) and values, converted to float32 once for all its queries.
+// Rows of one head a host thread takes at a time (they share the cache below).
+constexpr int64_t kRowsPerPiece = 32;
+
 struct SequenceCache {
   int64_t k0 = -1, Lk = -1, g = -1;
   std::vector<float> keys, values;
@@ -141,14 +144,15 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
   float* lse = static_cast<float*>(lse_ptr);
   const int64_t group = HK > 0 ? HQ / HK : 0;  // no query head: no key head serves one
   const float sc = effective_scale(scale, D);
-  // Pairs are independent: threads split them, and change no bit.  They are taken head-major, so
-  // that a thread's consecutive pairs are queries of one sequence and head sharing its cache.
-  parallel_rows(TQ * HQ, (TK + 1) * (D + 8), num_threads, [&](int64_t begin, int64_t end) {
+  // Pairs are independent: threads split them, and change no bit.  A piece is a run of
+  // kRowsPerPiece queries of one head, which mostly share a sequence and so its cache.
+  const int64_t chunks = (TQ + kRowsPerPiece - 1) / kRowsPerPiece;
+  parallel_rows(HQ * chunks, kRowsPerPiece * (TK + 1) * (D + 8), num_threads, [&](int64_t begin, int64_t end) {
     SequenceCache cache;
     std::vector<float> acc(static_cast<size_t>(D)), query(static_cast<size_t>(D));
     float s[kBlock], p[kBlock], dots[kBlock];
-    for (int64_t index = begin; index < end; ++index) {
-      const int64_t h = index / TQ, t = index % TQ, g = h / group, pair = t * HQ + h;
+    for (int64_t piece = begin; piece < end; ++piece) for (int64_t t = piece % chunks * kRowsPerPiece; t < TQ && t < (piece % chunks + 1) * kRowsPerPiece; ++t) {
+      const int64_t h = piece / chunks, g = h / group, pair = t * HQ + h;
       T* out = o + pair * D;
       int64_t k0 = 0, Lk = 0, position = 0;
       if (!locate_query(cu_q, cu_k, B1, TQ, TK, t, &k0, &Lk, &position)) {
