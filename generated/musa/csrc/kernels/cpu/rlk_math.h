@@ -31,8 +31,8 @@
 //   tanh_f32     < 1 ulp   0.767   2^-12 <= |x| <= 10 (outside it: x or +-1)
 //   sqrt_f32     correctly rounded  every x in [1, 4) and every subnormal (the rest scales exactly)
 //   rsqrt_f32    < 1 ulp   0.501   likewise
-//   sin_f32      < 1 ulp   0.739   every finite x (reduction by pi/2 exact for all of them)
-//   cos_f32      < 1 ulp   0.737   likewise
+//   sin_f32      < 1 ulp   0.745   every finite x (reduction by pi/2 exact for all of them)
+//   cos_f32      < 1 ulp   0.751   likewise
 // Each function is faithful, and correctly rounded for all but 0.01% (rsqrt) to 2% (expm1) of inputs.
 
 #include <math.h>  // fmaf only
