@@ -297,12 +297,35 @@ def test_op_without_autograd_is_caught(built, tmp_path):
     assert set(outcomes.of("test_not_differentiable_is_refused").values()) == {"failed"}
 
 
+# ---------------------------------------------------------------------------- rope
+
+ROPE_ROTATES_THE_OTHER_WAY = [
+    (
+        "  sincos_f32(mul_rn(static_cast<float>(p), inv_freq), s, c);",
+        "  sincos_f32(-mul_rn(static_cast<float>(p), inv_freq), s, c);  // MUTANT: the angle negated",
+    ),
+]
+
+
+def test_rope_that_rotates_the_other_way_is_caught(built, tmp_path):
+    """The angles negated: still deterministic, batch-invariant and the same on every platform,
+    and orthogonal too, so only the comparison with the reference can see it; it must, at every
+    shape and dtype, in both pair layouts (the far positions the tests plant included)."""
+    mutant = build_mutant("rope_rows.cpp", ROPE_ROTATES_THE_OTHER_WAY)
+    assert "rope_rows.cpp" in mutant.compiled, f"ninja compiled {mutant.compiled}"
+    outcomes = run_generated_tests(mutant.root, ["rope"], SELECT, tmp_path / "junit.xml")
+    assert outcomes.failing == {"test_accuracy", "test_accuracy_at_other_settings"}, outcomes.output
+    for function in outcomes.failing:
+        assert set(outcomes.of(function).values()) == {"failed"}, f"{function}: {outcomes.of(function)}"
+    assert set(outcomes.of("test_deterministic").values()) == {"passed"}
+
+
 # ---------------------------------------------------------------------------- control
 
 
 def test_the_real_kernels_pass(built, tmp_path):
     """Control: the generated tests the mutants fail pass on the real package."""
-    ops = ["det_gemm", "logp", "rms_norm"]
+    ops = ["det_gemm", "logp", "rms_norm", "rope"]
     outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
     attention = run_generated_tests(built, ["attention"], ATTENTION_SELECT, tmp_path / "attention.xml")
     assert attention.returncode == 0 and not attention.failing, attention.output

@@ -36,6 +36,8 @@ MAX_ULP = {
     "tanh": 1.0,
     "sqrt": 0.5,
     "rsqrt": 1.0,
+    "sin": 1.0,
+    "cos": 1.0,
 }
 FUNCTIONS = sorted(MAX_ULP)
 HOST_FLAGS = ["-std=c++17", "-O2", "-ffp-contract=off"]
@@ -55,8 +57,8 @@ HARNESS = r"""
 
 using namespace rlk::cpu;
 
-static const char* const NAMES[] = {"exp", "expm1", "log", "log1p", "sigmoid", "tanh", "sqrt", "rsqrt"};
-static const int COUNT = 8;
+static const char* const NAMES[] = {"exp", "expm1", "log", "log1p", "sigmoid", "tanh", "sqrt", "rsqrt", "sin", "cos"};
+static const int COUNT = 10;
 
 static float eval(int f, float x) {
   switch (f) {
@@ -67,7 +69,9 @@ static float eval(int f, float x) {
     case 4: return sigmoid_f32(x);
     case 5: return tanh_f32(x);
     case 6: return sqrt_f32(x);
-    default: return rsqrt_f32(x);
+    case 7: return rsqrt_f32(x);
+    case 8: return sin_f32(x);
+    default: return cos_f32(x);
   }
 }
 
@@ -82,7 +86,9 @@ static double reference(int f, float xf) {
     case 4: return x >= 0 ? 1.0 / (1.0 + std::exp(-x)) : std::exp(x) / (1.0 + std::exp(x));
     case 5: return std::tanh(x);
     case 6: return std::sqrt(x);
-    default: return 1.0 / std::sqrt(x);
+    case 7: return 1.0 / std::sqrt(x);
+    case 8: return std::sin(x);  // glibc reduces exactly too, for every double
+    default: return std::cos(x);
   }
 }
 
@@ -219,6 +225,22 @@ def window(x: float, half: int = 1 << 14) -> tuple[int, int, int]:
 WHOLE_RANGE = (0, 1 << 32, 97)  # every 97th bit pattern: both signs, every binade, NaNs and infinities
 BELOW_ONE = f2b(1.0) + 1  # HI is exclusive
 
+# Floats nearest to k pi/2, where reducing sin's and cos's argument cancels the most: small k,
+# k around the 2^24 and 10^6 that rotary positions reach, and 0x1.f37c8ap+95, the float32
+# nearest a multiple of pi/2 of all (|x - k pi/2| = 2^-29.2, found by scanning every float).
+HALF_PI_MULTIPLES = [f2b(k * math.pi / 2) for k in (1, 2, 3, 4, 5, 7, 100, 1000, 636620, 10680707, 2**24 + 1)]
+TRIG_DENSE = [
+    # the switch to the reduction at pi/4; tiny and subnormal arguments; near multiples of pi/2
+    *both_signs(0x3F490FDB - (1 << 14), 0x3F490FDB + (1 << 14), 1),
+    *both_signs(0, f2b(2.0**-10), 4099),
+    *(window(b2f(u), 1 << 12) for u in HALF_PI_MULTIPLES),
+    window(b2f(0x6F79BE45)),
+    window(-b2f(0x6F79BE45)),
+    # where the angles of long contexts lie (10^6 rad and beyond), and the top of the range
+    (f2b(2.0**19), f2b(2.0**25), 29),
+    (0x7F000000, 0x7F800001, 3),
+]
+
 # Dense regions: thresholds, where the argument reduction switches, where cancellation threatens.
 DENSE: dict[str, list[tuple[int, int, int]]] = {
     "exp": [
@@ -283,6 +305,8 @@ DENSE: dict[str, list[tuple[int, int, int]]] = {
     # sqrt and rsqrt scale exactly by powers of 4: all of [1, 4) and every subnormal is exhaustive.
     "sqrt": [(f2b(1.0), f2b(4.0), 1), (1, 0x00800000, 1), (0x7F000000, 0x7F800001, 3)],
     "rsqrt": [(f2b(1.0), f2b(4.0), 1), (1, 0x00800000, 1), (0x7F000000, 0x7F800001, 3)],
+    "sin": TRIG_DENSE,
+    "cos": TRIG_DENSE,
 }
 
 
@@ -380,6 +404,8 @@ SPECIAL_CASES: dict[str, dict[int, int]] = {
         f2b(2.0**-148): f2b(2.0**-74),
     },
     "rsqrt": {ZERO: INF, NEG_ZERO: NEG_INF, INF: ZERO, NEG_ONE: NAN, NEG_INF: NAN, f2b(4.0): f2b(0.5), f2b(2.0**-148): f2b(2.0**74)},
+    "sin": {ZERO: ZERO, NEG_ZERO: NEG_ZERO, INF: NAN, NEG_INF: NAN, MIN_SUBNORMAL: MIN_SUBNORMAL, MIN_SUBNORMAL | 0x80000000: MIN_SUBNORMAL | 0x80000000},
+    "cos": {ZERO: ONE, NEG_ZERO: ONE, INF: NAN, NEG_INF: NAN, MIN_SUBNORMAL: ONE},
 }
 # A NaN input comes back with its quiet bit set, sign and payload kept.
 NAN_INPUTS = {0x7F800001: 0x7FC00001, 0x7FC00000: 0x7FC00000, 0xFFC00000: 0xFFC00000, 0xFFBFFFFF: 0xFFFFFFFF, 0x7FA5A5A5: 0x7FE5A5A5}
@@ -393,10 +419,13 @@ def test_special_cases_are_exact(harness, function):
     assert not wrong, "\n".join(wrong)
 
 
-REFERENCE = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh}
+REFERENCE = {"exp": math.exp, "log": math.log, "sqrt": math.sqrt, "tanh": math.tanh, "sin": math.sin, "cos": math.cos}
 
 
-@pytest.mark.parametrize("function, x", [("exp", 1.0), ("exp", -1.0), ("log", 2.0), ("log", 10.0), ("sqrt", 2.0), ("tanh", 0.5)])
+@pytest.mark.parametrize(
+    "function, x",
+    [("exp", 1.0), ("exp", -1.0), ("log", 2.0), ("log", 10.0), ("sqrt", 2.0), ("tanh", 0.5), ("sin", 1.0), ("cos", 1.0), ("sin", 1.0e6), ("cos", 1.0e6)],
+)
 def test_common_values_are_correctly_rounded(harness, function, x):
     (got,) = evaluate(harness, function, [f2b(x)])
     assert got == round_to_float_bits(REFERENCE[function](x))
@@ -424,22 +453,23 @@ __global__ void every_function(const float* x, float* y, int n) {{
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];
-  y[10 * i + 0] = exp_f32(v);
-  y[10 * i + 1] = expm1_f32(v);
-  y[10 * i + 2] = log_f32(v);
-  y[10 * i + 3] = log1p_f32(v);
-  y[10 * i + 4] = sigmoid_f32(v);
-  y[10 * i + 5] = tanh_f32(v);
-  y[10 * i + 6] = sqrt_f32(v);
-  y[10 * i + 7] = rsqrt_f32(v);
-  y[10 * i + 8] = fma_rn(v, v, v);
-  y[10 * i + 9] = div_rn(v, 3.0f);
+  y[12 * i + 0] = exp_f32(v);
+  y[12 * i + 1] = expm1_f32(v);
+  y[12 * i + 2] = log_f32(v);
+  y[12 * i + 3] = log1p_f32(v);
+  y[12 * i + 4] = sigmoid_f32(v);
+  y[12 * i + 5] = tanh_f32(v);
+  y[12 * i + 6] = sqrt_f32(v);
+  y[12 * i + 7] = rsqrt_f32(v);
+  y[12 * i + 8] = fma_rn(v, v, v);
+  y[12 * i + 9] = div_rn(v, 3.0f);
+  sincos_f32(v, y[12 * i + 10], y[12 * i + 11]);
 }}
 
 // The same functions from host code in the same translation unit.
 float on_host(float v) {{
   return exp_f32(v) + expm1_f32(v) + log_f32(v) + log1p_f32(v) + sigmoid_f32(v) + tanh_f32(v) + sqrt_f32(v) +
-         rsqrt_f32(v) + fma_rn(v, v, v) + div_rn(v, 3.0f);
+         rsqrt_f32(v) + fma_rn(v, v, v) + div_rn(v, 3.0f) + sin_f32(v) + cos_f32(v);
 }}
 """
 
@@ -523,7 +553,8 @@ GPU_DIGEST = r"""
 
 using namespace rlk::cuda;
 
-static const char* const NAMES[] = {"exp", "expm1", "log", "log1p", "sigmoid", "tanh", "sqrt", "rsqrt"};
+static const char* const NAMES[] = {"exp", "expm1", "log", "log1p", "sigmoid", "tanh", "sqrt", "rsqrt", "sin", "cos"};
+static const int COUNT = 10;
 
 __host__ __device__ float eval(int f, float x) {
   switch (f) {
@@ -534,7 +565,9 @@ __host__ __device__ float eval(int f, float x) {
     case 4: return sigmoid_f32(x);
     case 5: return tanh_f32(x);
     case 6: return sqrt_f32(x);
-    default: return rsqrt_f32(x);
+    case 7: return rsqrt_f32(x);
+    case 8: return sin_f32(x);
+    default: return cos_f32(x);
   }
 }
 
@@ -548,8 +581,8 @@ __global__ void evaluate(int f, uint64_t lo, uint64_t step, uint64_t n, uint32_t
 int main(int argc, char** argv) {
   if (argc != 5) return 2;
   int f = 0;
-  while (f < 8 && std::strcmp(argv[1], NAMES[f])) ++f;
-  if (f == 8) return 2;
+  while (f < COUNT && std::strcmp(argv[1], NAMES[f])) ++f;
+  if (f == COUNT) return 2;
   const uint64_t lo = std::strtoull(argv[2], 0, 0), hi = std::strtoull(argv[3], 0, 0), step = std::strtoull(argv[4], 0, 0);
   const uint64_t n = (hi - lo + step - 1) / step;
   uint32_t* device = nullptr;

@@ -104,15 +104,18 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
         rows = results.setdefault(name, [])
         for kernel in (k for k in op.backends.get(BUILD_PLATFORM, ()) if op.kernels[k].kind == "native"):
             portable = "portable" in op.kernels[kernel].guarantees and "portable" in op.kernels[cpu_kernel].guarantees
-            cases = [(dtype, shape, seed, "random") for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
+            cases = [(dtype, shape, seed, "random", {}) for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
+            # Bool attributes that change what is computed (rope's layout), at their other setting.
+            for flag in getattr(tests, "FLAGS", ()):
+                cases += [(dtype, shape, seed, "random", flag.values[0]) for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
             if portable:
-                cases += [(dtype, tests.SHAPES[0], 0, "nan/inf") for dtype in tests.DTYPES]
+                cases += [(dtype, tests.SHAPES[0], 0, "nan/inf", {}) for dtype in tests.DTYPES]
             # Zero-size dimensions and masks with no true entry: every output element must be written.
             for empty in tests.EMPTY_CASES:
                 dims, none_kept = empty.values
-                cases += [(dtype, dims, 16, "none kept" if none_kept else "empty") for dtype in tests.DTYPES]
-            for dtype, shape, seed, kind in cases:
-                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": kind}
+                cases += [(dtype, dims, 16, "none kept" if none_kept else "empty", {}) for dtype in tests.DTYPES]
+            for dtype, shape, seed, kind, attrs in cases:
+                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": f"{kind} {attrs or ''}".strip()}
                 try:
                     if kind in ("empty", "none kept"):
                         inputs = tests.make_empty_inputs(shape, dtype, "cpu", none_kept=kind == "none kept", seed=seed)
@@ -120,13 +123,13 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
                         inputs = tests.make_inputs(shape, dtype, "cpu", seed=seed)
                     if kind == "nan/inf":
                         inputs = _with_nonfinite(inputs)
-                    got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **tests.ATTRS))
+                    got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **{**tests.ATTRS, **attrs}))
                     if portable:
-                        want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **tests.ATTRS))
+                        want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **{**tests.ATTRS, **attrs}))
                         diffs = [i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape or g.dtype != w.dtype or not torch.equal(_bits(g), _bits(w))]
                         case["verdict"] = "identical" if not diffs else f"DIFFERS from cpu/{cpu_kernel} in output {diffs[0]}: " + _describe(got[diffs[0]], want[diffs[0]])
                     else:
-                        want = tests.reference(*inputs)
+                        want = tests.reference(*inputs, **attrs)
                         atol, rtol = TOLERANCES[op.tolerance][dtype]
                         for g, w in zip(got, want):
                             if g.is_floating_point():

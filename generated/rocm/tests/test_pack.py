@@ -106,18 +106,21 @@ def run_kernel(kernel, *args, **attrs):
     return out if isinstance(out, tuple) else (out,)
 
 
+# Bool attributes that change what the kernels compute (a layout, a mode), each at its other
+# setting: accuracy and portability are checked there too.
+FLAGS = []
 # The contract holds for every attribute setting; an output widened to float32 shows a changed
 # summation order that rounding to a 16-bit dtype can hide.
-VARIANTS = [pytest.param({}, id="defaults")]
+VARIANTS = [pytest.param({}, id="defaults"), *FLAGS]
 
 
 def facts(device, kernel):
     return KERNELS[platform_of(device)][kernel]
 
 
-def reference(*args):
+def reference(*args, **attrs):
     fn = _resolve(OP.kernels[OP.reference].python)
-    out = fn(*[t.cpu().float() if t is not None and t.is_floating_point() else (None if t is None else t.cpu()) for t in args], **ATTRS)
+    out = fn(*[t.cpu().float() if t is not None and t.is_floating_point() else (None if t is None else t.cpu()) for t in args], **{**ATTRS, **attrs})
     return out if isinstance(out, tuple) else (out,)
 
 
@@ -202,9 +205,13 @@ def needs(device, kernel, guarantee):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("device, kernel", TARGETS)
 def test_accuracy(device, kernel, dtype, shape):
+    check_accuracy(device, kernel, dtype, shape, {})
+
+
+def check_accuracy(device, kernel, dtype, shape, attrs):
     inputs = make_inputs(shape, dtype, device)
-    got = run_kernel(kernel, *inputs)
-    want = reference(*inputs)
+    got = run_kernel(kernel, *inputs, **attrs)
+    want = reference(*inputs, **attrs)
     assert len(got) == len(want) == len(OUTPUTS), f"{len(got)} outputs, the reference gives {len(want)}, the spec declares {len(OUTPUTS)}"
     atol, rtol = TOLERANCES[OP.tolerance][dtype]
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
@@ -361,9 +368,10 @@ def test_batch_invariant(device, kernel, dtype, attrs):
     assert_bitwise_equal(_out_take(run_kernel(kernel, *padded_inputs, **attrs), 0, total), full, f"{kernel}: {total} rows padded by {pad}")
 
 
+@pytest.mark.parametrize("attrs", [pytest.param({}, id="defaults"), *FLAGS])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("device, kernel", device_targets(KERNELS))
-def test_portable(device, kernel, dtype):
+def test_portable(device, kernel, dtype, attrs):
     """Each device kernel that declares portable gives the bits of the CPU's kernel."""
     needs(device, kernel, "portable")
     cpu_kernel = backend_for("cpu")
@@ -371,7 +379,8 @@ def test_portable(device, kernel, dtype):
         pytest.skip(f"the CPU's {cpu_kernel.name} does not declare portable")
     for seed, shape in enumerate((SHAPES[1 % len(SHAPES)], _contract_dims(device, kernel))):
         inputs = make_inputs(shape, dtype, device, seed=3 + seed)
-        assert_bitwise_equal(run_kernel(kernel, *inputs), run_kernel(cpu_kernel.name, *[t.cpu() for t in inputs]), f"{kernel} on {device} vs {cpu_kernel.name} on cpu")
+        got = run_kernel(kernel, *inputs, **attrs)
+        assert_bitwise_equal(got, run_kernel(cpu_kernel.name, *[t.cpu() for t in inputs], **attrs), f"{kernel} on {device} vs {cpu_kernel.name} on cpu")
 
 
 def _opcheck_inputs(dtype, device):

@@ -31,6 +31,8 @@
 //   tanh_f32     < 1 ulp   0.767   2^-12 <= |x| <= 10 (outside it: x or +-1)
 //   sqrt_f32     correctly rounded  every x in [1, 4) and every subnormal (the rest scales exactly)
 //   rsqrt_f32    < 1 ulp   0.501   likewise
+//   sin_f32      < 1 ulp   0.745   every finite x (reduction by pi/2 exact for all of them)
+//   cos_f32      < 1 ulp   0.751   likewise
 // Each function is faithful, and correctly rounded for all but 0.01% (rsqrt) to 2% (expm1) of inputs.
 
 #include <math.h>  // fmaf only
@@ -220,6 +222,108 @@ RLK_HD float rsqrt_reduced(float m) {
   return fma_rn(0.5f * y, e, y);
 }
 
+// ---------------------------------------------------------------- sine and cosine, reduction
+// Word j of the binary expansion of 2/pi after a word of zeros: floor(2/pi 2^(32 j)) mod 2^32,
+// so word 1 holds the bits of weight 2^-1 .. 2^-32. Words 0 to 9 cover every window
+// reduce_half_pi reads. A switch rather than an array, so that host and device code share it
+// without a device-memory declaration.
+RLK_HD uint32_t two_over_pi_word(int j) {
+  switch (j) {
+    case 1: return 0xA2F9836Eu;
+    case 2: return 0x4E441529u;
+    case 3: return 0xFC2757D1u;
+    case 4: return 0xF534DDC0u;
+    case 5: return 0xDB629599u;
+    case 6: return 0x3C439041u;
+    case 7: return 0xFE5163ABu;
+    case 8: return 0xDEBBC561u;
+    case 9: return 0xB7246E3Au;
+    default: return 0u;
+  }
+}
+
+// The 32 bits of the expansion above that start `offset` (0..31) bits into word j.
+RLK_HD uint32_t two_over_pi_bits(int j, int offset) {
+  const uint64_t pair = (static_cast<uint64_t>(two_over_pi_word(j)) << 32) | two_over_pi_word(j + 1);
+  return static_cast<uint32_t>((pair << offset) >> 32);
+}
+
+// a = (q + f) pi/2 with q an integer and |f| <= 1/2, for a finite a >= pi/4: q mod 4, and
+// r = f pi/2 as hi + lo (|lo| <= ulp(hi)/2; absolute error below 2^-60, relative below 2^-31).
+//
+// Payne-Hanek in integer arithmetic, exact for every finite float32, however large. a = M 2^E
+// with M a 24-bit integer and -24 <= E <= 104, so a 2/pi = sum over k >= 1 of M b_k 2^(E-k),
+// b_k the bits of 2/pi. The terms with k <= E-2 are multiples of 4 and drop out modulo 4. The
+// 96 bits k = E-1 .. E+94 form an integer W, and (a 2/pi mod 4) 2^62 = floor(M W 2^-32) mod 2^64
+// up to the bits past k = E+94, which add less than 2 in those units (M < 2^24 times a tail
+// below 2^-32, plus the floor): f is known to 2^-61 absolutely. The float32 nearest to a
+// multiple of pi/2 (searched over all of them) is 0x1.f37c8ap+95, with |r| = 2^-29.2, so r
+// keeps 31 correct bits or more; elsewhere its error is set by the 48 bits kept of s and by
+// pi/2's pair (2^-47 relative). tests/test_portable_math.py sweeps around that input.
+struct half_pi_reduced {
+  int q;
+  float hi;
+  float lo;
+};
+
+RLK_HD half_pi_reduced reduce_half_pi(float a) {
+  const uint32_t u = float_bits(a);
+  const uint64_t M = (u & 0x007fffffu) | 0x00800000u;
+  const int t = static_cast<int>(u >> 23) - 150 + 30;  // the bit of weight 2^-(E-1) in the expansion
+  const int j = t >> 5;
+  const int offset = t & 31;
+  const uint64_t p0 = M * two_over_pi_bits(j, offset);
+  const uint64_t p1 = M * two_over_pi_bits(j + 1, offset);
+  const uint64_t p2 = M * two_over_pi_bits(j + 2, offset);
+  const uint64_t y = (p0 << 32) + p1 + (p2 >> 32);  // (a 2/pi mod 4) 2^62, wrapping modulo 2^64
+  // The nearest quadrant; f = s 2^-62 with -2^61 <= s < 2^61.
+  const uint64_t q = (y + (uint64_t{1} << 61)) >> 62;
+  const int64_t s = static_cast<int64_t>(y - (q << 62));
+  // s = s_hi + s_lo to 48 bits: int64 -> float rounds to nearest, and the difference is exact.
+  const float s_hi = static_cast<float>(s);
+  const float s_lo = static_cast<float>(s - static_cast<int64_t>(s_hi));
+  const float f_hi = s_hi * 0x1p-62f;  // exact scalings
+  const float f_lo = s_lo * 0x1p-62f;
+  // r = f pi/2, pi/2 = kHalfPiHi + kHalfPiLo within 2^-50 relative: f_hi kHalfPiHi is split
+  // exactly with an fma, and the small products join its low part.
+  const float kHalfPiHi = 0x1.921fb6p+0f;
+  const float kHalfPiLo = -0x1.777a5cp-25f;
+  const float r = f_hi * kHalfPiHi;
+  const float r_lo = fma_rn(f_hi, kHalfPiHi, -r) + fma_rn(f_hi, kHalfPiLo, f_lo * kHalfPiHi);
+  const f32x2 sum = fast_two_sum(r, r_lo);
+  return {static_cast<int>(q & 3u), sum.hi, sum.lo};
+}
+
+// sin(r) and cos(r) for r = hi + lo, |r| <= pi/4 (a rounding beyond is fine), |lo| <= ulp(hi):
+//   sin r = r + r^3 S(r^2),        S = -1/3! + z/5! - ... + z^5/13!  (Taylor, z = r^2)
+//   cos r = 1 - r^2/2 + r^4 C(r^2), C = 1/4! - z/6! + ... - z^5/14!
+// The first omitted terms, r^15/15! and r^16/16!, are below 2^-44 at pi/4. The leading terms are
+// exact: r itself, and 1 - r^2/2 from the square split with an fma and an exact sum; what is
+// left is below 0.081 (sin) and 0.016 (cos), so its rounding errors stay far below an ulp of the
+// result, which is rounded once at the end. lo enters to first order: sin(hi + lo) = sin(hi) +
+// lo (1 - hi^2/2), and in cos through r^2 = hi^2 + 2 hi lo.
+RLK_HD void sincos_reduced(float hi, float lo, float& sin_r, float& cos_r) {
+  const float z = hi * hi;
+  float S = 0x1.612462p-33f;          // 1/13!
+  S = fma_rn(S, z, -0x1.ae6456p-26f);  // -1/11!
+  S = fma_rn(S, z, 0x1.71de3ap-19f);   // 1/9!
+  S = fma_rn(S, z, -0x1.a01a02p-13f);  // -1/7!
+  S = fma_rn(S, z, 0x1.111112p-7f);    // 1/5!
+  S = fma_rn(S, z, -0x1.555556p-3f);   // -1/3!
+  sin_r = hi + fma_rn(hi * z, S, fma_rn(-0.5f * z, lo, lo));
+
+  float C = -0x1.93974ap-37f;          // -1/14!
+  C = fma_rn(C, z, 0x1.1eed8ep-29f);   // 1/12!
+  C = fma_rn(C, z, -0x1.27e4fcp-22f);  // -1/10!
+  C = fma_rn(C, z, 0x1.a01a02p-16f);   // 1/8!
+  C = fma_rn(C, z, -0x1.6c16c2p-10f);  // -1/6!
+  C = fma_rn(C, z, 0x1.555556p-5f);    // 1/4!
+  const float half_z = 0.5f * z;                              // r^2/2 = half_z + half_z_lo
+  const float half_z_lo = fma_rn(0.5f * hi, hi, -half_z) + hi * lo;
+  const f32x2 head = fast_two_sum(1.0f, -half_z);             // exact: half_z <= 0.31
+  cos_r = head.hi + fma_rn(z * z, C, head.lo - half_z_lo);
+}
+
 }  // namespace math_detail
 
 // ---------------------------------------------------------------- exponential
@@ -393,6 +497,46 @@ RLK_HD float rsqrt_f32(float x) {
   int k;
   const float m = reduce_by_four(x, k);  // 1/sqrt(x) = 1/sqrt(m) 2^-k, m in [1, 4)
   return rsqrt_reduced(m) * pow2i(-k);  // exact: -k in [-63, 75]
+}
+
+// ---------------------------------------------------------------- sine and cosine
+// sin(x) and cos(x) together (one argument reduction), for every float32 x: exact Payne-Hanek
+// reduction by pi/2 whatever the size of x (rotary embeddings reach angles of 10^6 and more),
+// then the polynomials on [-pi/4, pi/4]. sin(+-0) = +-0, cos(+-0) = 1; sin and cos of +-inf
+// are NaN (0x7fc00000), and a NaN comes back quiet.
+RLK_HD void sincos_f32(float x, float& sin_x, float& cos_x) {
+  using namespace math_detail;
+  if (is_nan(x)) {
+    sin_x = cos_x = quiet(x);
+    return;
+  }
+  const float a = bits_float(float_bits(x) & 0x7fffffffu);
+  if (a == infinity()) {
+    sin_x = cos_x = invalid();
+    return;
+  }
+  half_pi_reduced r{0, a, 0.0f};
+  if (a >= 0x1.921fb6p-1f) r = reduce_half_pi(a);  // from pi/4 (rounded up) on
+  float s, c;
+  sincos_reduced(r.hi, r.lo, s, c);
+  // sin(q pi/2 + r) and cos(q pi/2 + r) by quadrant; odd sine: the sign of x goes to sin_x.
+  const uint32_t sign = float_bits(x) & 0x80000000u;
+  const float sin_a = (r.q & 1) ? c : s;
+  const float cos_a = (r.q & 1) ? s : c;
+  sin_x = bits_float(float_bits(sin_a) ^ ((r.q & 2) ? 0x80000000u : 0u) ^ sign);
+  cos_x = bits_float(float_bits(cos_a) ^ (((r.q + 1) & 2) ? 0x80000000u : 0u));
+}
+
+RLK_HD float sin_f32(float x) {
+  float s, c;
+  sincos_f32(x, s, c);
+  return s;
+}
+
+RLK_HD float cos_f32(float x) {
+  float s, c;
+  sincos_f32(x, s, c);
+  return c;
 }
 
 }  // namespace cpu
