@@ -52,9 +52,6 @@ RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0
 
 RLK_ARITH float shifted_exp(float z, float shift) { return exp_f32(add_rn(z, -shift)); }
 
-// The entropy's term e * z, 0 where e is 0 (a logit of -inf adds nothing, as p log p -> 0).
-RLK_ARITH float weighted(float e, float z) { return e == 0.0f ? 0.0f : mul_rn(e, z); }
-
 // lp, entropy and lse of one reduced row; z_id is the selected logit, or NaN for an id
 // outside [0, V), which is never read.
 RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum, float* lp, float* entropy, float* lse) {
@@ -173,9 +170,18 @@ constexpr int64_t kItemRows = kStripsPerItem * kStripRows;
 
 // The statistics of one row from its logits z[0, V), in the device's order.
 inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse) {
-  float m = negative_infinity();
-  for (int64_t v = 0; v < V; ++v) m = max_step(m, z[v]);
-  const float shift = finite_or_zero(m);
+  // Lane l takes v = l, l + kLanes, ... as device thread l does, and the lanes combine in the
+  // block's trees; each loop over the lanes of a chunk vectorises.
+  float lane_max[kLanes];
+  for (int l = 0; l < kLanes; ++l) lane_max[l] = negative_infinity();
+  for (int64_t c0 = 0; c0 < V; c0 += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, V - c0));
+    const float* zc = z + c0;
+    for (int l = 0; l < n; ++l) lane_max[l] = max_step(lane_max[l], zc[l]);
+  }
+  for (int half = kLanes / 2; half > 0; half >>= 1)
+    for (int l = 0; l < half; ++l) lane_max[l] = max_step(lane_max[l], lane_max[l + half]);
+  const float shift = finite_or_zero(lane_max[0]);
   float lane[kLanes], weighted_lane[kLanes];
   for (int l = 0; l < kLanes; ++l) lane[l] = weighted_lane[l] = 0.0f;
   for (int64_t c0 = 0; c0 < V; c0 += kLanes) {
@@ -184,7 +190,7 @@ inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* 
     for (int l = 0; l < n; ++l) {
       const float e = shifted_exp(zc[l], shift);
       lane[l] = add_rn(lane[l], e);
-      weighted_lane[l] = add_rn(weighted_lane[l], weighted(e, zc[l]));
+      weighted_lane[l] = add_rn(weighted_lane[l], mul_rn(e, zc[l]));
     }
   }
   for (int half = kLanes / 2; half > 0; half >>= 1)

@@ -47,9 +47,6 @@ RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0
 
 RLK_ARITH float shifted_exp(float z, float shift) { return exp_f32(add_rn(z, -shift)); }
 
-// The entropy's term e * z, 0 where e is 0 (a logit of -inf adds nothing, as p log p -> 0).
-RLK_ARITH float weighted(float e, float z) { return e == 0.0f ? 0.0f : mul_rn(e, z); }
-
 // What dz needs of one row besides its logit.
 struct RowFactors {
   float grad_lp, grad_entropy, lse, mean_logit;

@@ -47,9 +47,6 @@ RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0
 
 RLK_ARITH float shifted_exp(float z, float shift) { return exp_f32(add_rn(z, -shift)); }
 
-// The entropy's term e * z, 0 where e is 0 (a logit of -inf adds nothing, as p log p -> 0).
-RLK_ARITH float weighted(float e, float z) { return e == 0.0f ? 0.0f : mul_rn(e, z); }
-
 // lp, entropy and lse of one reduced row; z_id is the selected logit, or NaN for an id
 // outside [0, V), which is never read.
 RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum, float* lp, float* entropy, float* lse) {
@@ -88,7 +85,7 @@ __global__ void __launch_bounds__(kLanes) linear_logp_rows_kernel(
       const float z = logit(x, weight + v * H, H);
       const float e = shifted_exp(z, shift);
       partial = add_rn(partial, e);
-      weighted_partial = add_rn(weighted_partial, weighted(e, z));
+      weighted_partial = add_rn(weighted_partial, mul_rn(e, z));
     }
     const float sum = block_sum_lanes_tree<kLanes>(partial, scratch);
     const float weighted_sum = block_sum_lanes_tree<kLanes>(weighted_partial, scratch);
