@@ -205,6 +205,63 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
     assert changed[300] == 0 and changed[897] > 0, changed
 
 
+# ---------------------------------------------------------------------------- linear_logp
+
+LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES = [
+    (
+        "inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse) {",
+        "inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse, int lanes) {",
+    ),
+    (
+        """\
+  for (int64_t c0 = 0; c0 < V; c0 += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, V - c0));
+    const float* zc = z + c0;
+    for (int l = 0; l < n; ++l) {
+      const float e""",
+        """\
+  for (int64_t c0 = 0; c0 < V; c0 += lanes) {  // MUTANT
+    const int n = static_cast<int>(std::min<int64_t>(lanes, V - c0));
+    const float* zc = z + c0;
+    for (int l = 0; l < n; ++l) {
+      const float e""",
+    ),
+    (
+        """\
+  for (int half = kLanes / 2; half > 0; half >>= 1)
+    for (int l = 0; l < half; ++l) {
+      lane[l] = add_rn""",
+        """\
+  for (int half = lanes / 2; half > 0; half >>= 1)  // MUTANT
+    for (int l = 0; l < half; ++l) {
+      lane[l] = add_rn""",
+    ),
+    (
+        "reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row);",
+        "reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row, N >= 200 ? kLanes / 2 : kLanes);  // MUTANT",
+    ),
+]
+
+
+def test_linear_logp_whose_vocabulary_chunk_depends_on_the_batch_is_caught(built, tmp_path):
+    """Mutant: linear_logp's rows CPU kernel sums the softmax statistics in chunks of 128
+    vocabulary entries (a lanes tree of 128) instead of 256 once the batch has 200 rows or more
+    -- a chunk size chosen from the shapes.  Each order alone is deterministic and accurate.
+
+    Caught by test_batch_invariant (batches of 1 to 33 rows against 256, V = 4 * 256 + 129), on
+    every dtype; not by test_accuracy or test_deterministic.  Not catchable below 200 rows: there
+    the mutant is the real kernel (checked below)."""
+    mutant = build_mutant("linear_logp_rows.cpp", LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES)
+    assert_caught(mutant, "linear_logp_rows.cpp", "linear_logp", {"test_batch_invariant"}, tmp_path)
+
+    g = torch.Generator().manual_seed(3)
+    h, weight, ids = torch.randn(256, 32, generator=g), torch.randn(1153, 32, generator=g), torch.randint(0, 1153, (256,), generator=g)
+    few, many, many_again = call_kernels(
+        mutant.root, [("linear_logp", "rows", (h[:n], weight, ids[:n])) for n in (199, 256, 256)], tmp_path / "mutated"
+    )
+    assert same_bits(many, many_again) and not same_bits([t[:199] for t in many], few)
+
+
 # ---------------------------------------------------------------------------- the Python layer
 
 FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
