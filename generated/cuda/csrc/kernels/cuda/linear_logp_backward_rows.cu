@@ -93,9 +93,9 @@ __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_h(
   }
 }
 
-// grad_weight: block (vocabulary rows [v0, v0 + kVocabTile), columns [k0, k0 + kChunk)); for
-// each row r ascending, kVocabTile threads compute the tile's dz, then each thread adds them
-// for its own column.
+// grad_weight: block (vocabulary rows [v0, v0 + kVocabTile), columns [k0, k0 + kChunk)), the
+// vocabulary tiles strided over the grid; for each row r ascending, kVocabTile threads compute
+// the tile's dz, then each thread adds them for its own column.
 template <typename T>
 __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_weight(
     const float* __restrict__ grad_lp, const float* __restrict__ grad_entropy, const T* __restrict__ h, const T* __restrict__ weight,
@@ -103,27 +103,28 @@ __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_weight(
     int64_t N, int64_t H, int64_t V, int64_t ignore_index) {
   __shared__ float dz[kVocabTile];
   const int lane = static_cast<int>(threadIdx.x);
-  const int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVocabTile;
   const int64_t k = static_cast<int64_t>(blockIdx.y) * kChunk + lane;
-  float acc[kVocabTile];
-  for (int j = 0; j < kVocabTile; ++j) acc[j] = 0.0f;
-  for (int64_t row = 0; row < N; ++row) {
-    const int64_t id = ids[row];
-    if (id == ignore_index) continue;  // the same branch for the whole block
-    if (lane < kVocabTile) {
-      const int64_t v = v0 + lane;
-      dz[lane] = v < V ? logit_grad(row_factors(grad_lp, grad_entropy, lse, entropy, id, row, V), v, logit(h + row * H, weight + v * H, H))
-                       : 0.0f;
+  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * kVocabTile; v0 < V; v0 += static_cast<int64_t>(gridDim.x) * kVocabTile) {
+    float acc[kVocabTile];
+    for (int j = 0; j < kVocabTile; ++j) acc[j] = 0.0f;
+    for (int64_t row = 0; row < N; ++row) {
+      const int64_t id = ids[row];
+      if (id == ignore_index) continue;  // the same branch for the whole block
+      if (lane < kVocabTile) {
+        const int64_t v = v0 + lane;
+        dz[lane] = v < V ? logit_grad(row_factors(grad_lp, grad_entropy, lse, entropy, id, row, V), v, logit(h + row * H, weight + v * H, H))
+                         : 0.0f;
+      }
+      __syncthreads();
+      if (k < H) {
+        const float x = to_float(h[row * H + k]);
+        for (int j = 0; j < kVocabTile; ++j) acc[j] = add_rn(acc[j], mul_rn(dz[j], x));
+      }
+      __syncthreads();
     }
-    __syncthreads();
-    if (k < H) {
-      const float x = to_float(h[row * H + k]);
-      for (int j = 0; j < kVocabTile; ++j) acc[j] = add_rn(acc[j], mul_rn(dz[j], x));
-    }
-    __syncthreads();
+    if (k < H)
+      for (int j = 0; j < kVocabTile && v0 + j < V; ++j) grad_weight[(v0 + j) * H + k] = from_float<T>(acc[j]);
   }
-  if (k < H)
-    for (int j = 0; j < kVocabTile && v0 + j < V; ++j) grad_weight[(v0 + j) * H + k] = from_float<T>(acc[j]);
 }
 
 template <typename T>
@@ -131,8 +132,9 @@ cudaError_t launch(const void* grad_lp, const void* grad_entropy, const void* h,
                      const void* lse, const void* entropy, void* grad_h, void* grad_weight, int64_t N, int64_t H, int64_t V,
                      int64_t ignore_index, cudaStream_t stream) {
   if (H == 0) return cudaSuccess;
+  // Columns on y, whose limit is kMaxGridBlocks; rows and vocabulary tiles stride over x.
+  if ((H + kChunk - 1) / kChunk > kMaxGridBlocks) return cudaErrorInvalidValue;
   const unsigned column_blocks = static_cast<unsigned>((H + kChunk - 1) / kChunk);
-  if (column_blocks > 65535u || (V + kVocabTile - 1) / kVocabTile > kMaxGridBlocks) return cudaErrorInvalidValue;
   if (N > 0) {
     const dim3 grid(static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks), column_blocks);
     linear_logp_backward_rows_grad_h<T><<<grid, kChunk, 0, stream>>>(
@@ -144,7 +146,8 @@ cudaError_t launch(const void* grad_lp, const void* grad_entropy, const void* h,
   }
   if (V > 0) {
     // With N = 0 the blocks still store grad_weight: zeros.
-    const dim3 grid(static_cast<unsigned>((V + kVocabTile - 1) / kVocabTile), column_blocks);
+    const int64_t tiles = (V + kVocabTile - 1) / kVocabTile;
+    const dim3 grid(static_cast<unsigned>(tiles < kMaxGridBlocks ? tiles : kMaxGridBlocks), column_blocks);
     linear_logp_backward_rows_grad_weight<T><<<grid, kChunk, 0, stream>>>(
         static_cast<const float*>(grad_lp), static_cast<const float*>(grad_entropy), static_cast<const T*>(h),
         static_cast<const T*>(weight), static_cast<const int64_t*>(ids), static_cast<const float*>(lse),
