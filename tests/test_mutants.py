@@ -248,7 +248,7 @@ def test_linear_logp_whose_vocabulary_chunk_depends_on_the_batch_is_caught(built
     vocabulary entries (a lanes tree of 128) instead of 256 once the batch has 200 rows or more
     -- a chunk size chosen from the shapes.  Each order alone is deterministic and accurate.
 
-    Caught by test_batch_invariant (batches of 1 to 33 rows against 256, V = 4 * 256 + 129), on
+    Caught by test_batch_invariant (batches of 1 to 33 rows against 256, V = 3 * 256 + 129), on
     every dtype; not by test_accuracy or test_deterministic.  Not catchable below 200 rows: there
     the mutant is the real kernel (checked below)."""
     mutant = build_mutant("linear_logp_rows.cpp", LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES)

@@ -4,7 +4,7 @@
 // linear_logp / rows on CPU: Batch-invariant log-probability of the selected token and entropy of the softmax of h @ weight.T, without the [N, V] logits; NaN where ids[r] is outside [0, V) and not ignore_index.
 //
 // Per row r whose id is not ignore_index, with z[v] = dot(h[r], weight[v]) (logit() below):
-//   m     = max over v of z[v]                     (any NaN wins; exact, so order-free)
+//   m     = max over v of z[v]                     (any NaN wins; lanes, then the lanes' tree)
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
 //   S, Z  = lanes tree (LANES = 256) over v of e = exp_f32(z[v] - shift) and of e * z[v]
 //   lse   = shift + log_f32(S),  lp = z[ids[r]] - lse,  entropy = lse - Z / S (0 for Z / S if S is 0)
