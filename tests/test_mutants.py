@@ -305,7 +305,7 @@ def test_op_without_autograd_is_caught(built, tmp_path):
 
 def test_the_real_kernels_pass(built, tmp_path):
     """Control: the generated tests the mutants fail pass on the real package."""
-    ops = ["det_gemm", "logp", "rms_norm"]
+    ops = ["det_gemm", "linear_logp", "logp", "rms_norm"]
     outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
     assert outcomes.returncode == 0 and not outcomes.failing, outcomes.output
     for op in ops:
