@@ -229,6 +229,44 @@ ATTENTION_DECODE_DOTS_DESCENDING = [
 ]
 
 
+# ---------------------------------------------------------------------------- linear_logp
+
+LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES = [
+    (
+        "inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse) {",
+        "inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse, int lanes) {",
+    ),
+    (
+        """\
+  for (int64_t c0 = 0; c0 < V; c0 += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, V - c0));
+    const float* zc = z + c0;
+    for (int l = 0; l < n; ++l) {
+      const float e""",
+        """\
+  for (int64_t c0 = 0; c0 < V; c0 += lanes) {  // MUTANT
+    const int n = static_cast<int>(std::min<int64_t>(lanes, V - c0));
+    const float* zc = z + c0;
+    for (int l = 0; l < n; ++l) {
+      const float e""",
+    ),
+    (
+        """\
+  for (int half = kLanes / 2; half > 0; half >>= 1)
+    for (int l = 0; l < half; ++l) {
+      lane[l] = add_rn""",
+        """\
+  for (int half = lanes / 2; half > 0; half >>= 1)  // MUTANT
+    for (int l = 0; l < half; ++l) {
+      lane[l] = add_rn""",
+    ),
+    (
+        "reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row);",
+        "reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row, N >= 200 ? kLanes / 2 : kLanes);  // MUTANT",
+    ),
+]
+
+
 def assert_attention_caught(mutant: Mutant, caught_by: set[str], tmp_path: Path) -> None:
     assert "attention_blocks.cpp" in mutant.compiled, f"ninja compiled {mutant.compiled}"
     outcomes = run_generated_tests(mutant.root, ["attention"], ATTENTION_SELECT, tmp_path / "junit.xml")
@@ -257,6 +295,25 @@ def test_attention_with_its_own_decode_order_is_caught(built, tmp_path):
     mutant = build_mutant("attention_blocks.cpp", ATTENTION_DECODE_DOTS_DESCENDING)
     caught = {"test_decode_gives_the_bits_of_prefill", "test_chunked_prefill_gives_the_bits_of_one_pass", "test_sequence_does_not_depend_on_what_is_packed_with_it"}
     assert_attention_caught(mutant, caught, tmp_path)
+
+
+def test_linear_logp_whose_vocabulary_chunk_depends_on_the_batch_is_caught(built, tmp_path):
+    """Mutant: linear_logp's rows CPU kernel sums the softmax statistics in chunks of 128
+    vocabulary entries (a lanes tree of 128) instead of 256 once the batch has 200 rows or more
+    -- a chunk size chosen from the shapes.  Each order alone is deterministic and accurate.
+
+    Caught by test_batch_invariant (batches of 1 to 33 rows against 256, V = 3 * 256 + 129), on
+    every dtype; not by test_accuracy or test_deterministic.  Not catchable below 200 rows: there
+    the mutant is the real kernel (checked below)."""
+    mutant = build_mutant("linear_logp_rows.cpp", LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES)
+    assert_caught(mutant, "linear_logp_rows.cpp", "linear_logp", {"test_batch_invariant"}, tmp_path)
+
+    g = torch.Generator().manual_seed(3)
+    h, weight, ids = torch.randn(256, 32, generator=g), torch.randn(1153, 32, generator=g), torch.randint(0, 1153, (256,), generator=g)
+    few, many, many_again = call_kernels(
+        mutant.root, [("linear_logp", "rows", (h[:n], weight, ids[:n])) for n in (199, 256, 256)], tmp_path / "mutated"
+    )
+    assert same_bits(many, many_again) and not same_bits([t[:199] for t in many], few)
 
 
 # ---------------------------------------------------------------------------- the Python layer
@@ -325,7 +382,7 @@ def test_rope_that_rotates_the_other_way_is_caught(built, tmp_path):
 
 def test_the_real_kernels_pass(built, tmp_path):
     """Control: the generated tests the mutants fail pass on the real package."""
-    ops = ["det_gemm", "logp", "rms_norm", "rope"]
+    ops = ["det_gemm", "linear_logp", "logp", "rms_norm", "rope"]
     outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
     attention = run_generated_tests(built, ["attention"], ATTENTION_SELECT, tmp_path / "attention.xml")
     assert attention.returncode == 0 and not attention.failing, attention.output
