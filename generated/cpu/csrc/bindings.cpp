@@ -239,13 +239,13 @@ void check_embedding_backward(const at::Tensor& grad_y, const at::Tensor& ids, c
   TORCH_CHECK(weight.is_contiguous(), "embedding_backward: argument 'weight' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor embedding_backward_rows_cpu(const at::Tensor& grad_y, const at::Tensor& ids, const at::Tensor& weight) {
+at::Tensor embedding_backward_rows_cpu(const at::Tensor& grad_y, const at::Tensor& ids, const at::Tensor& weight, bool out_fp32) {
   check_embedding_backward(grad_y, ids, weight);
   const int64_t N = grad_y.size(0);
   const int64_t H = grad_y.size(1);
   const int64_t V = weight.size(0);
-  at::Tensor grad_weight = at::empty({V, H}, grad_y.options());
-  rlk::cpu::embedding_backward_rows(grad_y.data_ptr(), ids.data_ptr(), weight.data_ptr(), grad_weight.data_ptr(), to_rlk_dtype(grad_y), N, H, V, at::get_num_threads());
+  at::Tensor grad_weight = at::empty({V, H}, grad_y.options().dtype((out_fp32 ? at::kFloat : grad_y.scalar_type())));
+  rlk::cpu::embedding_backward_rows(grad_y.data_ptr(), ids.data_ptr(), weight.data_ptr(), grad_weight.data_ptr(), to_rlk_dtype(grad_y), to_rlk_dtype(grad_weight), N, H, V, static_cast<bool>(out_fp32), at::get_num_threads());
   return grad_weight;
 }
 
@@ -800,8 +800,8 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("det_gemm_tn.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("embedding(Tensor weight, Tensor ids) -> Tensor");
   m.def("embedding.rows(Tensor weight, Tensor ids) -> Tensor");
-  m.def("embedding_backward(Tensor grad_y, Tensor ids, Tensor weight) -> Tensor");
-  m.def("embedding_backward.rows(Tensor grad_y, Tensor ids, Tensor weight) -> Tensor");
+  m.def("embedding_backward(Tensor grad_y, Tensor ids, Tensor weight, bool out_fp32=False) -> Tensor");
+  m.def("embedding_backward.rows(Tensor grad_y, Tensor ids, Tensor weight, bool out_fp32=False) -> Tensor");
   m.def("grpo_loss(Tensor ratio, Tensor kl, Tensor mask, Tensor rewards, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
   m.def("grpo_loss.block(Tensor ratio, Tensor kl, Tensor mask, Tensor rewards, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
   m.def("grpo_loss_backward(Tensor grad_loss, Tensor ratio, Tensor mask, Tensor adv, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");

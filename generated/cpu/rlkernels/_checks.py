@@ -200,11 +200,12 @@ def check_embedding(weight: torch.Tensor, ids: torch.Tensor) -> None:
         raise InputError("embedding: argument 'ids' must be contiguous (call .contiguous() on it)")
 
 
-def check_embedding_backward_types(grad_y: object, ids: object, weight: object, ) -> None:
+def check_embedding_backward_types(grad_y: object, ids: object, weight: object, out_fp32: object = False, ) -> None:
     """Every argument's type, before anything reads an attribute of one."""
     _tensor("embedding_backward", "grad_y", grad_y, False)
     _tensor("embedding_backward", "ids", ids, False)
     _tensor("embedding_backward", "weight", weight, False)
+    _scalar("embedding_backward", "out_fp32", out_fp32, "bool")
 
 
 def check_embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor) -> None:

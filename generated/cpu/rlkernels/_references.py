@@ -42,7 +42,7 @@ def embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     # where() routes gradients by selection: the NaN rows send nothing back to the table.
     return torch.where(valid.unsqueeze(-1), rows, torch.full_like(rows, float("nan")))
 
-def embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     """The sum of grad_y's rows into the rows their ids select; ids outside [0, V) add nothing."""
     valid = (ids >= 0) & (ids < weight.shape[0])
     grad = torch.zeros(weight.shape, dtype=grad_y.dtype)

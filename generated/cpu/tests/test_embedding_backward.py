@@ -35,7 +35,7 @@ ARGS = [
 ]
 # Dimensions whose size is the number of true entries of an argument (they follow its data).
 COUNTED = {}
-ATTRS = {}
+ATTRS = {"out_fp32": False}
 # (name, shape, differentiable)
 OUTPUTS = [
     ("grad_weight", ("V", "H"), True),
@@ -98,7 +98,7 @@ def run_kernel(kernel, *args, **attrs):
 
 # The contract holds for every attribute setting; an output widened to float32 shows a changed
 # summation order that rounding to a 16-bit dtype can hide.
-VARIANTS = [pytest.param({}, id="defaults")]
+VARIANTS = [pytest.param({}, id="defaults"), pytest.param({"out_fp32": True}, id="out_fp32")]
 
 
 def facts(device, kernel):
@@ -512,3 +512,10 @@ def test_wrong_argument_type_is_an_input_error(index, value, got, lifted):
     assert isinstance(caught.value, (rlkernels.InputError, TypeError))
     expected = "a torch.Tensor or None" if optional else "a torch.Tensor"
     assert str(caught.value) == f"{OP.name}: argument '{name}' must be {expected}, got {got}"
+
+
+@pytest.mark.parametrize("attr, value", [("out_fp32", "1"), ("out_fp32", None), ("out_fp32", 1), ])
+def test_wrong_attribute_type_is_an_input_error(attr, value):
+    inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=18)
+    with pytest.raises(rlkernels.InputTypeError, match=f"{OP.name}: attribute '{attr}' must be .*, got {type(value).__name__}"):
+        rlkernels.embedding_backward(*inputs, **{**ATTRS, attr: value})

@@ -339,19 +339,19 @@ def _fake_embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return y
 
 
-def _run_embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _run_embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_embedding_backward(grad_y, ids, weight)
     if grad_y.device.type == "meta":  # shapes only: the fake kernel answers
-        return torch.ops.rlkernels.embedding_backward.default(grad_y, ids, weight)
+        return torch.ops.rlkernels.embedding_backward.default(grad_y, ids, weight, out_fp32)
     kernel = _runtime.select_backend("embedding_backward", _runtime.platform_of(grad_y.device))
-    return _runtime.call("embedding_backward", kernel, grad_y, ids, weight)
+    return _runtime.call("embedding_backward", kernel, grad_y, ids, weight, out_fp32)
 
 
 def _backward_embedding_backward(ctx, *grads):
     raise _not_differentiable("embedding_backward")
 
 
-def embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     """Gradient of embedding with respect to the table, each row the sum of its positions' grad_y in ascending position order; zero rows where no position selects it.
 
     Contract: deterministic, portable.  Runs the first backend in
@@ -362,26 +362,27 @@ def embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Te
         grad_y: [N, H] float32 | float16 | bfloat16. gradient of the loss with respect to y
         ids: [N] int64. the forward's ids; positions whose id is outside [0, V) add nothing
         weight: [V, H] float32 | float16 | bfloat16. the forward's table: gives V and the dtype only, its values are never read
+        out_fp32: bool, default False. return grad_weight in float32 instead of the table's dtype
 
     Returns:
-        grad_weight: [V, H] same dtype as grad_y. gradient of the table, rounded once to its dtype; exact zeros in rows no position selects
+        grad_weight: [V, H] same dtype as grad_y (float32 if out_fp32). gradient of the table, rounded once to its dtype (float32 with out_fp32); exact zeros in rows no position selects
     """
     # Types first: nothing below may read an attribute of a list, an array or None.
-    _checks.check_embedding_backward_types(grad_y, ids, weight)
+    _checks.check_embedding_backward_types(grad_y, ids, weight, out_fp32)
     # N may come as several leading dimensions: the kernels see them flattened.
     lead = _leading(grad_y, 2)
     if lead is not None:
         grad_y = grad_y.flatten(0, len(lead) - 1)
         ids = ids.flatten(0, len(lead) - 1)
-        return _restore(embedding_backward(grad_y, ids, weight), lead, (False,))
-    return _run_embedding_backward(grad_y, ids, weight)
+        return _restore(embedding_backward(grad_y, ids, weight, out_fp32), lead, (False,))
+    return _run_embedding_backward(grad_y, ids, weight, out_fp32)
 
 
-def _fake_embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _fake_embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_embedding_backward(grad_y, ids, weight)
     H = grad_y.shape[1]
     V = weight.shape[0]
-    grad_weight = grad_y.new_empty((V, H))
+    grad_weight = grad_y.new_empty((V, H), dtype=torch.float32 if out_fp32 else grad_y.dtype)
     return grad_weight
 
 

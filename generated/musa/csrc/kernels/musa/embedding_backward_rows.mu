@@ -5,7 +5,8 @@
 //
 //   grad_weight[v, h] = sum over r ascending with ids[r] == v of grad_y[r, h]
 // in one float32 accumulator per element that starts at +0 and adds every term with one
-// rounding, then one rounding to the storage type (any NaN stored canonical).  Ids outside
+// rounding, then one rounding to the output's storage type G (the table's, or float32 with
+// out_fp32; any NaN stored canonical).  Ids outside
 // [0, V) equal no row, so they add nothing, and a row no position selects stores +0 in
 // every column.  Each element is summed by one thread, with no atomics: the device and the
 // host add the same terms in the same order, so they return the same bits on every run.
@@ -29,9 +30,9 @@ constexpr int64_t kColumns = int64_t{kIdsPerStep} * kColumnsPerThread;
 // lane, lane + kIdsPerStep, ... of the tile.  Each step reads kIdsPerStep ids, marks those
 // equal to v and, when any is, every thread adds the marked positions' gradients to its
 // columns in ascending position order.
-template <typename T>
+template <typename T, typename G>
 __global__ void __launch_bounds__(kIdsPerStep) embedding_backward_rows_kernel(
-    const T* __restrict__ grad_y, const int64_t* __restrict__ ids, T* __restrict__ grad_weight, int64_t N, int64_t H,
+    const T* __restrict__ grad_y, const int64_t* __restrict__ ids, G* __restrict__ grad_weight, int64_t N, int64_t H,
     int64_t V) {
   __shared__ unsigned char selected[kIdsPerStep];
   __shared__ int any_selected;
@@ -64,39 +65,42 @@ __global__ void __launch_bounds__(kIdsPerStep) embedding_backward_rows_kernel(
       }
       for (int c = 0; c < kColumnsPerThread; ++c) {
         const int64_t h = first + int64_t{c} * kIdsPerStep;
-        if (h < H) grad_weight[v * H + h] = from_float<T>(sum[c]);
+        if (h < H) grad_weight[v * H + h] = from_float<G>(sum[c]);
       }
     }
   }
 }
 
-template <typename T>
+template <typename T, typename G>
 musaError_t launch(const void* grad_y, const void* ids, void* grad_weight, int64_t N, int64_t H, int64_t V,
                      musaStream_t stream) {
   if (V == 0 || H == 0) return musaSuccess;  // nothing to write; N == 0 still writes zeros
   const int64_t tiles = (H + kColumns - 1) / kColumns;
   const dim3 grid(static_cast<unsigned>(tiles < kMaxGridBlocks ? tiles : kMaxGridBlocks),
                   static_cast<unsigned>(V < kMaxGridBlocks ? V : kMaxGridBlocks));
-  embedding_backward_rows_kernel<T><<<grid, kIdsPerStep, 0, stream>>>(
-      static_cast<const T*>(grad_y), static_cast<const int64_t*>(ids), static_cast<T*>(grad_weight), N, H, V);
+  embedding_backward_rows_kernel<T, G><<<grid, kIdsPerStep, 0, stream>>>(
+      static_cast<const T*>(grad_y), static_cast<const int64_t*>(ids), static_cast<G*>(grad_weight), N, H, V);
   return musaGetLastError();
 }
 
 }  // namespace
 
-musaError_t embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, int64_t N, int64_t H, int64_t V, musaStream_t stream) {
+musaError_t embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, Dtype dtype_grad_weight, int64_t N, int64_t H, int64_t V, bool out_fp32, musaStream_t stream) {
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(grad_y, ids, grad_weight, N, H, V, stream);
+      if (dtype_grad_weight == Dtype::float32) return launch<T, float>(grad_y, ids, grad_weight, N, H, V, stream);
+      return launch<T, T>(grad_y, ids, grad_weight, N, H, V, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(grad_y, ids, grad_weight, N, H, V, stream);
+      if (dtype_grad_weight == Dtype::float32) return launch<T, float>(grad_y, ids, grad_weight, N, H, V, stream);
+      return launch<T, T>(grad_y, ids, grad_weight, N, H, V, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(grad_y, ids, grad_weight, N, H, V, stream);
+      if (dtype_grad_weight == Dtype::float32) return launch<T, float>(grad_y, ids, grad_weight, N, H, V, stream);
+      return launch<T, T>(grad_y, ids, grad_weight, N, H, V, stream);
     }
   }
   return musaErrorInvalidValue;

@@ -5,7 +5,8 @@
 //
 //   grad_weight[v, h] = sum over r ascending with ids[r] == v of grad_y[r, h]
 // in one float32 accumulator per element that starts at +0 and adds every term with one
-// rounding, then one rounding to the storage type (any NaN stored canonical).  Ids outside
+// rounding, then one rounding to the output's storage type G (the table's, or float32 with
+// out_fp32; any NaN stored canonical).  Ids outside
 // [0, V) equal no row, so they add nothing, and a row no position selects stores +0 in
 // every column.  Each element is summed by one thread, with no atomics: the device and the
 // host add the same terms in the same order, so they return the same bits on every run.
@@ -21,12 +22,12 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-template <typename T>
+template <typename T, typename G>
 void run(const void* grad_y_ptr, const void* ids_ptr, void* grad_weight_ptr, int64_t N, int64_t H, int64_t V,
          int64_t num_threads) {
   const T* grad_y = static_cast<const T*>(grad_y_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
-  T* grad_weight = static_cast<T*>(grad_weight_ptr);
+  G* grad_weight = static_cast<G*>(grad_weight_ptr);
   if (V == 0 || H == 0) return;
 
   // A stable counting sort of the positions by id: row v's positions are
@@ -51,29 +52,38 @@ void run(const void* grad_y_ptr, const void* ids_ptr, void* grad_weight_ptr, int
         const T* g = grad_y + positions[k] * H;
         for (int64_t h = 0; h < H; ++h) sum[h] = add_rn(sum[h], to_float(g[h]));
       }
-      T* out = grad_weight + v * H;
-      for (int64_t h = 0; h < H; ++h) out[h] = from_float<T>(sum[h]);
+      G* out = grad_weight + v * H;
+      for (int64_t h = 0; h < H; ++h) out[h] = from_float<G>(sum[h]);
     }
   });
 }
 
 }  // namespace
 
-void embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, int64_t N, int64_t H, int64_t V, int64_t num_threads) {
+void embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, Dtype dtype_grad_weight, int64_t N, int64_t H, int64_t V, bool out_fp32, int64_t num_threads) {
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      if (dtype_grad_weight == Dtype::float32)
+        run<T, float>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      else
+        run<T, T>(grad_y, ids, grad_weight, N, H, V, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      if (dtype_grad_weight == Dtype::float32)
+        run<T, float>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      else
+        run<T, T>(grad_y, ids, grad_weight, N, H, V, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      if (dtype_grad_weight == Dtype::float32)
+        run<T, float>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      else
+        run<T, T>(grad_y, ids, grad_weight, N, H, V, num_threads);
       return;
     }
   }
