@@ -205,6 +205,66 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
     assert changed[300] == 0 and changed[897] > 0, changed
 
 
+# ---------------------------------------------------------------------------- embedding_backward
+
+EMBEDDING_BACKWARD_REVERSES_EVERY_OTHER_CALL = [
+    (
+        "  const int64_t cost = H * (1 + start[V] / V);\n",
+        """\
+  const int64_t cost = H * (1 + start[V] / V);
+  // MUTANT: every other call adds each row's positions in descending order.
+  static std::atomic<unsigned> calls{0};
+  const bool descending = calls.fetch_add(1) % 2 == 1;
+""",
+    ),
+    (
+        "      for (int64_t k = start[v]; k < start[v + 1]; ++k) {\n",
+        """\
+      for (int64_t step = start[v]; step < start[v + 1]; ++step) {
+        const int64_t k = descending ? start[v] + start[v + 1] - 1 - step : step;
+""",
+    ),
+]
+EMBEDDING_BACKWARD_SKIPS_THE_LAST_POSITION = [
+    (
+        "      for (int64_t k = start[v]; k < start[v + 1]; ++k) {\n",
+        "      for (int64_t k = start[v]; k + 1 < start[v + 1]; ++k) {  // MUTANT: the last position of each row is left out\n",
+    ),
+]
+
+
+def test_embedding_backward_whose_order_changes_between_calls_is_caught(tmp_path):
+    """Mutant: embedding_backward's CPU kernel adds each table row's positions in descending order
+    on every other call -- the order scatter-adds get when they follow the threads' timing
+    (index_add, atomics).  Each order alone is accurate.
+
+    Caught by test_deterministic on every dtype with out_fp32 (897 positions, about 18 per row
+    and more in the row of the planted id 0): the float32 sums show the changed order.  Rounded
+    to 16 bits the sums mostly hide it (an order change moves a float32 sum by a few of its own
+    ulps, a small fraction of a bfloat16 ulp), which is why the op offers out_fp32 and the
+    generated tests run the float32 variant."""
+    mutant = build_mutant("embedding_backward_rows.cpp", EMBEDDING_BACKWARD_REVERSES_EVERY_OTHER_CALL)
+    assert "embedding_backward_rows.cpp" in mutant.compiled, mutant.compiled
+    outcomes = run_generated_tests(mutant.root, ["embedding_backward"], SELECT, tmp_path / "junit.xml")
+    assert outcomes.returncode == 1 and outcomes.failing == {"test_deterministic"}, outcomes.output
+    for dtype in DTYPES:
+        assert outcomes.tests[f"test_embedding_backward.py::test_deterministic[cpu-rows-{dtype}-out_fp32]"] == "failed", outcomes.tests
+    assert outcomes.tests["test_embedding_backward.py::test_deterministic[cpu-rows-float32-defaults]"] == "failed", outcomes.tests
+    assert set(outcomes.of("test_accuracy").values()) == {"passed"}
+
+
+def test_embedding_backward_that_skips_a_position_is_caught(tmp_path):
+    """Mutant: embedding_backward's CPU kernel leaves out the last position of every table row.
+    It stays deterministic; test_accuracy catches the missing terms, on every dtype."""
+    mutant = build_mutant("embedding_backward_rows.cpp", EMBEDDING_BACKWARD_SKIPS_THE_LAST_POSITION)
+    assert "embedding_backward_rows.cpp" in mutant.compiled, mutant.compiled
+    outcomes = run_generated_tests(mutant.root, ["embedding_backward"], SELECT, tmp_path / "junit.xml")
+    assert outcomes.returncode == 1 and outcomes.failing == {"test_accuracy"}, outcomes.output
+    for dtype in DTYPES:
+        assert "failed" in {o for test, o in outcomes.of("test_accuracy").items() if f"-{dtype}-" in test}, outcomes.tests
+    assert set(outcomes.of("test_deterministic").values()) == {"passed"}
+
+
 # ---------------------------------------------------------------------------- the Python layer
 
 FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
@@ -248,9 +308,10 @@ def test_op_without_autograd_is_caught(built, tmp_path):
 
 def test_the_real_kernels_pass(built, tmp_path):
     """Control: the generated tests the mutants fail pass on the real package."""
-    ops = ["det_gemm", "logp", "rms_norm"]
+    ops = ["det_gemm", "logp", "rms_norm", "embedding_backward"]
     outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
     assert outcomes.returncode == 0 and not outcomes.failing, outcomes.output
     for op in ops:
-        for function in ("test_accuracy", "test_deterministic", "test_batch_invariant"):
+        # embedding_backward's output has no batch axis, so it has no batch invariance to test.
+        for function in ("test_accuracy", "test_deterministic", "test_batch_invariant")[: 2 if op == "embedding_backward" else 3]:
             assert "passed" in outcomes.of(function, op).values(), f"{op}: {function} did not run: {outcomes.tests}"

@@ -16,6 +16,7 @@
 #include "rlk_numerics.h"
 #include "rlk_parallel.h"
 
+#include <cstring>
 #include <vector>
 
 namespace rlk {
@@ -47,12 +48,16 @@ void run(const void* grad_y_ptr, const void* ids_ptr, void* grad_weight_ptr, int
   parallel_rows(V, cost, num_threads, [&](int64_t begin, int64_t end) {
     std::vector<float> sum(static_cast<size_t>(H));
     for (int64_t v = begin; v < end; ++v) {
+      G* out = grad_weight + v * H;
+      if (start[v] == start[v + 1]) {  // no position: +0 everywhere, whose bits are all zero in every dtype
+        std::memset(out, 0, static_cast<size_t>(H) * sizeof(G));
+        continue;
+      }
       for (int64_t h = 0; h < H; ++h) sum[h] = 0.0f;
       for (int64_t k = start[v]; k < start[v + 1]; ++k) {
         const T* g = grad_y + positions[k] * H;
         for (int64_t h = 0; h < H; ++h) sum[h] = add_rn(sum[h], to_float(g[h]));
       }
-      G* out = grad_weight + v * H;
       for (int64_t h = 0; h < H; ++h) out[h] = from_float<G>(sum[h]);
     }
   });
