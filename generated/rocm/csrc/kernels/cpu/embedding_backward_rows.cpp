@@ -6,10 +6,10 @@
 //   grad_weight[v, h] = sum over r ascending with ids[r] == v of grad_y[r, h]
 // in one float32 accumulator per element that starts at +0 and adds every term with one
 // rounding, then one rounding to the output's storage type G (the table's, or float32 with
-// out_fp32; any NaN stored canonical).  Ids outside
-// [0, V) equal no row, so they add nothing, and a row no position selects stores +0 in
-// every column.  Each element is summed by one thread, with no atomics: the device and the
-// host add the same terms in the same order, so they return the same bits on every run.
+// out_fp32; any NaN stored canonical).  Ids outside [0, V) equal no row, so they add
+// nothing, and a row no position selects stores +0 in every column.  Each element is
+// summed by one thread, with no atomics: the device and the host add the same terms in the
+// same order, so they return the same bits on every run.
 // `weight` is not read: the table's size and dtype come with the launch.
 
 #include "embedding_backward_rows.h"
