@@ -146,6 +146,8 @@ THREADED_CASES = {
     "rms_norm_backward": {"T": 513, "H": 2048},
     "ratio_kl": {"B": 64, "T": 16384},
     "ratio_kl_backward": {"B": 64, "T": 16384},
+    "embedding": {"V": 64, "H": 4096, "N": 512},
+    "embedding_backward": {"V": 64, "H": 4096, "N": 512},
 }
 
 
@@ -195,6 +197,54 @@ def test_logp_ids_outside_the_vocabulary_give_nan_rows_only(rlkernels):
     assert torch.isfinite(leaf.grad[valid]).all()
     for doc in (rlkernels.logp.__doc__, rlkernels.OPS["logp"].summary, rlkernels.OPS["logp_backward"].summary):
         assert "outside [0, V)" in doc and "NaN" in doc
+
+
+def test_embedding_rows_are_copies_and_ids_outside_the_table_give_nan_rows(rlkernels):
+    """The spec's rule for ids outside [0, V): that row of y is the canonical NaN of the dtype and
+    sends no gradient; every other row is the table's row bit for bit, whatever it holds (a NaN
+    payload, -0.0); nothing raises."""
+    g = torch.Generator().manual_seed(9)
+    V, H = 5, 7
+    weight = torch.randn(V, H, generator=g).to(torch.bfloat16)
+    weight[2, 0] = -0.0
+    weight.view(torch.int16)[2, 1] = 0x7F81  # a NaN with a payload
+    ids = torch.tensor([2, -1, V, 0, 2**40, 2])
+    valid = torch.tensor([True, False, False, True, False, True])
+    y = rlkernels.embedding(weight, ids)
+    assert torch.equal(y[valid].view(torch.int16), weight[ids[valid]].view(torch.int16))
+    assert (y[~valid].view(torch.int16) == 0x7FC0).all()
+    leaf = weight.float().requires_grad_()
+    rlkernels.embedding(leaf, ids).backward(torch.ones(len(ids), H))
+    assert torch.equal(leaf.grad, torch.zeros(V, H).index_add(0, ids[valid], torch.ones(3, H)))
+    for doc in (rlkernels.embedding.__doc__, rlkernels.OPS["embedding"].summary):
+        assert "outside [0, V)" in doc and "NaN" in doc
+
+
+def test_embedding_backward_adds_positions_in_ascending_order(rlkernels):
+    """grad_weight equals, bit for bit, float32 sums taken position by position in ascending order
+    and rounded once; rows no position selects are +0 (all bits zero)."""
+    g = torch.Generator().manual_seed(10)
+    N, H, V = 300, 33, 9
+    grad_y = torch.randn(N, H, generator=g) * torch.logspace(-4, 4, N).unsqueeze(1)  # magnitudes that make the order show
+    ids = torch.randint(0, V - 2, (N,), generator=g)  # rows V-2 and V-1 get nothing
+    ids[::7] = -3
+    want = _ascending(grad_y, ids, V)
+    for dtype in (torch.float32, torch.bfloat16):
+        got = rlkernels.embedding_backward(grad_y.to(dtype), ids, torch.empty(V, H, dtype=dtype), out_fp32=True)
+        exact = want if dtype == torch.float32 else _ascending(grad_y.to(dtype).float(), ids, V)
+        assert torch.equal(got.view(torch.int32), exact.view(torch.int32)), dtype
+        assert torch.equal(rlkernels.embedding_backward(grad_y.to(dtype), ids, torch.empty(V, H, dtype=dtype)), exact.to(dtype))
+        assert (got[V - 2 :].view(torch.int32) == 0).all()
+    assert not torch.equal(_ascending(grad_y, ids, V, reverse=True), want), "the inputs must tell the orders apart"
+
+
+def _ascending(grad_y, ids, V, reverse=False):
+    """float32 sums of grad_y's rows into the rows their ids select, one position at a time."""
+    out = torch.zeros(V, grad_y.shape[1])
+    for r in reversed(range(len(ids))) if reverse else range(len(ids)):
+        if 0 <= int(ids[r]) < V:
+            out[int(ids[r])] += grad_y[r]
+    return out
 
 
 def test_pack_with_no_sequences_writes_cu_seqlens(rlkernels):

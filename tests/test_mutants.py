@@ -229,6 +229,34 @@ ATTENTION_DECODE_DOTS_DESCENDING = [
 ]
 
 
+# ---------------------------------------------------------------------------- embedding_backward
+
+EMBEDDING_BACKWARD_REVERSES_EVERY_OTHER_CALL = [
+    (
+        "  const int64_t cost = H * (1 + start[V] / V);\n",
+        """\
+  const int64_t cost = H * (1 + start[V] / V);
+  // MUTANT: every other call adds each row's positions in descending order.
+  static std::atomic<unsigned> calls{0};
+  const bool descending = calls.fetch_add(1) % 2 == 1;
+""",
+    ),
+    (
+        "      for (int64_t k = start[v]; k < start[v + 1]; ++k) {\n",
+        """\
+      for (int64_t step = start[v]; step < start[v + 1]; ++step) {
+        const int64_t k = descending ? start[v] + start[v + 1] - 1 - step : step;
+""",
+    ),
+]
+EMBEDDING_BACKWARD_SKIPS_THE_LAST_POSITION = [
+    (
+        "      for (int64_t k = start[v]; k < start[v + 1]; ++k) {\n",
+        "      for (int64_t k = start[v]; k + 1 < start[v + 1]; ++k) {  // MUTANT: the last position of each row is left out\n",
+    ),
+]
+
+
 # ---------------------------------------------------------------------------- linear_logp
 
 LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES = [
@@ -316,6 +344,38 @@ def test_linear_logp_whose_vocabulary_chunk_depends_on_the_batch_is_caught(built
     assert same_bits(many, many_again) and not same_bits([t[:199] for t in many], few)
 
 
+def test_embedding_backward_whose_order_changes_between_calls_is_caught(tmp_path):
+    """Mutant: embedding_backward's CPU kernel adds each table row's positions in descending order
+    on every other call -- the order scatter-adds get when they follow the threads' timing
+    (index_add, atomics).  Each order alone is accurate.
+
+    Caught by test_deterministic on every dtype with out_fp32 (897 positions, about 18 per row
+    and more in the row of the planted id 0): the float32 sums show the changed order.  Rounded
+    to 16 bits the sums mostly hide it (an order change moves a float32 sum by a few of its own
+    ulps, a small fraction of a bfloat16 ulp), which is why the op offers out_fp32 and the
+    generated tests run the float32 variant."""
+    mutant = build_mutant("embedding_backward_rows.cpp", EMBEDDING_BACKWARD_REVERSES_EVERY_OTHER_CALL)
+    assert "embedding_backward_rows.cpp" in mutant.compiled, mutant.compiled
+    outcomes = run_generated_tests(mutant.root, ["embedding_backward"], SELECT, tmp_path / "junit.xml")
+    assert outcomes.returncode == 1 and outcomes.failing == {"test_deterministic"}, outcomes.output
+    for dtype in DTYPES:
+        assert outcomes.tests[f"test_embedding_backward.py::test_deterministic[cpu-rows-{dtype}-out_fp32]"] == "failed", outcomes.tests
+    assert outcomes.tests["test_embedding_backward.py::test_deterministic[cpu-rows-float32-defaults]"] == "failed", outcomes.tests
+    assert set(outcomes.of("test_accuracy").values()) == {"passed"}
+
+
+def test_embedding_backward_that_skips_a_position_is_caught(tmp_path):
+    """Mutant: embedding_backward's CPU kernel leaves out the last position of every table row.
+    It stays deterministic; test_accuracy catches the missing terms, on every dtype."""
+    mutant = build_mutant("embedding_backward_rows.cpp", EMBEDDING_BACKWARD_SKIPS_THE_LAST_POSITION)
+    assert "embedding_backward_rows.cpp" in mutant.compiled, mutant.compiled
+    outcomes = run_generated_tests(mutant.root, ["embedding_backward"], SELECT, tmp_path / "junit.xml")
+    assert outcomes.returncode == 1 and outcomes.failing == {"test_accuracy"}, outcomes.output
+    for dtype in DTYPES:
+        assert "failed" in {o for test, o in outcomes.of("test_accuracy").items() if f"-{dtype}-" in test}, outcomes.tests
+    assert set(outcomes.of("test_deterministic").values()) == {"passed"}
+
+
 # ---------------------------------------------------------------------------- the Python layer
 
 FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
@@ -382,7 +442,7 @@ def test_rope_that_rotates_the_other_way_is_caught(built, tmp_path):
 
 def test_the_real_kernels_pass(built, tmp_path):
     """Control: the generated tests the mutants fail pass on the real package."""
-    ops = ["det_gemm", "linear_logp", "logp", "rms_norm", "rope"]
+    ops = ["det_gemm", "embedding_backward", "linear_logp", "logp", "rms_norm", "rope"]
     outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
     attention = run_generated_tests(built, ["attention"], ATTENTION_SELECT, tmp_path / "attention.xml")
     assert attention.returncode == 0 and not attention.failing, attention.output
@@ -390,5 +450,6 @@ def test_the_real_kernels_pass(built, tmp_path):
         assert "passed" in attention.of(function).values(), f"attention: {function} did not run"
     assert outcomes.returncode == 0 and not outcomes.failing, outcomes.output
     for op in ops:
-        for function in ("test_accuracy", "test_deterministic", "test_batch_invariant"):
+        # embedding_backward's output has no batch axis, so it has no batch invariance to test.
+        for function in ("test_accuracy", "test_deterministic", "test_batch_invariant")[: 2 if op == "embedding_backward" else 3]:
             assert "passed" in outcomes.of(function, op).values(), f"{op}: {function} did not run: {outcomes.tests}"

@@ -44,3 +44,9 @@ def test_row_kernels_reduce_in_steps_of_their_lanes(op: str, kernel: str):
     """lanes_tree kernels consume one element per lane per step, on the device and on the host."""
     for path in (GENERATED / "cuda" / f"{op}_{kernel}.cu", GENERATED / "cpu" / f"{op}_{kernel}.cpp"):
         assert tiles(op, kernel).reduction == (constant(path, "kLanes"),), path.name
+
+
+def test_embedding_backward_reads_ids_in_steps_of_its_tile():
+    """The device kernel reads kIdsPerStep ids per step (the host has no steps: a counting sort)."""
+    path = GENERATED / "cuda" / "embedding_backward_rows.cu"
+    assert tiles("embedding_backward", "rows").reduction == (constant(path, "kIdsPerStep"),)
