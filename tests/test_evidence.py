@@ -53,7 +53,7 @@ def load_tool(name: str):
 @pytest.fixture
 def ledgerless(tmp_path: Path) -> Project:
     """The det_gemm family, with an empty ledger (whatever the repository's holds)."""
-    project = copy_project(tmp_path / "proj", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn"))
+    project = copy_project(tmp_path / "proj", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum"))
     if (project.root / "evidence").exists():
         import shutil
 
@@ -411,7 +411,7 @@ def test_compile_check_of_another_tree_writes_no_evidence(tmp_path: Path):
 
 
 def test_emulated_records_carry_the_hash_of_the_real_sources(ledgerless: Project, tmp_path: Path):
-    lowered = copy_project(tmp_path / "lowered", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn"))
+    lowered = copy_project(tmp_path / "lowered", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum"))
     lowered.edit("specs/platforms/rocm.yaml", "max_grid_blocks: 65535", "max_grid_blocks: 3")
     assert lowered.run("generate") == 0
     real, emulated = record.tree_files(ledgerless.generated), record.tree_files(lowered.generated)

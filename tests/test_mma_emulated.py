@@ -201,7 +201,7 @@ DEFAULT = "block_m: 128, block_n: 128, block_k: 32, warps_m: 2, warps_n: 2, stag
 @pytest.fixture(scope="module")
 def wide_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     """det_gemm, det_gemm_nt and det_gemm_tn with 128 x 256 tiles of 8 warps in 4 stages (96 KiB)."""
-    project = copy_project(tmp_path_factory.mktemp("wide"), with_generated=False, ops=tuple(LAYOUTS))
+    project = copy_project(tmp_path_factory.mktemp("wide"), with_generated=False, ops=(*LAYOUTS, "column_sum"))
     for op in LAYOUTS:
         project.edit(f"specs/ops/{op}.yaml", DEFAULT, WIDE)
     assert project.run("generate") == 0
