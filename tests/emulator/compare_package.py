@@ -112,10 +112,9 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
                 dims, none_kept = empty.values
                 cases += [(dtype, dims, 16, "none kept" if none_kept else "empty") for dtype in tests.DTYPES]
             for dtype, shape, seed, kind in cases:
-                # A case of several dtype variables ("bfloat16/float32") counts under the first one's dtype.
-                first, *others = dtype.split("/")
-                shown = f"{kind} ({dtype})" if others else kind
-                case = {"kernel": kernel, "dtype": first, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": shown}
+                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": kind}
+                if "/" in dtype:  # a case of several dtype variables counts under the first one's dtype
+                    case["dtype"], case["dtypes"] = dtype.split("/")[0], dtype
                 try:
                     if kind in ("empty", "none kept"):
                         inputs = tests.make_empty_inputs(shape, dtype, "cpu", none_kept=kind == "none kept", seed=seed)
@@ -167,7 +166,9 @@ def _contract_cases(tests, packet, device, kernel):
             for variant in tests.VARIANTS:
                 attrs = variant.values[0]
                 dims = tests._contract_dims("cpu", kernel)
-                case = {"kernel": kernel, "dtype": dtype.split("/")[0], "shape": "x".join(f"{k}{v}" for k, v in sorted(dims.items())), "inputs": f"{check} {attrs or ''}".strip() + (f" ({dtype})" if "/" in dtype else "")}
+                case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(dims.items())), "inputs": f"{check} {attrs or ''}".strip()}
+                if "/" in dtype:
+                    case["dtype"], case["dtypes"] = dtype.split("/")[0], dtype
                 try:
                     getattr(tests, f"test_{check}")("cpu", kernel, dtype, attrs)
                     case["verdict"] = "holds"
