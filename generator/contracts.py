@@ -78,10 +78,11 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         if target is None:
             problems.append(src.problem(("backward", index, "op"), _one_of("op", step.op, list(ops))))
             continue
-        if len(step.args) != len(target.args):
-            problems.append(
-                src.problem(("backward", index, "args"), f"{step.op} takes {len(target.args)} tensor arguments, got {len(step.args)}")
-            )
+        # Trailing optional arguments may be left out (the step's op then runs without them).
+        required = sum(1 for a in target.args if not a.optional)
+        if not required <= len(step.args) <= len(target.args):
+            takes = f"{len(target.args)}" if required == len(target.args) else f"{required} to {len(target.args)}"
+            problems.append(src.problem(("backward", index, "args"), f"{step.op} takes {takes} tensor arguments, got {len(step.args)}"))
         if len(step.gives) != len(target.outputs):
             problems.append(
                 src.problem(("backward", index, "gives"), f"{step.op} returns {len(target.outputs)} outputs, gives lists {len(step.gives)}")

@@ -7,6 +7,7 @@ are computed here once, so templates only format them.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -243,6 +244,21 @@ class OpView:
         found = {d.value for values in self.spec.dtype_vars.values() for d in values}
         found |= {a.dtype for a in self.spec.args if a.dtype in _FLOATS}
         return tuple(d.value for d in Dtype if d.value in found and d.value in _FLOATS) or ("float32",)
+
+    @property
+    def dtype_cases(self) -> tuple[str, ...]:
+        """The dtype settings the generated tests run.  With at most one dtype variable, one dtype
+        per case (``dtypes``); with several, every combination, each spelled with its dtypes joined
+        by "/" in the spec's order of the variables (e.g. "bfloat16/float32" for D, W)."""
+        if len(self.spec.dtype_vars) < 2:
+            return self.dtypes
+        choices = [[d.value for d in dtypes] for dtypes in self.spec.dtype_vars.values()]
+        return tuple("/".join(case) for case in itertools.product(*choices))
+
+    def dtype_combinations(self, names: list[str] | tuple[str, ...]) -> tuple[tuple[tuple[str, Dtype], ...], ...]:
+        """Every assignment of a dtype to each of the variables ``names``, as (variable, dtype) pairs."""
+        choices = [self.spec.dtype_vars[name] for name in names]
+        return tuple(tuple(zip(names, case)) for case in itertools.product(*choices))
 
     @property
     def schema(self) -> str:

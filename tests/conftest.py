@@ -77,6 +77,6 @@ def bare_project(tmp_path: Path) -> Project:
 
 @pytest.fixture
 def small_project(tmp_path: Path) -> Project:
-    """Like ``project`` with only the det_gemm family (det_gemm differentiates with nt and tn): fast,
+    """Like ``project`` with only the det_gemm family (det_gemm differentiates with nt and tn, det_linear's bias with column_sum): fast,
     and independent of the other ops' specs."""
-    return copy_project(tmp_path / "proj", ops=("det_gemm", "det_gemm_nt", "det_gemm_tn"))
+    return copy_project(tmp_path / "proj", ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum"))

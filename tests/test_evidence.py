@@ -53,7 +53,7 @@ def load_tool(name: str):
 @pytest.fixture
 def ledgerless(tmp_path: Path) -> Project:
     """The det_gemm family, with an empty ledger (whatever the repository's holds)."""
-    project = copy_project(tmp_path / "proj", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn"))
+    project = copy_project(tmp_path / "proj", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum"))
     if (project.root / "evidence").exists():
         import shutil
 
@@ -234,7 +234,7 @@ def test_readme_blocks_regenerate_from_the_ledger(ledgerless: Project, capsys):
     assert ledgerless.run("generate") == 0
     shown = (ledgerless.root / "README.md").read_text()
     # det_gemm, det_gemm_nt, det_gemm_tn: mma and simt, three dtypes each on cuda
-    assert "| `cuda`: NVIDIA CUDA | none recorded | 3 of 18: the emulator. Grid lowered. | none recorded |" in shown
+    assert "| `cuda`: NVIDIA CUDA | none recorded | 3 of 21: the emulator. Grid lowered. | none recorded |" in shown
     assert "mma (emulated) → simt (none)" in shown
     assert ledgerless.run("check") == 0
 
@@ -388,9 +388,16 @@ def test_compile_check_records_only_kernels_whose_every_compile_passed(ledgerles
     versions = {"nvcc": "nvcc 13.0 (V13.0.88)", "hipcc": "hipcc (HIP 5.2.21153-0)"}
     records = compile_check.evidence_records(catalog, ledgerless.generated, results, versions, "c0ffee")
     kernels = {(r.platform, r.op, r.kernel) for r in records}
-    assert kernels == {("rocm", "det_gemm_tn", "simt"), ("musa", "det_gemm", "simt"), ("musa", "det_gemm_nt", "simt"), ("musa", "det_gemm_tn", "simt")}
-    assert {r.dtype for r in records} == {"float32", "float16", "bfloat16"} and len(records) == 12
-    rocm = next(r for r in records if r.platform == "rocm")
+    assert kernels == {
+        ("rocm", "det_gemm_tn", "simt"),
+        ("rocm", "column_sum", "columns"),
+        ("musa", "det_gemm", "simt"),
+        ("musa", "det_gemm_nt", "simt"),
+        ("musa", "det_gemm_tn", "simt"),
+        ("musa", "column_sum", "columns"),
+    }
+    assert {r.dtype for r in records} == {"float32", "float16", "bfloat16"} and len(records) == 18
+    rocm = next(r for r in records if r.platform == "rocm" and r.op == "det_gemm_tn")
     assert rocm.how.toolchain == "hipcc (HIP 5.2.21153-0); gfx1030, gfx90a, gfx940"
     assert rocm.source_sha256 == sha_of(ledgerless, "det_gemm_tn", "simt", "rocm")
     musa = next(r for r in records if r.platform == "musa")
@@ -411,7 +418,7 @@ def test_compile_check_of_another_tree_writes_no_evidence(tmp_path: Path):
 
 
 def test_emulated_records_carry_the_hash_of_the_real_sources(ledgerless: Project, tmp_path: Path):
-    lowered = copy_project(tmp_path / "lowered", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn"))
+    lowered = copy_project(tmp_path / "lowered", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum"))
     lowered.edit("specs/platforms/rocm.yaml", "max_grid_blocks: 65535", "max_grid_blocks: 3")
     assert lowered.run("generate") == 0
     real, emulated = record.tree_files(ledgerless.generated), record.tree_files(lowered.generated)

@@ -16,7 +16,7 @@ ARG = "  - {name: a, dtype: T"
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory) -> Project:
-    return copy_project(tmp_path_factory.mktemp("hostile") / "proj", ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "logp", "logp_backward", "ratio_kl", "ratio_kl_backward", "rms_norm", "rms_norm_backward"))
+    return copy_project(tmp_path_factory.mktemp("hostile") / "proj", ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum", "logp", "logp_backward", "ratio_kl", "ratio_kl_backward", "rms_norm", "rms_norm_backward"))
 
 
 def refused(project: Project, capsys, file: str, old: str, new: str, field: str, message: str) -> None:

@@ -38,11 +38,12 @@ class Layout:
     lhs_t: bool
     rhs_t: bool
     dims: str  # the launcher's dimension arguments, in its order
+    bias: bool = False  # the launcher takes an optional bias [N] after b
 
 
 LAYOUTS = {
     "det_gemm": Layout(False, False, "M, K, N"),
-    "det_gemm_nt": Layout(False, True, "M, K, N"),
+    "det_gemm_nt": Layout(False, True, "M, K, N", bias=True),
     "det_gemm_tn": Layout(True, False, "K, M, N"),
 }
 
@@ -87,15 +88,18 @@ def build_driver(generated: Path, op: str, work: Path, mutate: Callable[[str], s
     binary = work / f"{op}_driver"
     result = _run(
         [GXX, *FLAGS, f"-DRLK_EMU_LAUNCHER={op}_mma", f"-DRLK_EMU_LHS_T={int(layout.lhs_t)}", f"-DRLK_EMU_RHS_T={int(layout.rhs_t)}",
-         f"-DRLK_EMU_DIMS={layout.dims}", str(main), *map(str, objects), "-o", str(binary)]
+         f"-DRLK_EMU_DIMS={layout.dims}", f"-DRLK_EMU_BIAS={int(layout.bias)}", str(main), *map(str, objects), "-o", str(binary)]
     )
     assert result.returncode == 0, result.stderr[-4000:]
     return binary
 
 
-def emulate(binary: Path, dtype: str, shape: tuple[int, int, int, int], out_fp32: bool = False, mode: tuple[str, str] = MODES[0], random: bool = False):
+def emulate(
+    binary: Path, dtype: str, shape: tuple[int, int, int, int], out_fp32: bool = False, mode: tuple[str, str] = MODES[0], random: bool = False,
+    bias: bool = False,
+):
     m, k, n, offset = shape
-    env = {**os.environ, "RLK_EMU_COPIES": mode[0], "RLK_EMU_ORDER": mode[1]}
+    env = {**os.environ, "RLK_EMU_COPIES": mode[0], "RLK_EMU_ORDER": mode[1], "RLK_EMU_USE_BIAS": str(int(bias))}
     return _run([str(binary), dtype, str(m), str(k), str(n), str(offset), str(int(out_fp32)), *(["random"] if random else [])], env=env)
 
 
@@ -122,6 +126,22 @@ def test_emulated_kernel_is_exact(drivers: dict[str, Path], op: str, dtype: str,
     result = emulate(drivers[op], dtype, shape, out_fp32, mode)
     assert result.returncode == 0, f"{op} {dtype} {shape} {mode}:\n{result.stdout}{result.stderr}"
     assert result.stdout.startswith("ok:"), result.stdout
+
+
+@pytest.mark.parametrize(("dtype", "shape", "out_fp32", "mode"), CASES)
+def test_emulated_linear_with_bias_is_exact(drivers: dict[str, Path], dtype: str, shape, out_fp32: bool, mode):
+    """det_linear's bias is added in the epilogue of every path (mma, and simt for float32 and out_fp32)."""
+    result = emulate(drivers["det_gemm_nt"], dtype, shape, out_fp32, mode, bias=True)
+    assert result.returncode == 0, f"{dtype} {shape} {mode}:\n{result.stdout}{result.stderr}"
+    assert result.stdout.startswith("ok:"), result.stdout
+
+
+def test_a_dropped_bias_is_caught(tmp_path: Path):
+    mutate = _replace_once("        if (bias != nullptr) {\n", "        if (false) {\n")
+    binary = build_driver(REPO / "generated", "det_gemm_nt", tmp_path, mutate)
+    assert emulate(binary, "bfloat16", VECTOR).stdout.startswith("ok:"), "without a bias the mutant is the kernel"
+    result = emulate(binary, "bfloat16", VECTOR, bias=True)
+    assert result.returncode == 1 and "elements wrong" in result.stdout, result.stdout + result.stderr
 
 
 # ---------------------------------------------------------------- the emulator can fail
@@ -181,7 +201,7 @@ DEFAULT = "block_m: 128, block_n: 128, block_k: 32, warps_m: 2, warps_n: 2, stag
 @pytest.fixture(scope="module")
 def wide_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     """det_gemm, det_gemm_nt and det_gemm_tn with 128 x 256 tiles of 8 warps in 4 stages (96 KiB)."""
-    project = copy_project(tmp_path_factory.mktemp("wide"), with_generated=False, ops=tuple(LAYOUTS))
+    project = copy_project(tmp_path_factory.mktemp("wide"), with_generated=False, ops=(*LAYOUTS, "column_sum"))
     for op in LAYOUTS:
         project.edit(f"specs/ops/{op}.yaml", DEFAULT, WIDE)
     assert project.run("generate") == 0

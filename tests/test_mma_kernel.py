@@ -49,16 +49,16 @@ def test_cuda_registry_prefers_mma_with_simt_as_portable_fallback(op: str):
     assert re.search(r"""["']cuda["']: \(["']mma["'], ["']simt["'],?\)""", block), f"the cuda package's registry must list mma, then simt, for {op}"
 
 
-@pytest.mark.parametrize(("op", "dims"), [("det_gemm", "M, K, N"), ("det_gemm_nt", "M, K, N"), ("det_gemm_tn", "K, M, N")])
-def test_mma_launcher_covers_every_dtype_and_never_uses_tf32(op: str, dims: str):
+@pytest.mark.parametrize(("op", "dims", "bias"), [("det_gemm", "M, K, N", ""), ("det_gemm_nt", "M, K, N", "bias, "), ("det_gemm_tn", "K, M, N", "")])
+def test_mma_launcher_covers_every_dtype_and_never_uses_tf32(op: str, dims: str, bias: str):
     source = (KERNELS / f"{op}_mma.cu").read_text()
     launcher = source[source.index(f"cudaError_t {op}_mma(") :]
     for dtype in ("float32", "float16", "bfloat16"):
         assert f"case Dtype::{dtype}:" in launcher
     assert "return cudaErrorInvalidValue;" in launcher, "an unknown dtype must fail loudly"
-    # The simt launcher takes the dims in its op's order (K first when A is [K, M]).
-    assert f"return {op}_simt(a, b, c, Dtype::float32, Dtype::float32, {dims}, false, stream);" in source, "float32 goes to the simt kernel"
-    assert f"return {op}_simt(a, b, c, dtype_T, dtype_c, {dims}, out_fp32, stream);" in source, "so does a float32 output"
+    # The simt launcher takes the dims in its op's order (K first when A is [K, M]), and det_linear's bias.
+    assert f"return {op}_simt(a, b, {bias}c, Dtype::float32, Dtype::float32, {dims}, false, stream);" in source, "float32 goes to the simt kernel"
+    assert f"return {op}_simt(a, b, {bias}c, dtype_T, dtype_c, {dims}, out_fp32, stream);" in source, "so does a float32 output"
     instructions = source + (KERNELS / "rlk_tensor_core.h").read_text()
     assert ".tf32" not in instructions and "mma.sync.aligned.m16n8k8" not in instructions
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in instructions

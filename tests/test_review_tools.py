@@ -257,7 +257,7 @@ def test_explain_unsupported_platform(small_project: Project, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("explain", "foo"), "error: Unknown op foo. Expected one of det_gemm"),
+        (("explain", "foo"), "error: Unknown op foo. Expected one of column_sum, det_gemm"),
         (("explain", "det_gemm", "--platform", "metal"), "error: Unknown platform metal. Expected one of cpu, cuda, musa, rocm"),
     ],
 )

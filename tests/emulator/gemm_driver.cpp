@@ -10,7 +10,9 @@
 // 16-byte alignment.  The build defines RLK_EMU_LAUNCHER (the launcher's name),
 // RLK_EMU_LHS_T / RLK_EMU_RHS_T (operand layouts), RLK_EMU_DIMS (the launcher's
 // dimension arguments in its order, e.g. K, M, N) and includes the rewritten kernel
-// sources before this file.
+// sources before this file.  A launcher that takes a bias [N] (det_linear) is built with
+// RLK_EMU_BIAS=1; it gets an integer-valued bias when the environment sets
+// RLK_EMU_USE_BIAS=1 (added to the expected sums), else a null pointer.
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -20,6 +22,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#ifndef RLK_EMU_BIAS
+#define RLK_EMU_BIAS 0
+#endif
 
 namespace {
 
@@ -97,8 +103,20 @@ int main(int argc, char** argv) {
     for (int64_t k = 0; k < K; ++k) store(dtype, a, RLK_EMU_LHS_T ? k * M + m : m * K + k, operand(1, m * K + k));
   for (int64_t k = 0; k < K; ++k)
     for (int64_t n = 0; n < N; ++n) store(dtype, b, RLK_EMU_RHS_T ? n * K + k : k * N + n, operand(2, k * N + n));
+  const char* use_bias = std::getenv("RLK_EMU_USE_BIAS");
+  const bool with_bias = RLK_EMU_BIAS && use_bias != nullptr && std::string(use_bias) == "1";
+  unsigned char* bias = nullptr;
+  if (with_bias) {
+    bias = guarded(N * es);
+    rlk_emu::register_buffer(bias, N * es);
+    for (int64_t n = 0; n < N; ++n) store(dtype, bias, n, operand(3, n));
+  }
 
+#if RLK_EMU_BIAS
+  const auto status = rlk::cuda::RLK_EMU_LAUNCHER(a, b, bias, c, dtype, out, RLK_EMU_DIMS, out_fp32, nullptr);
+#else
   const auto status = rlk::cuda::RLK_EMU_LAUNCHER(a, b, c, dtype, out, RLK_EMU_DIMS, out_fp32, nullptr);
+#endif
   if (status != cudaSuccess) {
     std::printf("launcher returned error %d\n", status);
     return 1;
@@ -117,7 +135,7 @@ int main(int argc, char** argv) {
   int64_t wrong = 0;
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
-      double sum = 0;
+      double sum = with_bias ? value(3, n) : 0;
       for (int64_t k = 0; k < K; ++k) sum += static_cast<double>(value(1, m * K + k)) * value(2, k * N + n);
       store(out, expected, m * N + n, static_cast<float>(sum));
       const uint32_t got = stored_bits(out, c, m * N + n), want = stored_bits(out, expected, m * N + n);

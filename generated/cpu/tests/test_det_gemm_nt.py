@@ -29,6 +29,7 @@ SHAPES = [
 ARGS = [
     ("a", "T", ("M", "K"), False, None),
     ("b", "T", ("N", "K"), False, None),
+    ("bias", "T", ("N",), True, None),
 ]
 # Dimensions whose size is the number of true entries of an argument (they follow its data).
 COUNTED = {}
@@ -40,9 +41,12 @@ OUTPUTS = [
 # Dimensions another must be a multiple of, and those (a divisor 0 leaves only 0).
 DIVIDES = {}
 OFFSETS = {}
-GRAD_INPUTS = ["a", "b"]
+GRAD_INPUTS = ["a", "b", "bias"]
+# Each case gives every dtype variable a dtype; an op with several variables spells a case as
+# their dtypes joined by "/", in the order of DTYPE_VARS, and its tests run every combination.
+DTYPE_VARS = ["T"]
 DTYPES = ["float32", "float16", "bfloat16"]
-LEADING_DIM = None
+LEADING_DIM = "M"
 BATCH_DIM = "M"
 # Every native kernel this package carries for the op, per platform, with the sizes taken from
 # its spec's tiles: batch sizes around each row tile and past two of them, chunk splits on
@@ -114,6 +118,18 @@ def reference(*args, **attrs):
     return out if isinstance(out, tuple) else (out,)
 
 
+def dtype_of(case, var):
+    """The dtype that ``case`` gives dtype variable ``var``."""
+    parts = case.split("/")
+    return parts[DTYPE_VARS.index(var)] if len(parts) > 1 else case
+
+
+def tolerance(case):
+    """The loosest tolerance among the case's dtypes: a float32 weight does not make a bfloat16 result more precise."""
+    pairs = [TOLERANCES[OP.tolerance][dtype] for dtype in case.split("/")]
+    return max(atol for atol, _ in pairs), max(rtol for _, rtol in pairs)
+
+
 def _offsets(lengths):
     return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
 
@@ -135,7 +151,7 @@ def make_inputs(dims, dtype, device, seed=0, plant=None, lengths=None):
     offsets_of = {arg: dim for dim, arg in OFFSETS.items()}
     for name, arg_dtype, shape, _, values in ARGS:
         size = [dims[d] for d in shape]
-        torch_dtype = getattr(torch, dtype if len(arg_dtype) == 1 else arg_dtype)
+        torch_dtype = getattr(torch, dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
         if name in offsets_of:
             dim = offsets_of[name]
             split = _offsets(lengths[dim]) if lengths else _random_split(dims[dim], size[0], generator)
@@ -203,7 +219,7 @@ def check_accuracy(device, kernel, dtype, shape, attrs):
     got = run_kernel(kernel, *inputs, **attrs)
     want = reference(*inputs, **attrs)
     assert len(got) == len(want) == len(OUTPUTS), f"{len(got)} outputs, the reference gives {len(want)}, the spec declares {len(OUTPUTS)}"
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
         if g.is_floating_point():
@@ -211,6 +227,23 @@ def check_accuracy(device, kernel, dtype, shape, attrs):
             torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
         else:
             assert torch.equal(g.cpu(), w.to(g.dtype)), f"{name}: integer output differs from the reference"
+
+
+def _without_optional(inputs):
+    return [None if optional else t for t, (_, _, _, optional, _) in zip(inputs, ARGS)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("device, kernel", TARGETS)
+def test_accuracy_without_optional_arguments(device, kernel, dtype):
+    """Every optional argument left out (None): the kernel's own path without them, against the reference, every run alike."""
+    inputs = _without_optional(make_inputs(SHAPES[0], dtype, device))
+    got = run_kernel(kernel, *inputs)
+    want = reference(*inputs)
+    atol, rtol = tolerance(dtype)
+    for (name, _, _), g, w in zip(OUTPUTS, got, want):
+        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m: f"{name}: {m}")
+    assert_bitwise_equal(run_kernel(kernel, *inputs), got, f"{kernel}: repeated run without optional arguments")
 
 
 # ---------------------------------------------------------------- empty inputs
@@ -269,7 +302,7 @@ def test_empty_inputs_give_fully_written_outputs(device, kernel, dtype, dims, no
     torch.use_deterministic_algorithms(False)  # the reference may use ops without a deterministic variant
     want = reference(*inputs)
     assert len(got) == len(want) == len(OUTPUTS)
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, _, _), g, w in zip(OUTPUTS, got, want):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, the reference's {tuple(w.shape)}"
         if g.is_floating_point():
@@ -412,7 +445,7 @@ def test_fake_kernel_under_torch_compile():
 
 def _loss_and_grads(inputs, outputs_of, cotangent_seed, output_dtypes=None):
     output_dtypes = output_dtypes or {}
-    leaves = [t.detach().requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, inputs)]
+    leaves = [None if t is None else t.detach().requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, inputs)]
     outputs = outputs_of(*leaves)
     generator = torch.Generator().manual_seed(cotangent_seed)
     # Cotangents are rounded to each output's dtype first, so the float32 reference
@@ -422,7 +455,7 @@ def _loss_and_grads(inputs, outputs_of, cotangent_seed, output_dtypes=None):
         for o, (name, _, differentiable) in zip(outputs, OUTPUTS)
         if differentiable and o.is_floating_point()
     )
-    return torch.autograd.grad(loss, [leaf for leaf in leaves if leaf.requires_grad])
+    return torch.autograd.grad(loss, [leaf for leaf in leaves if leaf is not None and leaf.requires_grad])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -432,8 +465,23 @@ def test_backward_matches_reference(device, dtype):
     dtypes = {name: o.dtype for (name, *_), o in zip(OUTPUTS, run(*inputs))}
     ref_inputs = [t.cpu().float() if t.is_floating_point() else t.cpu() for t in inputs]
     want = _loss_and_grads(ref_inputs, lambda *a: reference(*a), cotangent_seed=8, output_dtypes=dtypes)
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for name, g, w in zip(GRAD_INPUTS, got, want):
+        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, equal_nan=True, msg=lambda m: f"grad of {name}: {m}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_without_optional_arguments(device, dtype):
+    """Every optional argument left out (None): the gradients of the others, against the reference's."""
+    inputs = _without_optional(make_inputs(SHAPES[0], dtype, device, seed=7))
+    got = _loss_and_grads(inputs, run, cotangent_seed=8)
+    dtypes = {name: o.dtype for (name, *_), o in zip(OUTPUTS, run(*inputs))}
+    ref_inputs = [None if t is None else t.cpu().float() if t.is_floating_point() else t.cpu() for t in inputs]
+    want = _loss_and_grads(ref_inputs, lambda *a: reference(*a), cotangent_seed=8, output_dtypes=dtypes)
+    names = [name for (name, *_), t in zip(ARGS, inputs) if t is not None and name in GRAD_INPUTS]
+    assert len(got) == len(want) == len(names)
+    atol, rtol = tolerance(dtype)
+    for name, g, w in zip(names, got, want):
         torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, equal_nan=True, msg=lambda m: f"grad of {name}: {m}")
 
 
@@ -452,6 +500,15 @@ def test_public_function_on_meta_tensors():
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.device.type == "meta" and g.shape == w.shape and g.dtype == w.dtype
+
+
+def test_leading_dimensions_are_flattened_and_restored(device):
+    """M given as two dimensions gives the same bits, shaped back."""
+    inputs = make_inputs(SHAPES[0], DTYPES[0], device, seed=11)
+    flat = run(*inputs)
+    lifted = [t.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else t for t, (_, _, shape, _, _) in zip(inputs, ARGS)]
+    expected = tuple(o.unsqueeze(0) if shape[:1] == (LEADING_DIM,) else o for o, (_, shape, _) in zip(flat, OUTPUTS))
+    assert_bitwise_equal(run(*lifted), expected, "leading dimensions")
 
 
 def test_public_function_under_torch_compile():
@@ -477,12 +534,17 @@ def _bad_cases():
     cases = []
     cases.append(pytest.param("a", lambda t, ts: t.reshape(-1), "det_gemm_nt: argument 'a' must be 2-D with shape [M, K]", id="rank-a"))
     cases.append(pytest.param("b", lambda t, ts: t.reshape(-1), "det_gemm_nt: argument 'b' must be 2-D with shape [N, K]", id="rank-b"))
+    cases.append(pytest.param("bias", lambda t, ts: t.reshape(-1)[0], "det_gemm_nt: argument 'bias' must be 1-D with shape [N]", id="rank-bias"))
     cases.append(pytest.param("a", lambda t, ts: t.to(torch.int32), "det_gemm_nt: argument 'a' must have dtype float32, float16 or bfloat16", id="dtype-a"))
     cases.append(pytest.param("b", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "det_gemm_nt: argument 'b' must have the same dtype as argument 'a' (T)", id="same-dtype-b"))
+    cases.append(pytest.param("bias", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "det_gemm_nt: argument 'bias' must have the same dtype as argument 'a' (T)", id="same-dtype-bias"))
     cases.append(pytest.param("b", lambda t, ts: t.to("meta"), "det_gemm_nt: argument 'b' must be on the same device as argument 'a'", id="device-b"))
+    cases.append(pytest.param("bias", lambda t, ts: t.to("meta"), "det_gemm_nt: argument 'bias' must be on the same device as argument 'a'", id="device-bias"))
     cases.append(pytest.param("b", lambda t, ts: torch.cat([t, t.narrow(1, 0, 1)], dim=1), "det_gemm_nt: dimension K of argument 'b' (axis 1) must equal dimension K of argument 'a' (axis 1)", id="dim-K-b"))
+    cases.append(pytest.param("bias", lambda t, ts: torch.cat([t, t.narrow(0, 0, 1)], dim=0), "det_gemm_nt: dimension N of argument 'bias' (axis 0) must equal dimension N of argument 'b' (axis 0)", id="dim-N-bias"))
     cases.append(pytest.param("a", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm_nt: argument 'a' must be contiguous (call .contiguous() on it)", id="contiguous-a"))
     cases.append(pytest.param("b", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm_nt: argument 'b' must be contiguous (call .contiguous() on it)", id="contiguous-b"))
+    cases.append(pytest.param("bias", lambda t, ts: torch.stack([t, t], dim=-1)[..., 0], "det_gemm_nt: argument 'bias' must be contiguous (call .contiguous() on it)", id="contiguous-bias"))
     return cases
 
 

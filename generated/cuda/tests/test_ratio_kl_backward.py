@@ -29,9 +29,9 @@ SHAPES = [
 ARGS = [
     ("grad_ratio", "float32", ("B", "T"), False, None),
     ("grad_kl", "float32", ("B", "T"), False, None),
-    ("lp", "float32", ("B", "T"), False, None),
-    ("old_lp", "float32", ("B", "T"), False, None),
-    ("ref_lp", "float32", ("B", "T"), False, None),
+    ("lp", "L", ("B", "T"), False, None),
+    ("old_lp", "L", ("B", "T"), False, None),
+    ("ref_lp", "L", ("B", "T"), False, None),
     ("mask", "bool", ("B", "T"), False, {"low": 0, "high": 2, "include": [], "every": 5}),
 ]
 # Dimensions whose size is the number of true entries of an argument (they follow its data).
@@ -45,7 +45,10 @@ OUTPUTS = [
 DIVIDES = {}
 OFFSETS = {}
 GRAD_INPUTS = []
-DTYPES = ["float32"]
+# Each case gives every dtype variable a dtype; an op with several variables spells a case as
+# their dtypes joined by "/", in the order of DTYPE_VARS, and its tests run every combination.
+DTYPE_VARS = ["L"]
+DTYPES = ["float32", "float16", "bfloat16"]
 LEADING_DIM = None
 BATCH_DIM = "B"
 # Every native kernel this package carries for the op, per platform, with the sizes taken from
@@ -127,6 +130,18 @@ def reference(*args, **attrs):
     return out if isinstance(out, tuple) else (out,)
 
 
+def dtype_of(case, var):
+    """The dtype that ``case`` gives dtype variable ``var``."""
+    parts = case.split("/")
+    return parts[DTYPE_VARS.index(var)] if len(parts) > 1 else case
+
+
+def tolerance(case):
+    """The loosest tolerance among the case's dtypes: a float32 weight does not make a bfloat16 result more precise."""
+    pairs = [TOLERANCES[OP.tolerance][dtype] for dtype in case.split("/")]
+    return max(atol for atol, _ in pairs), max(rtol for _, rtol in pairs)
+
+
 def _offsets(lengths):
     return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
 
@@ -148,7 +163,7 @@ def make_inputs(dims, dtype, device, seed=0, plant=None, lengths=None):
     offsets_of = {arg: dim for dim, arg in OFFSETS.items()}
     for name, arg_dtype, shape, _, values in ARGS:
         size = [dims[d] for d in shape]
-        torch_dtype = getattr(torch, dtype if len(arg_dtype) == 1 else arg_dtype)
+        torch_dtype = getattr(torch, dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
         if name in offsets_of:
             dim = offsets_of[name]
             split = _offsets(lengths[dim]) if lengths else _random_split(dims[dim], size[0], generator)
@@ -216,7 +231,7 @@ def check_accuracy(device, kernel, dtype, shape, attrs):
     got = run_kernel(kernel, *inputs, **attrs)
     want = reference(*inputs, **attrs)
     assert len(got) == len(want) == len(OUTPUTS), f"{len(got)} outputs, the reference gives {len(want)}, the spec declares {len(OUTPUTS)}"
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
         if g.is_floating_point():
@@ -282,7 +297,7 @@ def test_empty_inputs_give_fully_written_outputs(device, kernel, dtype, dims, no
     torch.use_deterministic_algorithms(False)  # the reference may use ops without a deterministic variant
     want = reference(*inputs)
     assert len(got) == len(want) == len(OUTPUTS)
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, _, _), g, w in zip(OUTPUTS, got, want):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, the reference's {tuple(w.shape)}"
         if g.is_floating_point():
@@ -477,9 +492,9 @@ def _bad_cases():
     cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "ratio_kl_backward: argument 'mask' must be 2-D with shape [B, T]", id="rank-mask"))
     cases.append(pytest.param("grad_ratio", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'grad_ratio' must have dtype float32", id="dtype-grad_ratio"))
     cases.append(pytest.param("grad_kl", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'grad_kl' must have dtype float32", id="dtype-grad_kl"))
-    cases.append(pytest.param("lp", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'lp' must have dtype float32", id="dtype-lp"))
-    cases.append(pytest.param("old_lp", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'old_lp' must have dtype float32", id="dtype-old_lp"))
-    cases.append(pytest.param("ref_lp", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'ref_lp' must have dtype float32", id="dtype-ref_lp"))
+    cases.append(pytest.param("lp", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'lp' must have dtype float32, float16 or bfloat16", id="dtype-lp"))
+    cases.append(pytest.param("old_lp", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "ratio_kl_backward: argument 'old_lp' must have the same dtype as argument 'lp' (L)", id="same-dtype-old_lp"))
+    cases.append(pytest.param("ref_lp", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "ratio_kl_backward: argument 'ref_lp' must have the same dtype as argument 'lp' (L)", id="same-dtype-ref_lp"))
     cases.append(pytest.param("mask", lambda t, ts: t.to(torch.int32), "ratio_kl_backward: argument 'mask' must have dtype bool", id="dtype-mask"))
     cases.append(pytest.param("grad_kl", lambda t, ts: t.to("meta"), "ratio_kl_backward: argument 'grad_kl' must be on the same device as argument 'grad_ratio'", id="device-grad_kl"))
     cases.append(pytest.param("lp", lambda t, ts: t.to("meta"), "ratio_kl_backward: argument 'lp' must be on the same device as argument 'grad_ratio'", id="device-lp"))

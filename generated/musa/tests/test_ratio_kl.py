@@ -28,9 +28,9 @@ SHAPES = [
 ]
 # (name, dtype or dtype variable, shape, optional, how to fill it)
 ARGS = [
-    ("lp", "float32", ("B", "T"), False, None),
-    ("old_lp", "float32", ("B", "T"), False, None),
-    ("ref_lp", "float32", ("B", "T"), False, None),
+    ("lp", "L", ("B", "T"), False, None),
+    ("old_lp", "L", ("B", "T"), False, None),
+    ("ref_lp", "L", ("B", "T"), False, None),
     ("mask", "bool", ("B", "T"), False, {"low": 0, "high": 2, "include": [], "every": 5}),
 ]
 # Dimensions whose size is the number of true entries of an argument (they follow its data).
@@ -45,7 +45,10 @@ OUTPUTS = [
 DIVIDES = {}
 OFFSETS = {}
 GRAD_INPUTS = ["lp"]
-DTYPES = ["float32"]
+# Each case gives every dtype variable a dtype; an op with several variables spells a case as
+# their dtypes joined by "/", in the order of DTYPE_VARS, and its tests run every combination.
+DTYPE_VARS = ["L"]
+DTYPES = ["float32", "float16", "bfloat16"]
 LEADING_DIM = None
 BATCH_DIM = "B"
 # Every native kernel this package carries for the op, per platform, with the sizes taken from
@@ -127,6 +130,18 @@ def reference(*args, **attrs):
     return out if isinstance(out, tuple) else (out,)
 
 
+def dtype_of(case, var):
+    """The dtype that ``case`` gives dtype variable ``var``."""
+    parts = case.split("/")
+    return parts[DTYPE_VARS.index(var)] if len(parts) > 1 else case
+
+
+def tolerance(case):
+    """The loosest tolerance among the case's dtypes: a float32 weight does not make a bfloat16 result more precise."""
+    pairs = [TOLERANCES[OP.tolerance][dtype] for dtype in case.split("/")]
+    return max(atol for atol, _ in pairs), max(rtol for _, rtol in pairs)
+
+
 def _offsets(lengths):
     return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
 
@@ -148,7 +163,7 @@ def make_inputs(dims, dtype, device, seed=0, plant=None, lengths=None):
     offsets_of = {arg: dim for dim, arg in OFFSETS.items()}
     for name, arg_dtype, shape, _, values in ARGS:
         size = [dims[d] for d in shape]
-        torch_dtype = getattr(torch, dtype if len(arg_dtype) == 1 else arg_dtype)
+        torch_dtype = getattr(torch, dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
         if name in offsets_of:
             dim = offsets_of[name]
             split = _offsets(lengths[dim]) if lengths else _random_split(dims[dim], size[0], generator)
@@ -216,7 +231,7 @@ def check_accuracy(device, kernel, dtype, shape, attrs):
     got = run_kernel(kernel, *inputs, **attrs)
     want = reference(*inputs, **attrs)
     assert len(got) == len(want) == len(OUTPUTS), f"{len(got)} outputs, the reference gives {len(want)}, the spec declares {len(OUTPUTS)}"
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
         if g.is_floating_point():
@@ -282,7 +297,7 @@ def test_empty_inputs_give_fully_written_outputs(device, kernel, dtype, dims, no
     torch.use_deterministic_algorithms(False)  # the reference may use ops without a deterministic variant
     want = reference(*inputs)
     assert len(got) == len(want) == len(OUTPUTS)
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, _, _), g, w in zip(OUTPUTS, got, want):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, the reference's {tuple(w.shape)}"
         if g.is_floating_point():
@@ -425,7 +440,7 @@ def test_fake_kernel_under_torch_compile():
 
 def _loss_and_grads(inputs, outputs_of, cotangent_seed, output_dtypes=None):
     output_dtypes = output_dtypes or {}
-    leaves = [t.detach().requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, inputs)]
+    leaves = [None if t is None else t.detach().requires_grad_(name in GRAD_INPUTS) for (name, *_), t in zip(ARGS, inputs)]
     outputs = outputs_of(*leaves)
     generator = torch.Generator().manual_seed(cotangent_seed)
     # Cotangents are rounded to each output's dtype first, so the float32 reference
@@ -435,7 +450,7 @@ def _loss_and_grads(inputs, outputs_of, cotangent_seed, output_dtypes=None):
         for o, (name, _, differentiable) in zip(outputs, OUTPUTS)
         if differentiable and o.is_floating_point()
     )
-    return torch.autograd.grad(loss, [leaf for leaf in leaves if leaf.requires_grad])
+    return torch.autograd.grad(loss, [leaf for leaf in leaves if leaf is not None and leaf.requires_grad])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -445,7 +460,7 @@ def test_backward_matches_reference(device, dtype):
     dtypes = {name: o.dtype for (name, *_), o in zip(OUTPUTS, run(*inputs))}
     ref_inputs = [t.cpu().float() if t.is_floating_point() else t.cpu() for t in inputs]
     want = _loss_and_grads(ref_inputs, lambda *a: reference(*a), cotangent_seed=8, output_dtypes=dtypes)
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for name, g, w in zip(GRAD_INPUTS, got, want):
         torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, equal_nan=True, msg=lambda m: f"grad of {name}: {m}")
 
@@ -503,9 +518,9 @@ def _bad_cases():
     cases.append(pytest.param("old_lp", lambda t, ts: t.reshape(-1), "ratio_kl: argument 'old_lp' must be 2-D with shape [B, T]", id="rank-old_lp"))
     cases.append(pytest.param("ref_lp", lambda t, ts: t.reshape(-1), "ratio_kl: argument 'ref_lp' must be 2-D with shape [B, T]", id="rank-ref_lp"))
     cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "ratio_kl: argument 'mask' must be 2-D with shape [B, T]", id="rank-mask"))
-    cases.append(pytest.param("lp", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'lp' must have dtype float32", id="dtype-lp"))
-    cases.append(pytest.param("old_lp", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'old_lp' must have dtype float32", id="dtype-old_lp"))
-    cases.append(pytest.param("ref_lp", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'ref_lp' must have dtype float32", id="dtype-ref_lp"))
+    cases.append(pytest.param("lp", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'lp' must have dtype float32, float16 or bfloat16", id="dtype-lp"))
+    cases.append(pytest.param("old_lp", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "ratio_kl: argument 'old_lp' must have the same dtype as argument 'lp' (L)", id="same-dtype-old_lp"))
+    cases.append(pytest.param("ref_lp", lambda t, ts: t.to(torch.float16 if t.dtype != torch.float16 else torch.float32), "ratio_kl: argument 'ref_lp' must have the same dtype as argument 'lp' (L)", id="same-dtype-ref_lp"))
     cases.append(pytest.param("mask", lambda t, ts: t.to(torch.int32), "ratio_kl: argument 'mask' must have dtype bool", id="dtype-mask"))
     cases.append(pytest.param("old_lp", lambda t, ts: t.to("meta"), "ratio_kl: argument 'old_lp' must be on the same device as argument 'lp'", id="device-old_lp"))
     cases.append(pytest.param("ref_lp", lambda t, ts: t.to("meta"), "ratio_kl: argument 'ref_lp' must be on the same device as argument 'lp'", id="device-ref_lp"))

@@ -28,7 +28,7 @@ SHAPES = [
 # (name, dtype or dtype variable, shape, optional, how to fill it)
 ARGS = [
     ("grad_loss", "float32", (), False, None),
-    ("ratio", "float32", ("G", "S", "T"), False, None),
+    ("ratio", "R", ("G", "S", "T"), False, None),
     ("mask", "bool", ("G", "S", "T"), False, {"low": 0, "high": 2, "include": [], "every": 5}),
     ("adv", "float32", ("G", "S"), False, None),
 ]
@@ -44,7 +44,10 @@ OUTPUTS = [
 DIVIDES = {}
 OFFSETS = {}
 GRAD_INPUTS = []
-DTYPES = ["float32"]
+# Each case gives every dtype variable a dtype; an op with several variables spells a case as
+# their dtypes joined by "/", in the order of DTYPE_VARS, and its tests run every combination.
+DTYPE_VARS = ["R"]
+DTYPES = ["float32", "float16", "bfloat16"]
 LEADING_DIM = None
 BATCH_DIM = None
 # Every native kernel this package carries for the op, per platform, with the sizes taken from
@@ -126,6 +129,18 @@ def reference(*args, **attrs):
     return out if isinstance(out, tuple) else (out,)
 
 
+def dtype_of(case, var):
+    """The dtype that ``case`` gives dtype variable ``var``."""
+    parts = case.split("/")
+    return parts[DTYPE_VARS.index(var)] if len(parts) > 1 else case
+
+
+def tolerance(case):
+    """The loosest tolerance among the case's dtypes: a float32 weight does not make a bfloat16 result more precise."""
+    pairs = [TOLERANCES[OP.tolerance][dtype] for dtype in case.split("/")]
+    return max(atol for atol, _ in pairs), max(rtol for _, rtol in pairs)
+
+
 def _offsets(lengths):
     return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
 
@@ -147,7 +162,7 @@ def make_inputs(dims, dtype, device, seed=0, plant=None, lengths=None):
     offsets_of = {arg: dim for dim, arg in OFFSETS.items()}
     for name, arg_dtype, shape, _, values in ARGS:
         size = [dims[d] for d in shape]
-        torch_dtype = getattr(torch, dtype if len(arg_dtype) == 1 else arg_dtype)
+        torch_dtype = getattr(torch, dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
         if name in offsets_of:
             dim = offsets_of[name]
             split = _offsets(lengths[dim]) if lengths else _random_split(dims[dim], size[0], generator)
@@ -215,7 +230,7 @@ def check_accuracy(device, kernel, dtype, shape, attrs):
     got = run_kernel(kernel, *inputs, **attrs)
     want = reference(*inputs, **attrs)
     assert len(got) == len(want) == len(OUTPUTS), f"{len(got)} outputs, the reference gives {len(want)}, the spec declares {len(OUTPUTS)}"
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
         if g.is_floating_point():
@@ -281,7 +296,7 @@ def test_empty_inputs_give_fully_written_outputs(device, kernel, dtype, dims, no
     torch.use_deterministic_algorithms(False)  # the reference may use ops without a deterministic variant
     want = reference(*inputs)
     assert len(got) == len(want) == len(OUTPUTS)
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, _, _), g, w in zip(OUTPUTS, got, want):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, the reference's {tuple(w.shape)}"
         if g.is_floating_point():
@@ -473,7 +488,7 @@ def _bad_cases():
     cases.append(pytest.param("mask", lambda t, ts: t.reshape(-1), "grpo_loss_backward: argument 'mask' must be 3-D with shape [G, S, T]", id="rank-mask"))
     cases.append(pytest.param("adv", lambda t, ts: t.reshape(-1), "grpo_loss_backward: argument 'adv' must be 2-D with shape [G, S]", id="rank-adv"))
     cases.append(pytest.param("grad_loss", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'grad_loss' must have dtype float32", id="dtype-grad_loss"))
-    cases.append(pytest.param("ratio", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'ratio' must have dtype float32", id="dtype-ratio"))
+    cases.append(pytest.param("ratio", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'ratio' must have dtype float32, float16 or bfloat16", id="dtype-ratio"))
     cases.append(pytest.param("mask", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'mask' must have dtype bool", id="dtype-mask"))
     cases.append(pytest.param("adv", lambda t, ts: t.to(torch.int32), "grpo_loss_backward: argument 'adv' must have dtype float32", id="dtype-adv"))
     cases.append(pytest.param("ratio", lambda t, ts: t.to("meta"), "grpo_loss_backward: argument 'ratio' must be on the same device as argument 'grad_loss'", id="device-ratio"))

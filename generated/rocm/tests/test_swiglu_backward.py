@@ -43,6 +43,9 @@ OUTPUTS = [
 DIVIDES = {}
 OFFSETS = {}
 GRAD_INPUTS = []
+# Each case gives every dtype variable a dtype; an op with several variables spells a case as
+# their dtypes joined by "/", in the order of DTYPE_VARS, and its tests run every combination.
+DTYPE_VARS = ["T"]
 DTYPES = ["float32", "float16", "bfloat16"]
 LEADING_DIM = "R"
 BATCH_DIM = "R"
@@ -125,6 +128,18 @@ def reference(*args, **attrs):
     return out if isinstance(out, tuple) else (out,)
 
 
+def dtype_of(case, var):
+    """The dtype that ``case`` gives dtype variable ``var``."""
+    parts = case.split("/")
+    return parts[DTYPE_VARS.index(var)] if len(parts) > 1 else case
+
+
+def tolerance(case):
+    """The loosest tolerance among the case's dtypes: a float32 weight does not make a bfloat16 result more precise."""
+    pairs = [TOLERANCES[OP.tolerance][dtype] for dtype in case.split("/")]
+    return max(atol for atol, _ in pairs), max(rtol for _, rtol in pairs)
+
+
 def _offsets(lengths):
     return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
 
@@ -146,7 +161,7 @@ def make_inputs(dims, dtype, device, seed=0, plant=None, lengths=None):
     offsets_of = {arg: dim for dim, arg in OFFSETS.items()}
     for name, arg_dtype, shape, _, values in ARGS:
         size = [dims[d] for d in shape]
-        torch_dtype = getattr(torch, dtype if len(arg_dtype) == 1 else arg_dtype)
+        torch_dtype = getattr(torch, dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
         if name in offsets_of:
             dim = offsets_of[name]
             split = _offsets(lengths[dim]) if lengths else _random_split(dims[dim], size[0], generator)
@@ -214,7 +229,7 @@ def check_accuracy(device, kernel, dtype, shape, attrs):
     got = run_kernel(kernel, *inputs, **attrs)
     want = reference(*inputs, **attrs)
     assert len(got) == len(want) == len(OUTPUTS), f"{len(got)} outputs, the reference gives {len(want)}, the spec declares {len(OUTPUTS)}"
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, shape_dims, _), g, w in zip(OUTPUTS, got, want):
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
         if g.is_floating_point():
@@ -280,7 +295,7 @@ def test_empty_inputs_give_fully_written_outputs(device, kernel, dtype, dims, no
     torch.use_deterministic_algorithms(False)  # the reference may use ops without a deterministic variant
     want = reference(*inputs)
     assert len(got) == len(want) == len(OUTPUTS)
-    atol, rtol = TOLERANCES[OP.tolerance][dtype]
+    atol, rtol = tolerance(dtype)
     for (name, _, _), g, w in zip(OUTPUTS, got, want):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, the reference's {tuple(w.shape)}"
         if g.is_floating_point():

@@ -3,10 +3,11 @@
 // Template: templates/kernels/ratio_kl_backward_elementwise.j2
 // ratio_kl_backward / elementwise on CPU: Gradient of ratio_kl with respect to the policy log-probabilities.
 //
-// Every token on its own, with one rounding per operation, the exponentials computed
-// exactly as ratio_kl computes them:
+// Every token on its own, the log-probabilities (storage type L) read exactly as float32,
+// with one rounding per operation, the exponentials computed exactly as ratio_kl computes them:
 //   grad_lp = grad_ratio * exp_f32(lp - old_lp) - grad_kl * expm1_f32(ref_lp - lp)
-// where the mask is true, 0 where it is false; any NaN is stored as 0x7fc00000.  The
+// where the mask is true, 0 where it is false, rounded once to L at the store; any NaN is
+// stored as the canonical NaN of L.  The
 // device and the host share the element code below, so both return the same bits.
 
 #include "ratio_kl_backward_elementwise.h"
@@ -18,24 +19,52 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-RLK_ARITH float element(int64_t i, const float* grad_ratio, const float* grad_kl, const float* lp, const float* old_lp,
-                        const float* ref_lp, const bool* mask) {
-  if (!mask[i]) return 0.0f;
-  const float ratio = exp_f32(add_rn(lp[i], -old_lp[i]));
-  const float kl_slope = expm1_f32(add_rn(ref_lp[i], -lp[i]));  // -d kl / d lp
-  return canonical(add_rn(mul_rn(grad_ratio[i], ratio), -mul_rn(grad_kl[i], kl_slope)));
+template <typename L>
+RLK_ARITH L element(int64_t i, const float* grad_ratio, const float* grad_kl, const L* lp, const L* old_lp, const L* ref_lp,
+                    const bool* mask) {
+  if (!mask[i]) return from_float<L>(0.0f);
+  const float lp_i = to_float(lp[i]);
+  const float ratio = exp_f32(add_rn(lp_i, -to_float(old_lp[i])));
+  const float kl_slope = expm1_f32(add_rn(to_float(ref_lp[i]), -lp_i));  // -d kl / d lp
+  return from_float<L>(add_rn(mul_rn(grad_ratio[i], ratio), -mul_rn(grad_kl[i], kl_slope)));
 }
 
 }  // namespace
 
-void ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, int64_t B, int64_t T, int64_t num_threads) {
+void ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, Dtype dtype_L, int64_t B, int64_t T, int64_t num_threads) {
   // Tokens are independent: threads split them, and change no bit.
-  float* out = static_cast<float*>(grad_lp);
-  parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      out[i] = element(i, static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const float*>(lp),
-                       static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp), static_cast<const bool*>(mask));
-  });
+  switch (dtype_L) {
+    case Dtype::float32: {
+      using L = float;
+      L* out = static_cast<L*>(grad_lp);
+      parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          out[i] = element(i, static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const L*>(lp),
+                           static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp), static_cast<const bool*>(mask));
+      });
+      return;
+    }
+    case Dtype::float16: {
+      using L = half_t;
+      L* out = static_cast<L*>(grad_lp);
+      parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          out[i] = element(i, static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const L*>(lp),
+                           static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp), static_cast<const bool*>(mask));
+      });
+      return;
+    }
+    case Dtype::bfloat16: {
+      using L = bfloat16_t;
+      L* out = static_cast<L*>(grad_lp);
+      parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          out[i] = element(i, static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const L*>(lp),
+                           static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp), static_cast<const bool*>(mask));
+      });
+      return;
+    }
+  }
 }
 
 }  // namespace cpu

@@ -6,7 +6,9 @@
 // For each row t, in float32 with one rounding per operation:
 //   ss      = sum over h of x[t,h] * x[t,h], in lanes_tree order with kLanes lanes
 //   rstd[t] = rsqrt_f32(ss / H + eps)
-//   y[t,h]  = (x[t,h] * rstd[t]) * w[h], cast once to the storage type
+//   y[t,h]  = (x[t,h] * rstd[t]) * w[h], cast once to x's storage type
+// w has its own storage type W (float32 weights with 16-bit activations); to_float
+// reads any of them exactly, so only x's dtype and w's values decide the bits.
 // A device block is exactly kLanes threads, thread l being lane l of the tree; the host
 // adds the same terms into the same lanes.  Nothing here depends on T, so a row's bits do
 // not depend on the batch, and device and host agree bit for bit.
@@ -30,10 +32,10 @@ RLK_ARITH float row_rstd(float sum_of_squares, int64_t H, float eps) {
 
 RLK_ARITH float normalized(float x, float rstd, float w) { return mul_rn(mul_rn(x, rstd), w); }
 
-template <typename D>
+template <typename D, typename W>
 void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int64_t T, int64_t H, float eps, int64_t num_threads) {
   const D* x = static_cast<const D*>(x_ptr);
-  const D* w = static_cast<const D*>(w_ptr);
+  const W* w = static_cast<const W*>(w_ptr);
   D* y = static_cast<D*>(y_ptr);
   float* rstd = static_cast<float*>(rstd_ptr);
   // Rows are independent: threads split them, and change no bit.
@@ -54,23 +56,60 @@ void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int6
 
 }  // namespace
 
-void rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, int64_t T, int64_t H, float eps, int64_t num_threads) {
-  switch (dtype_D) {
-    case Dtype::float32: {
-      using D = float;
-      run<D>(x, w, y, rstd, T, H, eps, num_threads);
-      return;
-    }
-    case Dtype::float16: {
-      using D = half_t;
-      run<D>(x, w, y, rstd, T, H, eps, num_threads);
-      return;
-    }
-    case Dtype::bfloat16: {
-      using D = bfloat16_t;
-      run<D>(x, w, y, rstd, T, H, eps, num_threads);
-      return;
-    }
+void rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, float eps, int64_t num_threads) {
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
+    using D = float;
+    using W = float;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
+    using D = float;
+    using W = half_t;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
+    using D = float;
+    using W = bfloat16_t;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
+    using D = half_t;
+    using W = float;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
+    using D = half_t;
+    using W = half_t;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
+    using D = half_t;
+    using W = bfloat16_t;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
+    using D = bfloat16_t;
+    using W = float;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
+    using D = bfloat16_t;
+    using W = half_t;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
+    using D = bfloat16_t;
+    using W = bfloat16_t;
+    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    return;
   }
 }
 

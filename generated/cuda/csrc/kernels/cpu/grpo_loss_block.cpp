@@ -10,6 +10,7 @@
 // 2. Per token i = (g*S + s)*T + t where mask[i] is true:
 //      l = beta*kl[i] - min(ratio[i]*adv, clip(ratio[i], 1 - eps_low, 1 + eps_high)*adv)
 //    (the bounds rounded to float32 from the float32 attributes); masked tokens add 0.
+//    ratio and kl (storage type R: float32, bfloat16 or float16) are read exactly as float32.
 // 3. The loss sum and the token count are lanes trees (LANES = 1024) over i, and
 //    loss = sum / max(count, 1).  Any NaN stored (loss, adv) is 0x7fc00000.
 // The device runs one block of LANES threads for the whole tensor, lane l adding
@@ -60,10 +61,8 @@ RLK_ARITH float token_loss(float ratio, float kl, float adv, float lo, float hi,
 
 }  // namespace
 
-void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const void* rewards, void* loss, void* adv, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, int64_t num_threads) {
+void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const void* rewards, void* loss, void* adv, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, int64_t num_threads) {
   (void)num_threads;  // one thread, as the device's one block: the lanes tree fixes the order anyway
-  const float* ratio_f = static_cast<const float*>(ratio);
-  const float* kl_f = static_cast<const float*>(kl);
   const bool* mask_b = static_cast<const bool*>(mask);
   const float* rewards_f = static_cast<const float*>(rewards);
   float* adv_f = static_cast<float*>(adv);
@@ -72,8 +71,36 @@ void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const 
   const float lo = add_rn(1.0f, -eps_low);
   const float hi = add_rn(1.0f, eps_high);
   const int64_t n = G * S * T;
-  const float sum = host_sum_lanes_tree<kLanes>(
-      n, [&](int64_t i) { return mask_b[i] ? token_loss(ratio_f[i], kl_f[i], adv_f[i / T], lo, hi, beta) : 0.0f; });
+  float sum = 0.0f;
+  switch (dtype_R) {
+    case Dtype::float32: {
+      using R = float;
+      const R* ratio_r = static_cast<const R*>(ratio);
+      const R* kl_r = static_cast<const R*>(kl);
+      sum = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) {
+        return mask_b[i] ? token_loss(to_float(ratio_r[i]), to_float(kl_r[i]), adv_f[i / T], lo, hi, beta) : 0.0f;
+      });
+      break;
+    }
+    case Dtype::float16: {
+      using R = half_t;
+      const R* ratio_r = static_cast<const R*>(ratio);
+      const R* kl_r = static_cast<const R*>(kl);
+      sum = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) {
+        return mask_b[i] ? token_loss(to_float(ratio_r[i]), to_float(kl_r[i]), adv_f[i / T], lo, hi, beta) : 0.0f;
+      });
+      break;
+    }
+    case Dtype::bfloat16: {
+      using R = bfloat16_t;
+      const R* ratio_r = static_cast<const R*>(ratio);
+      const R* kl_r = static_cast<const R*>(kl);
+      sum = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) {
+        return mask_b[i] ? token_loss(to_float(ratio_r[i]), to_float(kl_r[i]), adv_f[i / T], lo, hi, beta) : 0.0f;
+      });
+      break;
+    }
+  }
   const float count = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) { return mask_b[i] ? 1.0f : 0.0f; });
   *static_cast<float*>(loss) = canonical(div_rn(sum, count > 1.0f ? count : 1.0f));
 }

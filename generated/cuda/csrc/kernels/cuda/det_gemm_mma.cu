@@ -199,8 +199,8 @@ struct OperandCopy {
 // memory, so the same bits; only slower).
 template <typename T, class C, bool kVector>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
-    det_gemm_mma_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c,
-                                     int64_t M, int64_t K, int64_t N) {
+    det_gemm_mma_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ bias,
+                                     T* __restrict__ c, int64_t M, int64_t K, int64_t N) {
   using TileA = typename C::TileA;
   using TileB = typename C::TileB;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   }
   copy_async_wait<0>();  // no copy may outlive the block (the tail groups are empty)
 
-  // ---- epilogue: the one rounding, then the store.  Accumulator r of mma tile
+  // ---- epilogue: the bias (when given), the one rounding, then the store.  Accumulator r of mma tile
   // (i, j) sits at row lane / 4 (+8 for r >= 2), column 2 * (lane % 4) (+1 for odd r).
   // A pair of neighbours is one 4-byte store when N is even and c 4-byte aligned.
   const bool pair_store = N % 2 == 0 && reinterpret_cast<uintptr_t>(c) % 4 == 0;
@@ -365,8 +365,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
       for (int j = 0; j < C::kFragN; ++j) {
         const int64_t n = out_col + j * 8;
-        const T lo = from_float<T>(acc[i][j][half * 2]);
-        const T hi = from_float<T>(acc[i][j][half * 2 + 1]);
+        float sum_lo = acc[i][j][half * 2];
+        float sum_hi = acc[i][j][half * 2 + 1];
+        if (bias != nullptr) {
+          if (n < N) sum_lo = add_rn(sum_lo, to_float(bias[n]));
+          if (n + 1 < N) sum_hi = add_rn(sum_hi, to_float(bias[n + 1]));
+        }
+        const T lo = from_float<T>(sum_lo);
+        const T hi = from_float<T>(sum_hi);
         if (pair_store && n + 1 < N) {
           *reinterpret_cast<uint32_t*>(c_row + n) = storage_bits(lo) | (static_cast<uint32_t>(storage_bits(hi)) << 16);
         } else {
@@ -382,7 +388,8 @@ bool aligned_16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0
 
 // Enqueues the kernel with tile configuration C.
 template <typename T, class C>
-cudaError_t launch_tiles(const T* a, const T* b, T* c, int64_t M, int64_t K, int64_t N, cudaStream_t stream) {
+cudaError_t launch_tiles(const T* a, const T* b, const T* bias, T* c, int64_t M, int64_t K, int64_t N,
+                                   cudaStream_t stream) {
   if (M == 0 || N == 0) return cudaSuccess;
   const int64_t blocks = (M + C::kBlockM - 1) / C::kBlockM * ((N + C::kBlockN - 1) / C::kBlockN);
   if (blocks > 0x7fffffff || (K + C::kBlockK - 1) / C::kBlockK > 0x7fffffff) return cudaErrorInvalidValue;
@@ -397,20 +404,21 @@ cudaError_t launch_tiles(const T* a, const T* b, T* c, int64_t M, int64_t K, int
     if (status != cudaSuccess) return status;
   }
   const dim3 grid(static_cast<unsigned>(blocks));
-  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a, b, c, M, K, N);
+  kernel<<<grid, C::kThreads, C::kSmemBytes, stream>>>(a, b, bias, c, M, K, N);
   return cudaGetLastError();
 }
 
 // bfloat16 and float16: the tensor-core kernel.
 template <typename T>
-cudaError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N,
+cudaError_t launch(const void* a, const void* b, const void* bias, void* c, int64_t M, int64_t K, int64_t N,
                      cudaStream_t stream) {
-  return launch_tiles<T, Tiles>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c), M, K, N, stream);
+  return launch_tiles<T, Tiles>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(bias), static_cast<T*>(c),
+                                M, K, N, stream);
 }
 
 // float32: tensor cores would round the inputs to TF32, so never here.
 template <>
-cudaError_t launch<float>(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N,
+cudaError_t launch<float>(const void* a, const void* b, const void* bias, void* c, int64_t M, int64_t K, int64_t N,
                             cudaStream_t stream) {
   // The portable simt kernel: float32 accumulation of exact float32 products.
   return det_gemm_simt(a, b, c, Dtype::float32, Dtype::float32, M, K, N, false, stream);
@@ -427,15 +435,15 @@ cudaError_t det_gemm_mma(const void* a, const void* b, void* c, Dtype dtype_T, D
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(a, b, c, M, K, N, stream);
+      return launch<T>(a, b, nullptr, c, M, K, N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(a, b, c, M, K, N, stream);
+      return launch<T>(a, b, nullptr, c, M, K, N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(a, b, c, M, K, N, stream);
+      return launch<T>(a, b, nullptr, c, M, K, N, stream);
     }
   }
   return cudaErrorInvalidValue;

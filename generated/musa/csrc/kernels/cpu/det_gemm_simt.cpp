@@ -131,6 +131,7 @@ struct Packed {
   int64_t M, K, N;
   const float* a;  // [strips][K][Rows]
   const float* b;  // [panels][K][kCols]
+  const float* bias;  // [N] as float32, or null: added to each accumulator before the store
   int64_t strips, panels, panels_per_item, strip_items;
 };
 
@@ -150,7 +151,10 @@ RLK_HOST_INLINE void compute_item(const Packed& p, int64_t item, T* c) {
       const int64_t n0 = q * kCols;
       const int64_t cols = std::min(kCols, p.N - n0);
       for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) c[(m0 + i) * p.N + n0 + j] = from_float<T>(out[i * kCols + j]);
+        for (int64_t j = 0; j < cols; ++j) {
+          const float sum = out[i * kCols + j];
+          c[(m0 + i) * p.N + n0 + j] = from_float<T>(p.bias != nullptr ? add_rn(sum, p.bias[n0 + j]) : sum);
+        }
     }
   }
 }
@@ -234,7 +238,8 @@ void pack_b_panel(const T* b, int64_t K, int64_t N, int64_t q, float* dst) {
 
 // T: the operands' storage type; TC: the output's (T, or float32 on request).
 template <typename T, typename TC>
-void run(const void* a_ptr, const void* b_ptr, void* c_ptr, int64_t M, int64_t K, int64_t N, int64_t num_threads) {
+void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr, int64_t M, int64_t K, int64_t N,
+         int64_t num_threads) {
   if (M == 0 || N == 0) return;
   const T* a = static_cast<const T*>(a_ptr);
   const T* b = static_cast<const T*>(b_ptr);
@@ -260,6 +265,10 @@ void run(const void* a_ptr, const void* b_ptr, void* c_ptr, int64_t M, int64_t K
   });
   p.a = a_packed.data();
   p.b = b_packed.data();
+  // The bias as float32 (exact), read by every strip.
+  const Scratch bias_f32(bias_ptr != nullptr ? N : 0);
+  for (int64_t n = 0; bias_ptr != nullptr && n < N; ++n) bias_f32.data()[n] = to_float(static_cast<const T*>(bias_ptr)[n]);
+  p.bias = bias_ptr != nullptr ? bias_f32.data() : nullptr;
 
   // Item sizes depend on K only, never on M, like every other tiling choice here.
   p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (std::max<int64_t>(K, 1) * kCols * int64_t{sizeof(float)}));
@@ -274,20 +283,20 @@ void det_gemm_simt(const void* a, const void* b, void* c, Dtype dtype_T, Dtype d
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      if (dtype_c == Dtype::float32) return run<T, float>(a, b, c, M, K, N, num_threads);
-      run<T, T>(a, b, c, M, K, N, num_threads);
+      if (dtype_c == Dtype::float32) return run<T, float>(a, b, nullptr, c, M, K, N, num_threads);
+      run<T, T>(a, b, nullptr, c, M, K, N, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      if (dtype_c == Dtype::float32) return run<T, float>(a, b, c, M, K, N, num_threads);
-      run<T, T>(a, b, c, M, K, N, num_threads);
+      if (dtype_c == Dtype::float32) return run<T, float>(a, b, nullptr, c, M, K, N, num_threads);
+      run<T, T>(a, b, nullptr, c, M, K, N, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      if (dtype_c == Dtype::float32) return run<T, float>(a, b, c, M, K, N, num_threads);
-      run<T, T>(a, b, c, M, K, N, num_threads);
+      if (dtype_c == Dtype::float32) return run<T, float>(a, b, nullptr, c, M, K, N, num_threads);
+      run<T, T>(a, b, nullptr, c, M, K, N, num_threads);
       return;
     }
   }

@@ -7,9 +7,9 @@
 //   gw      = g[t,h] * w[h]
 //   c       = sum over h of gw * x[t,h], in lanes_tree order with kLanes lanes
 //   k       = ((c * r) * r) / H
-//   dx[t,h] = r * (gw - x[t,h] * k), cast once to the storage type
+//   dx[t,h] = r * (gw - x[t,h] * k), cast once to x's storage type D
 //   dw[h]   = sum over t of g[t,h] * (x[t,h] * r), in lanes_tree order over T with
-//             kDwLanes lanes, cast once to the storage type
+//             kDwLanes lanes, cast once to w's storage type W
 // x * r is rounded as in the forward pass.  Both sums have a fixed order and no atomics;
 // dw adds every row, so it depends on the batch (dx does not).  Device and host run the
 // same operations in the same order.
@@ -38,15 +38,15 @@ RLK_ARITH float input_grad(float gw, float x, float r, float k) { return mul_rn(
 
 RLK_ARITH float weight_grad_term(float g, float x, float r) { return mul_rn(g, mul_rn(x, r)); }
 
-template <typename D>
+template <typename D, typename W>
 void run(const void* g_ptr, const void* x_ptr, const void* w_ptr, const void* rstd_ptr, void* dx_ptr, void* dw_ptr,
          int64_t T, int64_t H, int64_t num_threads) {
   const D* g = static_cast<const D*>(g_ptr);
   const D* x = static_cast<const D*>(x_ptr);
-  const D* w = static_cast<const D*>(w_ptr);
+  const W* w = static_cast<const W*>(w_ptr);
   const float* rstd = static_cast<const float*>(rstd_ptr);
   D* dx = static_cast<D*>(dx_ptr);
-  D* dw = static_cast<D*>(dw_ptr);
+  W* dw = static_cast<W*>(dw_ptr);
 
   // lanes[l][h] holds the dw partial sum of rows l, l + kDwLanes, ... of column h.  Threads
   // take whole lanes: each lane still adds its rows in ascending order, and each row's dx
@@ -76,28 +76,65 @@ void run(const void* g_ptr, const void* x_ptr, const void* w_ptr, const void* rs
   for (int half = kDwLanes / 2; half > 0; half >>= 1)
     for (int l = 0; l < half; ++l)
       for (int64_t h = 0; h < H; ++h) lanes[l * H + h] = add_rn(lanes[l * H + h], lanes[(l + half) * H + h]);
-  for (int64_t h = 0; h < H; ++h) dw[h] = from_float<D>(lanes[h]);
+  for (int64_t h = 0; h < H; ++h) dw[h] = from_float<W>(lanes[h]);
 }
 
 }  // namespace
 
-void rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, int64_t T, int64_t H, int64_t num_threads) {
-  switch (dtype_D) {
-    case Dtype::float32: {
-      using D = float;
-      run<D>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
-      return;
-    }
-    case Dtype::float16: {
-      using D = half_t;
-      run<D>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
-      return;
-    }
-    case Dtype::bfloat16: {
-      using D = bfloat16_t;
-      run<D>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
-      return;
-    }
+void rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, int64_t num_threads) {
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
+    using D = float;
+    using W = float;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
+    using D = float;
+    using W = half_t;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
+    using D = float;
+    using W = bfloat16_t;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
+    using D = half_t;
+    using W = float;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
+    using D = half_t;
+    using W = half_t;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
+    using D = half_t;
+    using W = bfloat16_t;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
+    using D = bfloat16_t;
+    using W = float;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
+    using D = bfloat16_t;
+    using W = half_t;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
+    using D = bfloat16_t;
+    using W = bfloat16_t;
+    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    return;
   }
 }
 

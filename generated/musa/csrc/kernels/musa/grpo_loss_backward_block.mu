@@ -9,7 +9,8 @@
 // per operation:
 //   grad_ratio[i] = -(c * adv) if ratio*adv <= clip(ratio, 1 - eps_low, 1 + eps_high)*adv, else 0
 //   grad_kl[i]    = beta * c
-// and 0 for both where mask[i] is false; any NaN is stored as 0x7fc00000.  The device
+// and 0 for both where mask[i] is false, each rounded once to ratio's storage type R at
+// the store (ratio is read exactly as float32); any NaN is stored canonical.  The device
 // runs one block of LANES threads (the count needs the whole mask before any token's
 // gradient); the host adds in the same order and shares the element code, so both
 // return the same bits.
@@ -32,24 +33,26 @@ RLK_ARITH float clip(float x, float lo, float hi) {
 }
 
 // The gradients of one token, from its loaded values.
-RLK_ARITH void element(bool keep, float ratio, float adv, float scale, float lo, float hi, float beta, float* grad_ratio,
-                       float* grad_kl) {
+template <typename R>
+RLK_ARITH void element(bool keep, float ratio, float adv, float scale, float lo, float hi, float beta, R* grad_ratio,
+                       R* grad_kl) {
   if (!keep) {
-    *grad_ratio = 0.0f;
-    *grad_kl = 0.0f;
+    *grad_ratio = from_float<R>(0.0f);
+    *grad_kl = from_float<R>(0.0f);
     return;
   }
   const bool unclipped_is_min = mul_rn(ratio, adv) <= mul_rn(clip(ratio, lo, hi), adv);
-  *grad_ratio = canonical(unclipped_is_min ? -mul_rn(scale, adv) : 0.0f);
-  *grad_kl = canonical(mul_rn(beta, scale));
+  *grad_ratio = from_float<R>(unclipped_is_min ? -mul_rn(scale, adv) : 0.0f);
+  *grad_kl = from_float<R>(mul_rn(beta, scale));
 }
 
 // Tokens a thread loads before it uses them: one block has to keep many loads in flight.
 constexpr int kUnroll = 4;
 
+template <typename R>
 __global__ void __launch_bounds__(kLanes) grpo_loss_backward_block_kernel(
-    const float* __restrict__ grad_loss, const float* __restrict__ ratio, const bool* __restrict__ mask,
-    const float* __restrict__ adv, float* __restrict__ grad_ratio, float* __restrict__ grad_kl, int64_t G, int64_t S,
+    const float* __restrict__ grad_loss, const R* __restrict__ ratio, const bool* __restrict__ mask,
+    const float* __restrict__ adv, R* __restrict__ grad_ratio, R* __restrict__ grad_kl, int64_t G, int64_t S,
     int64_t T, float eps_low, float eps_high, float beta) {
   __shared__ float scratch[kLanes];
   const int lane = static_cast<int>(threadIdx.x);
@@ -70,7 +73,7 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_backward_block_kernel(
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t at = i + j * kLanes;
       keep[j] = mask[at];
-      r[j] = ratio[at];
+      r[j] = to_float(ratio[at]);
       a[j] = adv[at / T];
     }
 #pragma unroll
@@ -79,18 +82,37 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_backward_block_kernel(
       element(keep[j], r[j], a[j], scale, lo, hi, beta, grad_ratio + at, grad_kl + at);
     }
   }
-  for (; i < n; i += kLanes) element(mask[i], ratio[i], adv[i / T], scale, lo, hi, beta, grad_ratio + i, grad_kl + i);
+  for (; i < n; i += kLanes) element(mask[i], to_float(ratio[i]), adv[i / T], scale, lo, hi, beta, grad_ratio + i, grad_kl + i);
 }
 
 }  // namespace
 
-musaError_t grpo_loss_backward_block(const void* grad_loss, const void* ratio, const void* mask, const void* adv, void* grad_ratio, void* grad_kl, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, musaStream_t stream) {
+musaError_t grpo_loss_backward_block(const void* grad_loss, const void* ratio, const void* mask, const void* adv, void* grad_ratio, void* grad_kl, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, musaStream_t stream) {
   // One block for every size: the count's summation order may not depend on a launch parameter.
-  grpo_loss_backward_block_kernel<<<1, kLanes, 0, stream>>>(
-      static_cast<const float*>(grad_loss), static_cast<const float*>(ratio), static_cast<const bool*>(mask),
-      static_cast<const float*>(adv), static_cast<float*>(grad_ratio), static_cast<float*>(grad_kl), G, S, T, eps_low, eps_high,
-      beta);
-  return musaGetLastError();
+  switch (dtype_R) {
+    case Dtype::float32: {
+      using R = float;
+      grpo_loss_backward_block_kernel<R><<<1, kLanes, 0, stream>>>(
+          static_cast<const float*>(grad_loss), static_cast<const R*>(ratio), static_cast<const bool*>(mask),
+          static_cast<const float*>(adv), static_cast<R*>(grad_ratio), static_cast<R*>(grad_kl), G, S, T, eps_low, eps_high, beta);
+      return musaGetLastError();
+    }
+    case Dtype::float16: {
+      using R = half_t;
+      grpo_loss_backward_block_kernel<R><<<1, kLanes, 0, stream>>>(
+          static_cast<const float*>(grad_loss), static_cast<const R*>(ratio), static_cast<const bool*>(mask),
+          static_cast<const float*>(adv), static_cast<R*>(grad_ratio), static_cast<R*>(grad_kl), G, S, T, eps_low, eps_high, beta);
+      return musaGetLastError();
+    }
+    case Dtype::bfloat16: {
+      using R = bfloat16_t;
+      grpo_loss_backward_block_kernel<R><<<1, kLanes, 0, stream>>>(
+          static_cast<const float*>(grad_loss), static_cast<const R*>(ratio), static_cast<const bool*>(mask),
+          static_cast<const float*>(adv), static_cast<R*>(grad_ratio), static_cast<R*>(grad_kl), G, S, T, eps_low, eps_high, beta);
+      return musaGetLastError();
+    }
+  }
+  return musaErrorInvalidValue;
 }
 
 }  // namespace musa

@@ -6,7 +6,9 @@
 // For each row t, in float32 with one rounding per operation:
 //   ss      = sum over h of x[t,h] * x[t,h], in lanes_tree order with kLanes lanes
 //   rstd[t] = rsqrt_f32(ss / H + eps)
-//   y[t,h]  = (x[t,h] * rstd[t]) * w[h], cast once to the storage type
+//   y[t,h]  = (x[t,h] * rstd[t]) * w[h], cast once to x's storage type
+// w has its own storage type W (float32 weights with 16-bit activations); to_float
+// reads any of them exactly, so only x's dtype and w's values decide the bits.
 // A device block is exactly kLanes threads, thread l being lane l of the tree; the host
 // adds the same terms into the same lanes.  Nothing here depends on T, so a row's bits do
 // not depend on the batch, and device and host agree bit for bit.
@@ -29,9 +31,9 @@ RLK_ARITH float row_rstd(float sum_of_squares, int64_t H, float eps) {
 
 RLK_ARITH float normalized(float x, float rstd, float w) { return mul_rn(mul_rn(x, rstd), w); }
 
-template <typename D>
+template <typename D, typename W>
 __global__ void __launch_bounds__(kLanes)
-    rms_norm_rows_kernel(const D* __restrict__ x, const D* __restrict__ w, D* __restrict__ y,
+    rms_norm_rows_kernel(const D* __restrict__ x, const W* __restrict__ w, D* __restrict__ y,
                                       float* __restrict__ rstd, int64_t T, int64_t H, float eps) {
   __shared__ float scratch[kLanes];
   const int lane = static_cast<int>(threadIdx.x);
@@ -51,32 +53,63 @@ __global__ void __launch_bounds__(kLanes)
   }
 }
 
-template <typename D>
+template <typename D, typename W>
 musaError_t launch(const void* x, const void* w, void* y, void* rstd, int64_t T, int64_t H, float eps,
                      musaStream_t stream) {
   if (T == 0) return musaSuccess;
   const int64_t blocks = T < kMaxGridBlocks ? T : kMaxGridBlocks;  // a grid every device accepts
-  rms_norm_rows_kernel<D><<<static_cast<unsigned>(blocks), kLanes, 0, stream>>>(
-      static_cast<const D*>(x), static_cast<const D*>(w), static_cast<D*>(y), static_cast<float*>(rstd), T, H, eps);
+  rms_norm_rows_kernel<D, W><<<static_cast<unsigned>(blocks), kLanes, 0, stream>>>(
+      static_cast<const D*>(x), static_cast<const W*>(w), static_cast<D*>(y), static_cast<float*>(rstd), T, H, eps);
   return musaGetLastError();
 }
 
 }  // namespace
 
-musaError_t rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, int64_t T, int64_t H, float eps, musaStream_t stream) {
-  switch (dtype_D) {
-    case Dtype::float32: {
-      using D = float;
-      return launch<D>(x, w, y, rstd, T, H, eps, stream);
-    }
-    case Dtype::float16: {
-      using D = half_t;
-      return launch<D>(x, w, y, rstd, T, H, eps, stream);
-    }
-    case Dtype::bfloat16: {
-      using D = bfloat16_t;
-      return launch<D>(x, w, y, rstd, T, H, eps, stream);
-    }
+musaError_t rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, float eps, musaStream_t stream) {
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
+    using D = float;
+    using W = float;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
+    using D = float;
+    using W = half_t;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
+    using D = float;
+    using W = bfloat16_t;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
+    using D = half_t;
+    using W = float;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
+    using D = half_t;
+    using W = half_t;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
+    using D = half_t;
+    using W = bfloat16_t;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
+    using D = bfloat16_t;
+    using W = float;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
+    using D = bfloat16_t;
+    using W = half_t;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
+    using D = bfloat16_t;
+    using W = bfloat16_t;
+    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
   }
   return musaErrorInvalidValue;
 }

@@ -9,7 +9,8 @@
 // per operation:
 //   grad_ratio[i] = -(c * adv) if ratio*adv <= clip(ratio, 1 - eps_low, 1 + eps_high)*adv, else 0
 //   grad_kl[i]    = beta * c
-// and 0 for both where mask[i] is false; any NaN is stored as 0x7fc00000.  The device
+// and 0 for both where mask[i] is false, each rounded once to ratio's storage type R at
+// the store (ratio is read exactly as float32); any NaN is stored canonical.  The device
 // runs one block of LANES threads (the count needs the whole mask before any token's
 // gradient); the host adds in the same order and shares the element code, so both
 // return the same bits.
@@ -32,21 +33,22 @@ RLK_ARITH float clip(float x, float lo, float hi) {
 }
 
 // The gradients of one token, from its loaded values.
-RLK_ARITH void element(bool keep, float ratio, float adv, float scale, float lo, float hi, float beta, float* grad_ratio,
-                       float* grad_kl) {
+template <typename R>
+RLK_ARITH void element(bool keep, float ratio, float adv, float scale, float lo, float hi, float beta, R* grad_ratio,
+                       R* grad_kl) {
   if (!keep) {
-    *grad_ratio = 0.0f;
-    *grad_kl = 0.0f;
+    *grad_ratio = from_float<R>(0.0f);
+    *grad_kl = from_float<R>(0.0f);
     return;
   }
   const bool unclipped_is_min = mul_rn(ratio, adv) <= mul_rn(clip(ratio, lo, hi), adv);
-  *grad_ratio = canonical(unclipped_is_min ? -mul_rn(scale, adv) : 0.0f);
-  *grad_kl = canonical(mul_rn(beta, scale));
+  *grad_ratio = from_float<R>(unclipped_is_min ? -mul_rn(scale, adv) : 0.0f);
+  *grad_kl = from_float<R>(mul_rn(beta, scale));
 }
 
 }  // namespace
 
-void grpo_loss_backward_block(const void* grad_loss, const void* ratio, const void* mask, const void* adv, void* grad_ratio, void* grad_kl, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, int64_t num_threads) {
+void grpo_loss_backward_block(const void* grad_loss, const void* ratio, const void* mask, const void* adv, void* grad_ratio, void* grad_kl, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, int64_t num_threads) {
   (void)num_threads;  // one thread, as the device's one block: the lanes tree fixes the order anyway
   const bool* mask_b = static_cast<const bool*>(mask);
   const int64_t n = G * S * T;
@@ -54,12 +56,36 @@ void grpo_loss_backward_block(const void* grad_loss, const void* ratio, const vo
   const float scale = div_rn(*static_cast<const float*>(grad_loss), count > 1.0f ? count : 1.0f);
   const float lo = add_rn(1.0f, -eps_low);
   const float hi = add_rn(1.0f, eps_high);
-  const float* ratio_f = static_cast<const float*>(ratio);
   const float* adv_f = static_cast<const float*>(adv);
-  float* grad_ratio_f = static_cast<float*>(grad_ratio);
-  float* grad_kl_f = static_cast<float*>(grad_kl);
-  for (int64_t i = 0; i < n; ++i)
-    element(mask_b[i], ratio_f[i], adv_f[i / T], scale, lo, hi, beta, grad_ratio_f + i, grad_kl_f + i);
+  switch (dtype_R) {
+    case Dtype::float32: {
+      using R = float;
+      const R* ratio_r = static_cast<const R*>(ratio);
+      R* grad_ratio_r = static_cast<R*>(grad_ratio);
+      R* grad_kl_r = static_cast<R*>(grad_kl);
+      for (int64_t i = 0; i < n; ++i)
+        element(mask_b[i], to_float(ratio_r[i]), adv_f[i / T], scale, lo, hi, beta, grad_ratio_r + i, grad_kl_r + i);
+      return;
+    }
+    case Dtype::float16: {
+      using R = half_t;
+      const R* ratio_r = static_cast<const R*>(ratio);
+      R* grad_ratio_r = static_cast<R*>(grad_ratio);
+      R* grad_kl_r = static_cast<R*>(grad_kl);
+      for (int64_t i = 0; i < n; ++i)
+        element(mask_b[i], to_float(ratio_r[i]), adv_f[i / T], scale, lo, hi, beta, grad_ratio_r + i, grad_kl_r + i);
+      return;
+    }
+    case Dtype::bfloat16: {
+      using R = bfloat16_t;
+      const R* ratio_r = static_cast<const R*>(ratio);
+      R* grad_ratio_r = static_cast<R*>(grad_ratio);
+      R* grad_kl_r = static_cast<R*>(grad_kl);
+      for (int64_t i = 0; i < n; ++i)
+        element(mask_b[i], to_float(ratio_r[i]), adv_f[i / T], scale, lo, hi, beta, grad_ratio_r + i, grad_kl_r + i);
+      return;
+    }
+  }
 }
 
 }  // namespace cpu

@@ -3,12 +3,13 @@
 // Template: templates/kernels/ratio_kl_elementwise.j2
 // ratio_kl / elementwise on CPU: Policy ratio exp(lp - old_lp) and k3 KL exp(d) - d - 1 with d = ref_lp - lp, zero where the mask is false.
 //
-// Every token on its own, with one rounding per operation, where the mask is true:
+// Every token on its own, the log-probabilities (storage type L) read exactly as float32,
+// with one rounding per operation, where the mask is true:
 //   ratio = exp_f32(lp - old_lp),  d = ref_lp - lp,  kl = expm1_f32(d) - d
 // that is exp(d) - d - 1 with exp(d) - 1 taken as expm1: near d = 0, where kl ~ d^2/2,
 // the plain form loses every bit of kl below an ulp of 1.  Where the mask is false,
 // ratio = kl = 0 and nothing read there is used, so inf or NaN under the mask never
-// reaches an output; any NaN is stored as 0x7fc00000.  The device and the host share the
+// reaches an output; ratio and kl are float32 for every L, and any NaN is stored as 0x7fc00000.  The device and the host share the
 // element code below, so both return the same bits, and no token depends on any other.
 
 #include "ratio_kl_elementwise.h"
@@ -20,27 +21,52 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-RLK_ARITH void element(int64_t i, const float* lp, const float* old_lp, const float* ref_lp, const bool* mask, float* ratio,
-                       float* kl) {
+template <typename L>
+RLK_ARITH void element(int64_t i, const L* lp, const L* old_lp, const L* ref_lp, const bool* mask, float* ratio, float* kl) {
   if (!mask[i]) {
     ratio[i] = 0.0f;
     kl[i] = 0.0f;
     return;
   }
-  const float d = add_rn(ref_lp[i], -lp[i]);
-  ratio[i] = canonical(exp_f32(add_rn(lp[i], -old_lp[i])));
+  const float lp_i = to_float(lp[i]);
+  const float d = add_rn(to_float(ref_lp[i]), -lp_i);
+  ratio[i] = canonical(exp_f32(add_rn(lp_i, -to_float(old_lp[i]))));
   kl[i] = canonical(add_rn(expm1_f32(d), -d));
 }
 
 }  // namespace
 
-void ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, int64_t B, int64_t T, int64_t num_threads) {
+void ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, Dtype dtype_L, int64_t B, int64_t T, int64_t num_threads) {
   // Tokens are independent: threads split them, and change no bit.
-  parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      element(i, static_cast<const float*>(lp), static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp),
-              static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl));
-  });
+  switch (dtype_L) {
+    case Dtype::float32: {
+      using L = float;
+      parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          element(i, static_cast<const L*>(lp), static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp),
+                  static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl));
+      });
+      return;
+    }
+    case Dtype::float16: {
+      using L = half_t;
+      parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          element(i, static_cast<const L*>(lp), static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp),
+                  static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl));
+      });
+      return;
+    }
+    case Dtype::bfloat16: {
+      using L = bfloat16_t;
+      parallel_rows(B * T, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          element(i, static_cast<const L*>(lp), static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp),
+                  static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl));
+      });
+      return;
+    }
+  }
 }
 
 }  // namespace cpu

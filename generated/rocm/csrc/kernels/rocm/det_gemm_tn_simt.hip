@@ -30,8 +30,8 @@ constexpr int kPerThread = 4;
 
 template <typename T, typename TC>
 __global__ void __launch_bounds__(kThreads)
-    det_gemm_tn_simt_kernel(const T* __restrict__ a, const T* __restrict__ b, TC* __restrict__ c,
-                                      int64_t M, int64_t K, int64_t N) {
+    det_gemm_tn_simt_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ bias,
+                                      TC* __restrict__ c, int64_t M, int64_t K, int64_t N) {
   // Padded by one column so that column-wise reads spread over memory banks.
   __shared__ float a_tile[kTileK][kTileM + 1];
   __shared__ float b_tile[kTileK][kTileN + 1];
@@ -76,19 +76,19 @@ __global__ void __launch_bounds__(kThreads)
     if (m >= M) continue;
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t n = col0 + tx + j * kThreadsN;
-      if (n < N) c[m * N + n] = from_float<TC>(acc[i][j]);
+      if (n < N) c[m * N + n] = from_float<TC>(bias != nullptr ? add_rn(acc[i][j], to_float(bias[n])) : acc[i][j]);
     }
   }
 }
 
 template <typename T, typename TC>
-hipError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N,
+hipError_t launch(const void* a, const void* b, const void* bias, void* c, int64_t M, int64_t K, int64_t N,
                      hipStream_t stream) {
   if (M == 0 || N == 0) return hipSuccess;
   if ((N + kTileN - 1) / kTileN > kMaxGridBlocks) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((M + kTileM - 1) / kTileM), static_cast<unsigned>((N + kTileN - 1) / kTileN));
   det_gemm_tn_simt_kernel<T, TC><<<grid, kThreads, 0, stream>>>(
-      static_cast<const T*>(a), static_cast<const T*>(b), static_cast<TC*>(c), M, K, N);
+      static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(bias), static_cast<TC*>(c), M, K, N);
   return hipGetLastError();
 }
 
@@ -98,18 +98,18 @@ hipError_t det_gemm_tn_simt(const void* a, const void* b, void* c, Dtype dtype_T
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, c, M, K, N, stream);
-      return launch<T, T>(a, b, c, M, K, N, stream);
+      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, nullptr, c, M, K, N, stream);
+      return launch<T, T>(a, b, nullptr, c, M, K, N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, c, M, K, N, stream);
-      return launch<T, T>(a, b, c, M, K, N, stream);
+      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, nullptr, c, M, K, N, stream);
+      return launch<T, T>(a, b, nullptr, c, M, K, N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, c, M, K, N, stream);
-      return launch<T, T>(a, b, c, M, K, N, stream);
+      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, nullptr, c, M, K, N, stream);
+      return launch<T, T>(a, b, nullptr, c, M, K, N, stream);
     }
   }
   return hipErrorInvalidValue;

@@ -10,6 +10,7 @@
 // 2. Per token i = (g*S + s)*T + t where mask[i] is true:
 //      l = beta*kl[i] - min(ratio[i]*adv, clip(ratio[i], 1 - eps_low, 1 + eps_high)*adv)
 //    (the bounds rounded to float32 from the float32 attributes); masked tokens add 0.
+//    ratio and kl (storage type R: float32, bfloat16 or float16) are read exactly as float32.
 // 3. The loss sum and the token count are lanes trees (LANES = 1024) over i, and
 //    loss = sum / max(count, 1).  Any NaN stored (loss, adv) is 0x7fc00000.
 // The device runs one block of LANES threads for the whole tensor, lane l adding
@@ -64,8 +65,9 @@ constexpr int kUnroll = 4;
 
 // adv is written in phase 1 and read back in phase 2 by other threads of the block, so
 // it is neither const nor restrict (a read-only cached load could miss the writes).
+template <typename R>
 __global__ void __launch_bounds__(kLanes) grpo_loss_block_kernel(
-    const float* __restrict__ ratio, const float* __restrict__ kl, const bool* __restrict__ mask,
+    const R* __restrict__ ratio, const R* __restrict__ kl, const bool* __restrict__ mask,
     const float* __restrict__ rewards, float* __restrict__ loss, float* adv, int64_t G, int64_t S, int64_t T,
     float eps_low, float eps_high, float beta) {
   __shared__ float scratch[kLanes];
@@ -86,8 +88,8 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_block_kernel(
     for (int j = 0; j < kUnroll; ++j) {
       const int64_t at = i + j * kLanes;
       keep[j] = mask[at];
-      r[j] = ratio[at];
-      k[j] = kl[at];
+      r[j] = to_float(ratio[at]);
+      k[j] = to_float(kl[at]);
       a[j] = adv[at / T];
     }
 #pragma unroll
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_block_kernel(
   }
   for (; i < n; i += kLanes) {
     if (!mask[i]) continue;
-    partial = add_rn(partial, token_loss(ratio[i], kl[i], adv[i / T], lo, hi, beta));
+    partial = add_rn(partial, token_loss(to_float(ratio[i]), to_float(kl[i]), adv[i / T], lo, hi, beta));
     tokens = add_rn(tokens, 1.0f);
   }
   const float sum = block_sum_lanes_tree<kLanes>(partial, scratch);
@@ -109,12 +111,32 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_block_kernel(
 
 }  // namespace
 
-hipError_t grpo_loss_block(const void* ratio, const void* kl, const void* mask, const void* rewards, void* loss, void* adv, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, hipStream_t stream) {
+hipError_t grpo_loss_block(const void* ratio, const void* kl, const void* mask, const void* rewards, void* loss, void* adv, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, hipStream_t stream) {
   // One block for every size: the summation order may not depend on a launch parameter.
-  grpo_loss_block_kernel<<<1, kLanes, 0, stream>>>(
-      static_cast<const float*>(ratio), static_cast<const float*>(kl), static_cast<const bool*>(mask),
-      static_cast<const float*>(rewards), static_cast<float*>(loss), static_cast<float*>(adv), G, S, T, eps_low, eps_high, beta);
-  return hipGetLastError();
+  switch (dtype_R) {
+    case Dtype::float32: {
+      using R = float;
+      grpo_loss_block_kernel<R><<<1, kLanes, 0, stream>>>(
+          static_cast<const R*>(ratio), static_cast<const R*>(kl), static_cast<const bool*>(mask),
+          static_cast<const float*>(rewards), static_cast<float*>(loss), static_cast<float*>(adv), G, S, T, eps_low, eps_high, beta);
+      return hipGetLastError();
+    }
+    case Dtype::float16: {
+      using R = half_t;
+      grpo_loss_block_kernel<R><<<1, kLanes, 0, stream>>>(
+          static_cast<const R*>(ratio), static_cast<const R*>(kl), static_cast<const bool*>(mask),
+          static_cast<const float*>(rewards), static_cast<float*>(loss), static_cast<float*>(adv), G, S, T, eps_low, eps_high, beta);
+      return hipGetLastError();
+    }
+    case Dtype::bfloat16: {
+      using R = bfloat16_t;
+      grpo_loss_block_kernel<R><<<1, kLanes, 0, stream>>>(
+          static_cast<const R*>(ratio), static_cast<const R*>(kl), static_cast<const bool*>(mask),
+          static_cast<const float*>(rewards), static_cast<float*>(loss), static_cast<float*>(adv), G, S, T, eps_low, eps_high, beta);
+      return hipGetLastError();
+    }
+  }
+  return hipErrorInvalidValue;
 }
 
 }  // namespace rocm

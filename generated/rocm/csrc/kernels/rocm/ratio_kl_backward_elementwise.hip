@@ -3,10 +3,11 @@
 // Template: templates/kernels/ratio_kl_backward_elementwise.j2
 // ratio_kl_backward / elementwise on AMD ROCm (HIP): Gradient of ratio_kl with respect to the policy log-probabilities.
 //
-// Every token on its own, with one rounding per operation, the exponentials computed
-// exactly as ratio_kl computes them:
+// Every token on its own, the log-probabilities (storage type L) read exactly as float32,
+// with one rounding per operation, the exponentials computed exactly as ratio_kl computes them:
 //   grad_lp = grad_ratio * exp_f32(lp - old_lp) - grad_kl * expm1_f32(ref_lp - lp)
-// where the mask is true, 0 where it is false; any NaN is stored as 0x7fc00000.  The
+// where the mask is true, 0 where it is false, rounded once to L at the store; any NaN is
+// stored as the canonical NaN of L.  The
 // device and the host share the element code below, so both return the same bits.
 
 #include "ratio_kl_backward_elementwise.h"
@@ -17,20 +18,23 @@ namespace rlk {
 namespace rocm {
 namespace {
 
-RLK_ARITH float element(int64_t i, const float* grad_ratio, const float* grad_kl, const float* lp, const float* old_lp,
-                        const float* ref_lp, const bool* mask) {
-  if (!mask[i]) return 0.0f;
-  const float ratio = exp_f32(add_rn(lp[i], -old_lp[i]));
-  const float kl_slope = expm1_f32(add_rn(ref_lp[i], -lp[i]));  // -d kl / d lp
-  return canonical(add_rn(mul_rn(grad_ratio[i], ratio), -mul_rn(grad_kl[i], kl_slope)));
+template <typename L>
+RLK_ARITH L element(int64_t i, const float* grad_ratio, const float* grad_kl, const L* lp, const L* old_lp, const L* ref_lp,
+                    const bool* mask) {
+  if (!mask[i]) return from_float<L>(0.0f);
+  const float lp_i = to_float(lp[i]);
+  const float ratio = exp_f32(add_rn(lp_i, -to_float(old_lp[i])));
+  const float kl_slope = expm1_f32(add_rn(to_float(ref_lp[i]), -lp_i));  // -d kl / d lp
+  return from_float<L>(add_rn(mul_rn(grad_ratio[i], ratio), -mul_rn(grad_kl[i], kl_slope)));
 }
 
 constexpr int kThreads = 256;
 
+template <typename L>
 __global__ void __launch_bounds__(kThreads) ratio_kl_backward_elementwise_kernel(
-    const float* __restrict__ grad_ratio, const float* __restrict__ grad_kl, const float* __restrict__ lp,
-    const float* __restrict__ old_lp, const float* __restrict__ ref_lp, const bool* __restrict__ mask,
-    float* __restrict__ grad_lp, int64_t n) {
+    const float* __restrict__ grad_ratio, const float* __restrict__ grad_kl, const L* __restrict__ lp,
+    const L* __restrict__ old_lp, const L* __restrict__ ref_lp, const bool* __restrict__ mask, L* __restrict__ grad_lp,
+    int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
     grad_lp[i] = element(i, grad_ratio, grad_kl, lp, old_lp, ref_lp, mask);
@@ -38,15 +42,35 @@ __global__ void __launch_bounds__(kThreads) ratio_kl_backward_elementwise_kernel
 
 }  // namespace
 
-hipError_t ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, int64_t B, int64_t T, hipStream_t stream) {
+hipError_t ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, Dtype dtype_L, int64_t B, int64_t T, hipStream_t stream) {
   const int64_t n = B * T;
   if (n == 0) return hipSuccess;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  ratio_kl_backward_elementwise_kernel<<<static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks), kThreads, 0, stream>>>(
-      static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const float*>(lp),
-      static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp), static_cast<const bool*>(mask),
-      static_cast<float*>(grad_lp), n);
-  return hipGetLastError();
+  const unsigned grid = static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks);
+  switch (dtype_L) {
+    case Dtype::float32: {
+      using L = float;
+      ratio_kl_backward_elementwise_kernel<L><<<grid, kThreads, 0, stream>>>(
+          static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const L*>(lp),
+          static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp), static_cast<const bool*>(mask), static_cast<L*>(grad_lp), n);
+      return hipGetLastError();
+    }
+    case Dtype::float16: {
+      using L = half_t;
+      ratio_kl_backward_elementwise_kernel<L><<<grid, kThreads, 0, stream>>>(
+          static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const L*>(lp),
+          static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp), static_cast<const bool*>(mask), static_cast<L*>(grad_lp), n);
+      return hipGetLastError();
+    }
+    case Dtype::bfloat16: {
+      using L = bfloat16_t;
+      ratio_kl_backward_elementwise_kernel<L><<<grid, kThreads, 0, stream>>>(
+          static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const L*>(lp),
+          static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp), static_cast<const bool*>(mask), static_cast<L*>(grad_lp), n);
+      return hipGetLastError();
+    }
+  }
+  return hipErrorInvalidValue;
 }
 
 }  // namespace rocm

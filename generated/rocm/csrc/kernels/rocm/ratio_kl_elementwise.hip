@@ -3,12 +3,13 @@
 // Template: templates/kernels/ratio_kl_elementwise.j2
 // ratio_kl / elementwise on AMD ROCm (HIP): Policy ratio exp(lp - old_lp) and k3 KL exp(d) - d - 1 with d = ref_lp - lp, zero where the mask is false.
 //
-// Every token on its own, with one rounding per operation, where the mask is true:
+// Every token on its own, the log-probabilities (storage type L) read exactly as float32,
+// with one rounding per operation, where the mask is true:
 //   ratio = exp_f32(lp - old_lp),  d = ref_lp - lp,  kl = expm1_f32(d) - d
 // that is exp(d) - d - 1 with exp(d) - 1 taken as expm1: near d = 0, where kl ~ d^2/2,
 // the plain form loses every bit of kl below an ulp of 1.  Where the mask is false,
 // ratio = kl = 0 and nothing read there is used, so inf or NaN under the mask never
-// reaches an output; any NaN is stored as 0x7fc00000.  The device and the host share the
+// reaches an output; ratio and kl are float32 for every L, and any NaN is stored as 0x7fc00000.  The device and the host share the
 // element code below, so both return the same bits, and no token depends on any other.
 
 #include "ratio_kl_elementwise.h"
@@ -19,22 +20,24 @@ namespace rlk {
 namespace rocm {
 namespace {
 
-RLK_ARITH void element(int64_t i, const float* lp, const float* old_lp, const float* ref_lp, const bool* mask, float* ratio,
-                       float* kl) {
+template <typename L>
+RLK_ARITH void element(int64_t i, const L* lp, const L* old_lp, const L* ref_lp, const bool* mask, float* ratio, float* kl) {
   if (!mask[i]) {
     ratio[i] = 0.0f;
     kl[i] = 0.0f;
     return;
   }
-  const float d = add_rn(ref_lp[i], -lp[i]);
-  ratio[i] = canonical(exp_f32(add_rn(lp[i], -old_lp[i])));
+  const float lp_i = to_float(lp[i]);
+  const float d = add_rn(to_float(ref_lp[i]), -lp_i);
+  ratio[i] = canonical(exp_f32(add_rn(lp_i, -to_float(old_lp[i]))));
   kl[i] = canonical(add_rn(expm1_f32(d), -d));
 }
 
 constexpr int kThreads = 256;
 
+template <typename L>
 __global__ void __launch_bounds__(kThreads) ratio_kl_elementwise_kernel(
-    const float* __restrict__ lp, const float* __restrict__ old_lp, const float* __restrict__ ref_lp,
+    const L* __restrict__ lp, const L* __restrict__ old_lp, const L* __restrict__ ref_lp,
     const bool* __restrict__ mask, float* __restrict__ ratio, float* __restrict__ kl, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n; i += stride)
@@ -43,14 +46,35 @@ __global__ void __launch_bounds__(kThreads) ratio_kl_elementwise_kernel(
 
 }  // namespace
 
-hipError_t ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, int64_t B, int64_t T, hipStream_t stream) {
+hipError_t ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, Dtype dtype_L, int64_t B, int64_t T, hipStream_t stream) {
   const int64_t n = B * T;
   if (n == 0) return hipSuccess;
   const int64_t blocks = (n + kThreads - 1) / kThreads;
-  ratio_kl_elementwise_kernel<<<static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks), kThreads, 0, stream>>>(
-      static_cast<const float*>(lp), static_cast<const float*>(old_lp), static_cast<const float*>(ref_lp),
-      static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl), n);
-  return hipGetLastError();
+  const unsigned grid = static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks);
+  switch (dtype_L) {
+    case Dtype::float32: {
+      using L = float;
+      ratio_kl_elementwise_kernel<L><<<grid, kThreads, 0, stream>>>(
+          static_cast<const L*>(lp), static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp),
+          static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl), n);
+      return hipGetLastError();
+    }
+    case Dtype::float16: {
+      using L = half_t;
+      ratio_kl_elementwise_kernel<L><<<grid, kThreads, 0, stream>>>(
+          static_cast<const L*>(lp), static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp),
+          static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl), n);
+      return hipGetLastError();
+    }
+    case Dtype::bfloat16: {
+      using L = bfloat16_t;
+      ratio_kl_elementwise_kernel<L><<<grid, kThreads, 0, stream>>>(
+          static_cast<const L*>(lp), static_cast<const L*>(old_lp), static_cast<const L*>(ref_lp),
+          static_cast<const bool*>(mask), static_cast<float*>(ratio), static_cast<float*>(kl), n);
+      return hipGetLastError();
+    }
+  }
+  return hipErrorInvalidValue;
 }
 
 }  // namespace rocm

@@ -7,9 +7,9 @@
 //   gw      = g[t,h] * w[h]
 //   c       = sum over h of gw * x[t,h], in lanes_tree order with kLanes lanes
 //   k       = ((c * r) * r) / H
-//   dx[t,h] = r * (gw - x[t,h] * k), cast once to the storage type
+//   dx[t,h] = r * (gw - x[t,h] * k), cast once to x's storage type D
 //   dw[h]   = sum over t of g[t,h] * (x[t,h] * r), in lanes_tree order over T with
-//             kDwLanes lanes, cast once to the storage type
+//             kDwLanes lanes, cast once to w's storage type W
 // x * r is rounded as in the forward pass.  Both sums have a fixed order and no atomics;
 // dw adds every row, so it depends on the batch (dx does not).  Device and host run the
 // same operations in the same order.
@@ -39,9 +39,9 @@ RLK_ARITH float weight_grad_term(float g, float x, float r) { return mul_rn(g, m
 constexpr int kDwColumns = 32;
 constexpr int kDwThreads = kDwColumns * kDwLanes;
 
-template <typename D>
+template <typename D, typename W>
 __global__ void __launch_bounds__(kLanes)
-    rms_norm_backward_dx_kernel(const D* __restrict__ g, const D* __restrict__ x, const D* __restrict__ w,
+    rms_norm_backward_dx_kernel(const D* __restrict__ g, const D* __restrict__ x, const W* __restrict__ w,
                             const float* __restrict__ rstd, D* __restrict__ dx, int64_t T, int64_t H) {
   __shared__ float scratch[kLanes];
   const int lane = static_cast<int>(threadIdx.x);
@@ -65,10 +65,10 @@ __global__ void __launch_bounds__(kLanes)
 
 // Thread (lane, col) adds rows lane, lane + kDwLanes, ... of column col; the lanes of a
 // column then combine by the pairwise tree.
-template <typename D>
+template <typename D, typename W>
 __global__ void __launch_bounds__(kDwThreads)
     rms_norm_backward_dw_kernel(const D* __restrict__ g, const D* __restrict__ x, const float* __restrict__ rstd,
-                            D* __restrict__ dw, int64_t T, int64_t H) {
+                            W* __restrict__ dw, int64_t T, int64_t H) {
   __shared__ float scratch[kDwLanes][kDwColumns];
   const int col = static_cast<int>(threadIdx.x) % kDwColumns;
   const int lane = static_cast<int>(threadIdx.x) / kDwColumns;
@@ -84,38 +84,69 @@ __global__ void __launch_bounds__(kDwThreads)
     if (lane < half) scratch[lane][col] = add_rn(scratch[lane][col], scratch[lane + half][col]);
     __syncthreads();
   }
-  if (lane == 0 && h < H) dw[h] = from_float<D>(scratch[0][col]);
+  if (lane == 0 && h < H) dw[h] = from_float<W>(scratch[0][col]);
 }
 
-template <typename D>
+template <typename D, typename W>
 hipError_t launch(const void* g, const void* x, const void* w, const void* rstd, void* dx, void* dw,
                      int64_t T, int64_t H, hipStream_t stream) {
   if (H == 0) return hipSuccess;
   if (T > 0)
-    rms_norm_backward_dx_kernel<D><<<static_cast<unsigned>(T < kMaxGridBlocks ? T : kMaxGridBlocks), kLanes, 0, stream>>>(
-        static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const D*>(w), static_cast<const float*>(rstd),
+    rms_norm_backward_dx_kernel<D, W><<<static_cast<unsigned>(T < kMaxGridBlocks ? T : kMaxGridBlocks), kLanes, 0, stream>>>(
+        static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const W*>(w), static_cast<const float*>(rstd),
         static_cast<D*>(dx), T, H);
-  rms_norm_backward_dw_kernel<D><<<static_cast<unsigned>((H + kDwColumns - 1) / kDwColumns), kDwThreads, 0, stream>>>(
-      static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const float*>(rstd), static_cast<D*>(dw), T, H);
+  rms_norm_backward_dw_kernel<D, W><<<static_cast<unsigned>((H + kDwColumns - 1) / kDwColumns), kDwThreads, 0, stream>>>(
+      static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const float*>(rstd), static_cast<W*>(dw), T, H);
   return hipGetLastError();
 }
 
 }  // namespace
 
-hipError_t rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, int64_t T, int64_t H, hipStream_t stream) {
-  switch (dtype_D) {
-    case Dtype::float32: {
-      using D = float;
-      return launch<D>(grad_y, x, w, rstd, dx, dw, T, H, stream);
-    }
-    case Dtype::float16: {
-      using D = half_t;
-      return launch<D>(grad_y, x, w, rstd, dx, dw, T, H, stream);
-    }
-    case Dtype::bfloat16: {
-      using D = bfloat16_t;
-      return launch<D>(grad_y, x, w, rstd, dx, dw, T, H, stream);
-    }
+hipError_t rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, hipStream_t stream) {
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
+    using D = float;
+    using W = float;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
+    using D = float;
+    using W = half_t;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
+    using D = float;
+    using W = bfloat16_t;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
+    using D = half_t;
+    using W = float;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
+    using D = half_t;
+    using W = half_t;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
+    using D = half_t;
+    using W = bfloat16_t;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
+    using D = bfloat16_t;
+    using W = float;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
+    using D = bfloat16_t;
+    using W = half_t;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+  }
+  if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
+    using D = bfloat16_t;
+    using W = bfloat16_t;
+    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
   }
   return hipErrorInvalidValue;
 }
