@@ -707,8 +707,8 @@ class OpSpec(StrictModel):
             for dim, offsets in self.tests.sequences.offsets.items():
                 if dim not in bound:
                     raise ValueError(f"tests.sequences.offsets: {dim} is not a dimension of a required argument")
-                arg = int_args.get(offsets)
-                if arg is None or len(arg.shape) != 1:
+                holder = int_args.get(offsets)
+                if holder is None or len(holder.shape) != 1:
                     raise ValueError(f"tests.sequences.offsets.{dim}: {offsets} is not a required 1-D int32 or int64 argument")
             shapes = {self.args[[a.name for a in self.args].index(o)].shape for o in self.tests.sequences.offsets.values()}
             if len(shapes) != 1:

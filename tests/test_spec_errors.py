@@ -164,3 +164,27 @@ def test_a_kernel_named_like_a_package_header_is_refused(bare_project: Project, 
     (bare_project.root / "specs/ops/rlk_tensor.yaml").write_text(source.replace("name: silu\n", "name: rlk_tensor\n").replace("  elementwise:\n", "  core:\n").replace("[elementwise]", "[core]"))
     err = errors_of(bare_project, capsys)
     assert "op rlk_tensor kernel core and a package header both generate the name rlk_tensor_core" in err, err
+
+
+ATTENTION = "specs/ops/attention.yaml"
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("    offsets: {TQ: cu_seqlens_q, TK: cu_seqlens_k}", "    offsets: {TQ: q, TK: cu_seqlens_k}", "tests.sequences.offsets.TQ: q is not a required 1-D int32 or int64 argument"),
+        ("    offsets: {TQ: cu_seqlens_q, TK: cu_seqlens_k}", "    offsets: {TX: cu_seqlens_q, TK: cu_seqlens_k}", "tests.sequences.offsets: TX is not a dimension of a required argument"),
+        ("    prefix_if: causal", "    prefix_if: window", "tests.sequences.prefix_if: window is not a bool attribute"),
+        ("    - {window: 70}", "    - {windows: 70}", "tests.variants[0]: windows is not an attribute"),
+        ("    - {window: 70}", "    - {window: true}", "tests.variants[0]: window = True is not a int"),
+        ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HX}", "multiple_of_dim HX is not another dimension of a required argument"),
+        ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HK, multiple_of: 2}", "give exactly one of multiple_of, multiple_of_dim and count_nonzero_of"),
+        ("reduction: {dim: TK, order: online_blocks, block: 64", "reduction: {dim: TK, order: online_blocks, block: 48", "block must be a power of two, got 48"),
+        ("  sequences:\n", "  batch_dim: TQ\n  sequences:\n", "give batch_dim or sequences, not both"),
+    ],
+)
+def test_packed_sequence_specs_that_mean_nothing_are_refused(bare_project: Project, capsys, old, new, message):
+    """tests.sequences, tests.variants, multiple_of_dim and online_blocks: each rule names what is wrong."""
+    bare_project.edit(ATTENTION, old, new)
+    err = errors_of(bare_project, capsys)
+    assert f"{ATTENTION}:" in err and message in err, err
