@@ -611,10 +611,14 @@ def machine_lines(command: str, with_torch: bool) -> list[str]:
     if with_torch:
         import torch
 
-        path = "AVX2" if "avx2" in cpu_flags() and not os.environ.get("RLK_CPU_SIMD") else "portable (4 lanes)"
+        flags, generic = cpu_flags(), os.environ.get("RLK_CPU_SIMD") == "generic"
+        path = "AVX2" if "avx2" in flags and not generic else "portable (4 lanes)"
+        # rlk_parallel.h's copy of the row and elementwise kernels compiled for AVX2 and FMA.
+        rows_path = "AVX2 + FMA" if {"avx2", "fma"} <= flags and not generic else "baseline (compiler default)"
         lines += [
             f"| torch | {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()}) |",
             f"| det_gemm code path | {path} |",
+            f"| Row and elementwise kernels' code path | {rows_path} |",
             f"| Compiler | {compiler()} |",
         ]
     lines += [
