@@ -296,7 +296,6 @@ OP_NOTES = """\
 * logp also returns the log-sum-exp (for its backward), which the baseline does not compute."""
 
 
-
 # ---------------------------------------------------------------- a small model's shapes
 
 
@@ -310,7 +309,7 @@ class ModelSize:
 
     @property
     def intermediate(self) -> int:
-        # Llama-style 8/3 * H rounded up to 64 is about 2.75 H; 704 for H = 256, 2816 for H = 1024.
+        # 2.75 H rounded up to a multiple of 64: 704 for H = 256, 2816 for H = 1024.
         return (self.hidden * 11 // 4 + 63) // 64 * 64
 
 
@@ -477,10 +476,13 @@ def format_model_row(r: ModelRow) -> str:
 
 def model_notes() -> str:
     sizes = "; ".join(f"H = {m.hidden}: T = {m.tokens}, I = {m.intermediate}, V = {m.vocab}" for m in MODEL_SIZES)
-    baselines = "; ".join(f"{case.name}: `{case.baseline_code}`" for case in _model_ops())
+    by_op: dict[str, str] = {}  # one baseline per rlkernels function (the det_linear rows share theirs)
+    for case in _model_ops():
+        by_op.setdefault(case.needs, case.baseline_code)
+    baselines = "; ".join(f"{op}: `{code}`" for op, code in by_op.items())
     return f"""\
-* One layer of a small decoder ({sizes}; I is 2.75 H rounded to a multiple of 64), every
-  tensor in the row's dtype except the token ids.
+* One layer of a small decoder ({sizes}; I is 2.75 H rounded
+  to a multiple of 64), every tensor in the row's dtype except the token ids.
 * Baselines, on the same tensors: {baselines}.
 * Speed ratio: median of the paired ratios, as above (below 0.5 means more than twice the
   PyTorch time); at least {MODEL_MIN_REPS} pairs, more while the row has run under {MODEL_ROW_BUDGET_S} s."""
