@@ -1,12 +1,15 @@
 """Benchmarks, as ratios against baselines measured in the same process.
 
-    python tools/bench.py [kernel] [generator]        (make bench: both)
+    python tools/bench.py [kernel] [model] [generator]      (make bench: all three)
+    python tools/bench.py model --op swiglu --op logp       (some rows of the model table)
 
 Prints, and writes to docs/performance.md:
   * the CPU det_gemm kernel (float32 and bfloat16 inputs) against torch.matmul on the
     same tensors, on one thread and on all of them, with the GFLOP/s each achieved and
     whether the kernel's outputs were bitwise deterministic and batch-invariant in the run;
   * logp and rms_norm against the PyTorch code they replace, the same way;
+  * model: every op of one layer of a small model (det_linear projections, swiglu, silu,
+    rms_norm, logp) at its shapes, against the PyTorch code it replaces;
   * the generator: a full generate of the catalog, a no-op generate (which must write
     nothing), and synthetic catalogs of 100, 300 and 1,000 copies of det_gemm.
 
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,8 +98,9 @@ def same_bits(x, y) -> bool:
     return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.view(bits), y.view(bits))
 
 
-def time_alternately(kernel, baseline):
-    """Times kernel and baseline in alternating order.
+def time_alternately(kernel, baseline, min_reps: int = MIN_REPS, budget_s: float = ROW_BUDGET_S):
+    """Times kernel and baseline in alternating order, at least min_reps pairs, then more
+    until budget_s has passed (at most MAX_REPS).
 
     Returns both lists of seconds, the kernel's first output and how many later outputs
     differed from it in any bit.
@@ -104,7 +109,7 @@ def time_alternately(kernel, baseline):
     baseline()
     kernel_s, baseline_s, differing = [], [], 0
     start = time.perf_counter()
-    while len(kernel_s) < MIN_REPS or (len(kernel_s) < MAX_REPS and time.perf_counter() - start < ROW_BUDGET_S):
+    while len(kernel_s) < min_reps or (len(kernel_s) < MAX_REPS and time.perf_counter() - start < budget_s):
         order = [(kernel, kernel_s), (baseline, baseline_s)]
         if len(kernel_s) % 2:
             order.reverse()
@@ -291,6 +296,197 @@ OP_NOTES = """\
 * logp also returns the log-sum-exp (for its backward), which the baseline does not compute."""
 
 
+# ---------------------------------------------------------------- a small model's shapes
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """The tensors of one layer of a small decoder: tokens T, hidden H, MLP width I, vocabulary V."""
+
+    tokens: int
+    hidden: int
+    vocab: int = 32000
+
+    @property
+    def intermediate(self) -> int:
+        # 2.75 H rounded up to a multiple of 64: 704 for H = 256, 2816 for H = 1024.
+        return (self.hidden * 11 // 4 + 63) // 64 * 64
+
+
+@dataclass(frozen=True)
+class ModelOp:
+    """One row kind of the model-shapes table: an rlkernels call and the PyTorch code it replaces.
+
+    inputs(m) names each input and its shape; "ids" is drawn as token ids below m.vocab, the
+    rest as standard normals in the row's dtype.  `batched` names the inputs whose first
+    dimension is the tokens: the batch-invariance check runs the kernel on their first rows.
+    kernel and baseline take the inputs in order and return one tensor each (the kernel's
+    first output when it has several).
+    """
+
+    name: str
+    baseline_code: str
+    inputs: Callable[[ModelSize], dict[str, tuple[int, ...]]]
+    batched: tuple[str, ...]
+    kernel: Callable[..., object]
+    baseline: Callable[..., object]
+    op: str = ""  # the rlkernels function it needs (default: name's first word); rows are skipped without it
+
+    @property
+    def needs(self) -> str:
+        return self.op or self.name.split()[0]
+
+
+def _model_ops() -> list[ModelOp]:
+    import torch
+    import torch.nn.functional as F
+
+    def linear(name: str, out_dim: Callable[[ModelSize], int], in_dim: Callable[[ModelSize], int]) -> ModelOp:
+        return ModelOp(
+            name=f"det_linear {name}",
+            baseline_code="F.linear(x, w)",
+            inputs=lambda m: {"x": (m.tokens, in_dim(m)), "w": (out_dim(m), in_dim(m))},
+            batched=("x",),
+            kernel=lambda rlk, x, w: rlk.det_linear(x, w),
+            baseline=lambda x, w: F.linear(x, w),
+        )
+
+    hidden, inter, vocab = (lambda m: m.hidden), (lambda m: m.intermediate), (lambda m: m.vocab)
+    return [
+        linear("q/k/v/o", hidden, hidden),
+        linear("MLP up/gate", inter, hidden),
+        linear("MLP down", hidden, inter),
+        linear("vocabulary", vocab, hidden),
+        ModelOp(
+            name="swiglu",
+            baseline_code="F.silu(g) * u",
+            inputs=lambda m: {"g": (m.tokens, m.intermediate), "u": (m.tokens, m.intermediate)},
+            batched=("g", "u"),
+            kernel=lambda rlk, g, u: rlk.swiglu(g, u),
+            baseline=lambda g, u: F.silu(g) * u,
+        ),
+        ModelOp(
+            name="silu",
+            baseline_code="F.silu(x)",
+            inputs=lambda m: {"x": (m.tokens, m.intermediate)},
+            batched=("x",),
+            kernel=lambda rlk, x: rlk.silu(x),
+            baseline=lambda x: F.silu(x),
+        ),
+        ModelOp(
+            name="rms_norm",
+            baseline_code="F.rms_norm(x, (H,), w, 1e-6)",
+            inputs=lambda m: {"x": (m.tokens, m.hidden), "w": (m.hidden,)},
+            batched=("x",),
+            kernel=lambda rlk, x, w: rlk.rms_norm(x, w, 1e-6)[0],
+            baseline=lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+        ),
+        ModelOp(
+            name="logp",
+            baseline_code="torch.log_softmax(logits.float(), -1).gather(-1, ids[:, None])",
+            inputs=lambda m: {"logits": (m.tokens, m.vocab), "ids": (m.tokens,)},
+            batched=("logits", "ids"),
+            kernel=lambda rlk, logits, ids: rlk.logp(logits, ids)[0],
+            baseline=lambda logits, ids: torch.log_softmax(logits.float(), -1).gather(-1, ids[:, None]).squeeze(1),
+        ),
+    ]
+
+
+MODEL_SIZES = [ModelSize(tokens=512, hidden=256), ModelSize(tokens=512, hidden=1024)]
+MODEL_DTYPES = ["float32", "bfloat16"]
+# Fewer runs than the tables above: the largest rows (a bfloat16 vocabulary projection at
+# H = 1024) take seconds per call, and the whole section must stay within a few minutes.
+MODEL_MIN_REPS, MODEL_ROW_BUDGET_S = 3, 1.5
+
+
+@dataclass
+class ModelRow:
+    op: str
+    dtype: str
+    hidden: int
+    shape: str
+    threads: int
+    kernel_ms: float
+    torch_ms: float
+    ratio: float
+    reps: int
+    deterministic: bool
+    invariant: bool
+
+
+def model_inputs(case: ModelOp, m: ModelSize, dtype) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    return {
+        name: torch.randint(0, m.vocab, shape, generator=g) if name == "ids" else torch.randn(*shape, generator=g).to(dtype)
+        for name, shape in case.inputs(m).items()
+    }
+
+
+def bench_model_op(rlkernels, threads: int, case: ModelOp, m: ModelSize, dtype_name: str) -> ModelRow:
+    import torch
+
+    inputs = model_inputs(case, m, getattr(torch, dtype_name))
+    args = list(inputs.values())
+    kernel_s, torch_s, first, differing = time_alternately(
+        lambda: case.kernel(rlkernels, *args), lambda: case.baseline(*args), min_reps=MODEL_MIN_REPS, budget_s=MODEL_ROW_BUDGET_S
+    )
+    alone = case.kernel(rlkernels, *(t[:INVARIANT_ROWS] if name in case.batched else t for name, t in inputs.items()))
+    return ModelRow(
+        op=case.name,
+        dtype=dtype_name,
+        hidden=m.hidden,
+        shape=", ".join(f"{name} {'×'.join(map(str, t.shape))}" for name, t in inputs.items()),
+        threads=threads,
+        kernel_ms=statistics.median(kernel_s) * 1e3,
+        torch_ms=statistics.median(torch_s) * 1e3,
+        ratio=statistics.median(t / s for s, t in zip(kernel_s, torch_s)),
+        reps=len(kernel_s),
+        deterministic=differing == 0,
+        invariant=same_bits(alone, first[:INVARIANT_ROWS]),
+    )
+
+
+def run_model(rlkernels, only: set[str] | None = None) -> list[ModelRow]:
+    """only: the ModelOp names (or their first words) to run; every op when None."""
+    cases = []
+    for case in _model_ops():
+        if only is not None and not {case.name, case.needs} & only:
+            continue
+        if not hasattr(rlkernels, case.needs):
+            print(f"(model shapes: rlkernels has no {case.needs}; its rows are skipped)")
+            continue
+        cases += [(case, m, dtype_name) for m in MODEL_SIZES for dtype_name in MODEL_DTYPES]
+    return on_each_thread_count(cases, lambda threads, case, m, d: bench_model_op(rlkernels, threads, case, m, d), format_model_row)
+
+
+MODEL_HEADER = (
+    "| op | inputs | H | tensors | threads | rlkernels ms | PyTorch ms | rlkernels / PyTorch speed | same bits every repeat | rows 0–7 alone = in batch |\n"
+    "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- |"
+)
+
+
+def format_model_row(r: ModelRow) -> str:
+    return (
+        f"| {r.op} | {r.dtype} | {r.hidden} | {r.shape} | {r.threads} | {r.kernel_ms:.2f} | {r.torch_ms:.2f} | **{r.ratio:.2f}** | "
+        f"{'yes' if r.deterministic else '**no**'} ({r.reps} runs) | {'yes' if r.invariant else '**no**'} |"
+    )
+
+
+def model_notes() -> str:
+    sizes = "; ".join(f"H = {m.hidden}: T = {m.tokens}, I = {m.intermediate}, V = {m.vocab}" for m in MODEL_SIZES)
+    by_op: dict[str, str] = {}  # one baseline per rlkernels function (the det_linear rows share theirs)
+    for case in _model_ops():
+        by_op.setdefault(case.needs, case.baseline_code)
+    baselines = "; ".join(f"{op}: `{code}`" for op, code in by_op.items())
+    return f"""\
+* One layer of a small decoder ({sizes}; I is 2.75 H rounded
+  to a multiple of 64), every tensor in the row's dtype except the token ids.
+* Baselines, on the same tensors: {baselines}.
+* Speed ratio: median of the paired ratios, as above (below 0.5 means more than twice the
+  PyTorch time); at least {MODEL_MIN_REPS} pairs, more while the row has run under {MODEL_ROW_BUDGET_S} s."""
+
 def make_project(dest: Path, copies: int) -> None:
     shutil.copytree(ROOT / "specs", dest / "specs")
     shutil.copytree(ROOT / "templates", dest / "templates")
@@ -417,10 +613,14 @@ def machine_lines(command: str, with_torch: bool) -> list[str]:
     if with_torch:
         import torch
 
-        path = "AVX2" if "avx2" in cpu_flags() and not os.environ.get("RLK_CPU_SIMD") else "portable (4 lanes)"
+        flags, generic = cpu_flags(), os.environ.get("RLK_CPU_SIMD") == "generic"
+        path = "AVX2" if "avx2" in flags and not generic else "portable (4 lanes)"
+        # rlk_parallel.h's copy of the row and elementwise kernels compiled for AVX2 and FMA.
+        rows_path = "AVX2 + FMA" if {"avx2", "fma"} <= flags and not generic else "baseline (compiler default)"
         lines += [
             f"| torch | {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()}) |",
             f"| det_gemm code path | {path} |",
+            f"| Row and elementwise kernels' code path | {rows_path} |",
             f"| Compiler | {compiler()} |",
         ]
     lines += [
@@ -453,7 +653,7 @@ GEN_NOTES = """\
 * Timed in-process through `generator.cli.main`, so interpreter start-up is not included."""
 
 
-def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], gen_rows: list[GenRow]) -> None:
+def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], model_rows: list[ModelRow], gen_rows: list[GenRow]) -> None:
     parts = [
         "# Performance\n",
         "Written by `make bench` (`tools/bench.py`); rerun it rather than editing this file.",
@@ -466,6 +666,8 @@ def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow]
         parts += ["\n## det_gemm on CPU vs torch.matmul\n", GEMM_HEADER, *map(format_gemm_row, gemm_rows), "", GEMM_NOTES]
     if op_rows:
         parts += ["\n## logp and rms_norm on CPU vs PyTorch\n", OP_HEADER, *map(format_op_row, op_rows), "", OP_NOTES]
+    if model_rows:
+        parts += ["\n## A small model's ops on CPU vs PyTorch\n", MODEL_HEADER, *map(format_model_row, model_rows), "", model_notes()]
     if gen_rows:
         parts += ["\n## Generator\n", GEN_HEADER, *map(format_gen_row, gen_rows), "", GEN_NOTES]
     DOC.parent.mkdir(parents=True, exist_ok=True)
@@ -475,25 +677,34 @@ def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sections", nargs="*", metavar="kernel|generator", help="what to run (default: both)")
-    sections = parser.parse_args().sections or ["kernel", "generator"]
-    if not set(sections) <= {"kernel", "generator"}:
-        parser.error(f"unknown section in {sections}; expected kernel and/or generator")
+    parser.add_argument("sections", nargs="*", metavar="kernel|model|generator", help="what to run (default: all)")
+    parser.add_argument("--op", action="append", metavar="NAME", help="model section only, this op only (repeatable); writes no report")
+    args = parser.parse_args()
+    sections = args.sections or ["kernel", "model", "generator"]
+    if not set(sections) <= {"kernel", "model", "generator"}:
+        parser.error(f"unknown section in {sections}; expected kernel, model and/or generator")
     command = " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
-    machine = machine_lines(command, with_torch="kernel" in sections)
+    machine = machine_lines(command, with_torch=bool({"kernel", "model"} & set(sections)))
     print("\n".join(machine))
-    gemm_rows, op_rows, gen_rows = [], [], []
-    if "kernel" in sections:
+    gemm_rows, op_rows, model_rows, gen_rows = [], [], [], []
+    if {"kernel", "model"} & set(sections):
         rlkernels = build_cpu_package()
+    if "kernel" in sections:
         print("\n" + GEMM_HEADER)
         gemm_rows = run_gemm(rlkernels)
         print("\n" + OP_HEADER)
         op_rows = run_ops(rlkernels)
+    if "model" in sections:
+        print("\n" + MODEL_HEADER)
+        model_rows = run_model(rlkernels, set(args.op) if args.op else None)
     if "generator" in sections:
         print("\n" + GEN_HEADER)
         gen_rows = run_generator()
-    write_doc(machine, gemm_rows, op_rows, gen_rows)
-    failed = [r for r in [*gemm_rows, *op_rows] if not (r.deterministic and r.invariant)]
+    if args.op:
+        print(f"(--op: a partial model table; {DOC.relative_to(ROOT)} left as it was)")
+    else:
+        write_doc(machine, gemm_rows, op_rows, model_rows, gen_rows)
+    failed = [r for r in [*gemm_rows, *op_rows, *model_rows] if not (r.deterministic and r.invariant)]
     for r in failed:
         print(f"bench: {getattr(r, 'op', 'det_gemm')} {r.dtype} {r.shape} on {r.threads} threads was not bitwise stable", file=sys.stderr)
     return 1 if failed else 0

@@ -12,6 +12,8 @@
 #include "swiglu_backward_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include <algorithm>
+
 #include "rlk_parallel.h"
 
 namespace rlk {
@@ -31,6 +33,13 @@ RLK_ARITH float gate_grad(float dy, float g, float u) { return mul_rn(mul_rn(dy,
 
 RLK_ARITH float up_grad(float dy, float g) { return mul_rn(dy, silu_f32(g)); }
 
+// Host loops take their elements in blocks of kHostBlock, each in passes -- load as float32,
+// compute, store -- so that every pass is a loop without branches, which the compiler
+// vectorizes.  (In one loop, the store's NaN test on a result whose NaN-ness the math
+// already decided is turned back into a branch, and the loop stays scalar.)  Each element
+// goes through the same operations either way.
+constexpr int64_t kHostBlock = 256;
+
 // Elements are independent: threads split them, and change no bit.
 template <typename T>
 void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr, void* du_ptr, int64_t n, int64_t num_threads) {
@@ -40,10 +49,20 @@ void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr,
   T* dg = static_cast<T*>(dg_ptr);
   T* du = static_cast<T*>(du_ptr);
   parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float dyi = to_float(dy[i]), gi = to_float(g[i]);
-      dg[i] = from_float<T>(gate_grad(dyi, gi, to_float(u[i])));
-      du[i] = from_float<T>(up_grad(dyi, gi));
+    float dyv[kHostBlock], gv[kHostBlock], uv[kHostBlock];
+    for (int64_t b = begin; b < end; b += kHostBlock) {
+      const int64_t len = std::min(kHostBlock, end - b);
+      for (int64_t i = 0; i < len; ++i) dyv[i] = to_float(dy[b + i]);
+      for (int64_t i = 0; i < len; ++i) gv[i] = to_float(g[b + i]);
+      for (int64_t i = 0; i < len; ++i) uv[i] = to_float(u[b + i]);
+      // uv becomes du after dg is done with it; gv stays g for both.
+      for (int64_t i = 0; i < len; ++i) {
+        const float dg_i = gate_grad(dyv[i], gv[i], uv[i]);
+        uv[i] = up_grad(dyv[i], gv[i]);
+        dyv[i] = dg_i;
+      }
+      for (int64_t i = 0; i < len; ++i) dg[b + i] = from_float<T>(dyv[i]);
+      for (int64_t i = 0; i < len; ++i) du[b + i] = from_float<T>(uv[i]);
     }
   });
 }

@@ -415,31 +415,34 @@ RLK_HD float log1p_f32(float x) {
 
 // ---------------------------------------------------------------- logistic and tanh
 // 1 / (1 + e^-x), computed from e^-|x| so that nothing overflows and 1 - sigmoid never cancels.
+// Without branches, like exp_f32 and for the same reason (a loop of them vectorizes): both
+// signs' quotients and the far tails are computed, and the answer picked on the bits.
 RLK_HD float sigmoid_f32(float x) {
   using namespace math_detail;
-  if (is_nan(x)) return quiet(x);
   const float a = bits_float(float_bits(x) & 0x7fffffffu);
-  if (a > 80.0f) {
-    // e = e^-a < 2^-115: 1/(1 + e) rounds to 1, and e/(1 + e) = e (1 - e + ...) rounds like e.
-    return x > 0.0f ? 1.0f : exp_f32(x);
-  }
-  const exp_parts p = exp_core(-a);  // e = e^-a = 2^n (p.hi + p.lo), n in [-115, 0]
+  const exp_parts p = exp_core(-a);  // e = e^-a = 2^n (p.hi + p.lo), n in [-150, 0] while a <= 104
   const float scale = pow2i(p.n);
-  const float e = p.hi * scale;         // exact
-  const float e_lo = p.lo * scale;      // exact
+  const float e = p.hi * scale;         // exact while a <= 80 (n >= -115)
+  const float e_lo = p.lo * scale;      // likewise
   const f32x2 d0 = fast_two_sum(1.0f, e);  // 1 + e = d + d_lo, d in [1, 2]
   const float d = d0.hi;
   const float d_lo = d0.lo + e_lo;
   const float y = rcp(d);
-  if (x >= 0.0f) {
-    // 1/(d + d_lo): one Newton step from y on the exact residual 1 - y d (a single fma).
-    const float res = fma_rn(-d_lo, y, fma_rn(-d, y, 1.0f));
-    return fma_rn(y, res, y);
-  }
-  // (e + e_lo)/(d + d_lo): quotient estimate e y, corrected with its residual (e - q d exact in one fma).
+  // x >= 0: 1/(d + d_lo), one Newton step from y on the exact residual 1 - y d (a single fma).
+  const float res_pos = fma_rn(-d_lo, y, fma_rn(-d, y, 1.0f));
+  const float pos = fma_rn(y, res_pos, y);
+  // x < 0: (e + e_lo)/(d + d_lo), quotient estimate e y corrected with its residual (e - q d exact in one fma).
   const float q = e * y;
-  const float res = fma_rn(-q, d_lo, e_lo) + fma_rn(-q, d, e);
-  return fma_rn(res, y, q);
+  const float res_neg = fma_rn(-q, d_lo, e_lo) + fma_rn(-q, d, e);
+  const float neg = fma_rn(res_neg, y, q);
+  // a > 80: e^-a < 2^-115, so 1/(1 + e) rounds to 1, and e/(1 + e) = e (1 - e + ...) rounds like
+  // e, i.e. to exp_f32(x): 2^n p.hi rounded once (2^(n+100) p.hi is exact for n >= -150), and
+  // 0 below x = -104.
+  const float tiny = p.hi * pow2i(p.n + 100) * 0x1p-100f;
+  const uint32_t far = pick_bits(x > 0.0f, float_bits(1.0f), pick_bits(a > 104.0f, 0u, float_bits(tiny)));
+  uint32_t r = pick_bits(x >= 0.0f, float_bits(pos), float_bits(neg));
+  r = pick_bits(a > 80.0f, far, r);
+  return bits_float(pick_bits(is_nan(x), float_bits(quiet(x)), r));
 }
 
 // Hyperbolic tangent: tanh(x) = -m / (2 + m) with m = e^(-2|x|) - 1, sign of x restored.
