@@ -389,7 +389,69 @@ def _model_ops() -> list[ModelOp]:
             kernel=lambda rlk, logits, ids: rlk.logp(logits, ids)[0],
             baseline=lambda logits, ids: torch.log_softmax(logits.float(), -1).gather(-1, ids[:, None]).squeeze(1),
         ),
+        ModelOp(
+            name="linear_logp",
+            baseline_code="torch.log_softmax(F.linear(h, w).float(), -1).gather(-1, ids[:, None])",
+            inputs=lambda m: {"h": (m.tokens, m.hidden), "w": (m.vocab, m.hidden), "ids": (m.tokens,)},
+            batched=("h", "ids"),
+            kernel=lambda rlk, h, w, ids: rlk.linear_logp(h, w, ids)[0],
+            baseline=lambda h, w, ids: torch.log_softmax(F.linear(h, w).float(), -1).gather(-1, ids[:, None]).squeeze(1),
+        ),
+        ModelOp(
+            name="embedding",
+            baseline_code="F.embedding(ids, w)",
+            inputs=lambda m: {"w": (m.vocab, m.hidden), "ids": (m.tokens,)},
+            batched=("ids",),
+            kernel=lambda rlk, w, ids: rlk.embedding(w, ids),
+            baseline=lambda w, ids: F.embedding(ids, w),
+        ),
+        ModelOp(
+            name="rope",
+            baseline_code="x * cos + rotate_half(x) * sin, cos and sin from the positions (transformers' Llama)",
+            inputs=lambda m: {"x": (m.tokens, m.hidden // HEAD_DIM, HEAD_DIM), "ids": (m.tokens,)},
+            batched=("x", "ids"),
+            kernel=lambda rlk, x, ids: rlk.rope(x, ids),
+            baseline=_rotary_baseline,
+        ),
+        ModelOp(
+            name="attention",
+            baseline_code="F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), one sequence",
+            inputs=lambda m: {
+                "q": (m.tokens, m.hidden // HEAD_DIM, HEAD_DIM),
+                "k": (m.tokens, m.hidden // HEAD_DIM // 2, HEAD_DIM),
+                "v": (m.tokens, m.hidden // HEAD_DIM // 2, HEAD_DIM),
+            },
+            batched=("q", "k", "v"),
+            kernel=lambda rlk, q, k, v: rlk.attention(q, k, v, _one_sequence(q), _one_sequence(k))[0],
+            baseline=lambda q, k, v: F.scaled_dot_product_attention(
+                q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+            ).transpose(0, 1),
+        ),
     ]
+
+
+HEAD_DIM = 64  # heads of the model-shape rows: hidden / 64 query heads, half as many key/value heads
+
+
+def _one_sequence(x):
+    """cu_seqlens of one sequence holding every row of x (the rows 0-7 check runs on a prefix)."""
+    import torch
+
+    return torch.tensor([0, x.shape[0]], dtype=torch.int32)
+
+
+def _rotary_baseline(x, positions):
+    """transformers' Llama rotary embedding: cos/sin from the positions each call, then rotate_half."""
+    import torch
+
+    dim = x.shape[-1]
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    freqs = positions[:, None].float() * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(x.dtype)[:, None, :], emb.sin().to(x.dtype)[:, None, :]
+    half = dim // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
 
 
 MODEL_SIZES = [ModelSize(tokens=512, hidden=256), ModelSize(tokens=512, hidden=1024)]
