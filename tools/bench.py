@@ -13,6 +13,9 @@ Prints, and writes to docs/performance.md:
   * the generator: a full generate of the catalog, a no-op generate (which must write
     nothing), and synthetic catalogs of 100, 300 and 1,000 copies of det_gemm.
 
+A run of some sections only (e.g. `python tools/bench.py model`) keeps the other sections of the
+existing docs/performance.md, each marked with the date and machine of the run that measured it.
+
 The CPU package is built from generated/cpu in .build/bench-cpu (copied files keep
 their mtimes when unchanged, so the build is incremental).  The machines this runs on
 are shared and noisy: kernel and baseline are timed alternately, and the speed ratio
@@ -715,7 +718,30 @@ GEN_NOTES = """\
 * Timed in-process through `generator.cli.main`, so interpreter start-up is not included."""
 
 
+SECTION_TITLES = {
+    "gemm": "det_gemm on CPU vs torch.matmul",
+    "ops": "logp and rms_norm on CPU vs PyTorch",
+    "model": "A small model's ops on CPU vs PyTorch",
+    "generator": "Generator",
+}
+
+
+def previous_sections() -> tuple[dict[str, str], str]:
+    """The sections of the doc as it stands (title -> body), and the date of the run that wrote it."""
+    if not DOC.is_file():
+        return {}, ""
+    text = DOC.read_text()
+    facts = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.split("\n## ")[0].splitlines() if line.count("|") >= 3}
+    date = f"{facts.get('Date (UTC)', 'an earlier date')} on {facts.get('CPU', 'another machine')}, torch {facts.get('torch', 'unknown')}"
+    sections = {}
+    for chunk in text.split("\n## ")[1:]:
+        title, _, body = chunk.partition("\n")
+        sections[title.strip()] = body.strip("\n")
+    return sections, date
+
+
 def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], model_rows: list[ModelRow], gen_rows: list[GenRow]) -> None:
+    """A section this run did not measure keeps the previous run's table, marked with that run's date."""
     parts = [
         "# Performance\n",
         "Written by `make bench` (`tools/bench.py`); rerun it rather than editing this file.",
@@ -724,14 +750,23 @@ def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow]
         "| Machine | |\n| --- | --- |",
         *machine,
     ]
-    if gemm_rows:
-        parts += ["\n## det_gemm on CPU vs torch.matmul\n", GEMM_HEADER, *map(format_gemm_row, gemm_rows), "", GEMM_NOTES]
-    if op_rows:
-        parts += ["\n## logp and rms_norm on CPU vs PyTorch\n", OP_HEADER, *map(format_op_row, op_rows), "", OP_NOTES]
-    if model_rows:
-        parts += ["\n## A small model's ops on CPU vs PyTorch\n", MODEL_HEADER, *map(format_model_row, model_rows), "", model_notes()]
-    if gen_rows:
-        parts += ["\n## Generator\n", GEN_HEADER, *map(format_gen_row, gen_rows), "", GEN_NOTES]
+    previous, previous_date = previous_sections()
+    measured = {
+        "gemm": [GEMM_HEADER, *map(format_gemm_row, gemm_rows), "", GEMM_NOTES] if gemm_rows else None,
+        "ops": [OP_HEADER, *map(format_op_row, op_rows), "", OP_NOTES] if op_rows else None,
+        "model": [MODEL_HEADER, *map(format_model_row, model_rows), "", model_notes()] if model_rows else None,
+        "generator": [GEN_HEADER, *map(format_gen_row, gen_rows), "", GEN_NOTES] if gen_rows else None,
+    }
+    for key, title in SECTION_TITLES.items():
+        if measured[key] is not None:
+            parts += [f"\n## {title}\n", *measured[key]]
+            continue
+        kept = previous.get(title)
+        if kept is None:
+            continue
+        note = f"*Not measured by this run: the table of the run of {previous_date}.*"
+        body = kept if kept.startswith("*Not measured by this run") else f"{note}\n\n{kept}"
+        parts += [f"\n## {title}\n", body]
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text("\n".join(parts) + "\n")
     print(f"wrote {DOC.relative_to(ROOT)}")
