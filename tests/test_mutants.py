@@ -209,10 +209,15 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
 
 ATTENTION_SELECT = "test_accuracy or test_deterministic or test_sequence or test_chunked or test_decode"
 
-ATTENTION_BLOCKS_ALIGNED_IN_THE_PACK = [
+ATTENTION_ORDER_FOLLOWS_THE_PACK = [
     (
-        "      for (int64_t start = lo - lo % kBlock; start < hi; start += kBlock) {",
-        "      for (int64_t start = lo - (k0 + lo) % kBlock; start < hi; start += kBlock) {  // MUTANT: aligned in the pack",
+        """\
+        for (int64_t d = 0; d < D; ++d) {
+          const float qd = query[d];""",
+        """\
+        for (int64_t step = 0; step < D; ++step) {
+          const int64_t d = (step + k0) % D;  // MUTANT: the order follows the sequence's place in the pack
+          const float qd = query[d];""",
     ),
 ]
 
@@ -305,13 +310,13 @@ def assert_attention_caught(mutant: Mutant, caught_by: set[str], tmp_path: Path)
     assert set(outcomes.of("test_accuracy").values()) == {"passed"}
 
 
-def test_attention_blocks_aligned_in_the_pack_are_caught(built, tmp_path):
-    """Mutant: attention's CPU kernel aligns its key blocks to multiples of 64 in the packed key
-    tensor instead of to each sequence's first key, as a kernel tiling the packed buffer would:
+def test_attention_whose_order_follows_the_pack_is_caught(built, tmp_path):
+    """Mutant: attention's CPU kernel starts each score's sum over d at the sequence's offset in
+    the packed keys (mod D), as a kernel whose tiling follows the packed buffer would:
     deterministic and accurate, and one sequence alone (at offset 0) gives the same bits as in
     chunked prefill or decode.  Caught by the packed-sequence test only, where a sequence's keys
     start elsewhere in the pack than alone."""
-    mutant = build_mutant("attention_blocks.cpp", ATTENTION_BLOCKS_ALIGNED_IN_THE_PACK)
+    mutant = build_mutant("attention_blocks.cpp", ATTENTION_ORDER_FOLLOWS_THE_PACK)
     assert_attention_caught(mutant, {"test_sequence_does_not_depend_on_what_is_packed_with_it"}, tmp_path)
 
 

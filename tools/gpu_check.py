@@ -485,7 +485,7 @@ def timer(device: str):
 # Operands are made for C = A·B and stored as the op takes them.
 BENCH_OPS = {
     "det_gemm": (lambda a, b: (a, b), lambda a, b: a @ b),
-    "det_gemm_nt": (lambda a, b: (a, b.t().contiguous()), lambda a, bt: a @ bt.t()),
+    "det_gemm_nt": (lambda a, b: (a, b.t().contiguous(), None), lambda a, bt, _bias: a @ bt.t()),  # no bias: the plain product
     "det_gemm_tn": (lambda a, b: (a.t().contiguous(), b), lambda at, b: at.t() @ b),
 }
 # float32 runs the simt kernel in every layout; it is measured for det_gemm only.
@@ -510,14 +510,14 @@ def stage_bench(args) -> tuple[bool, str]:
                 if time.monotonic() > deadline:
                     skipped.append(f"{op} {dtype} {shape_name((m, k, n))}")
                     continue
-                a, b = arrange(*inputs(m, k, n, dtype, args.device, seed=11))
+                operands = arrange(*inputs(m, k, n, dtype, args.device, seed=11))
                 flop = 2.0 * m * k * n
-                base = measure(lambda a=a, b=b, baseline=baseline: baseline(a, b))
+                base = measure(lambda operands=operands, baseline=baseline: baseline(*operands))
                 row = [f"{flop / base / 1e12:.3g}"]
                 for kernel in kernels:
                     fn = overload(kernel, op)
                     try:
-                        t = measure(lambda fn=fn, a=a, b=b: fn(a, b))
+                        t = measure(lambda fn=fn, operands=operands: fn(*operands))
                     except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
                         errors += 1
                         row.append(f"error: {first_line(exc)}")
@@ -525,7 +525,7 @@ def stage_bench(args) -> tuple[bool, str]:
                     row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×)")
                     print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms", flush=True)
                 table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
-                a = b = None  # free this shape's operands before the next is allocated
+                operands = None  # free this shape's operands before the next is allocated
                 if args.device != "cpu":
                     torch.cuda.empty_cache()
         if table:

@@ -132,10 +132,11 @@ def embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.where(valid.unsqueeze(-1), rows, torch.full_like(rows, float("nan")))
 
 def embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
-    """The sum of grad_y's rows into the rows their ids select; ids outside [0, V) add nothing."""
+    """The sum of grad_y's rows into the rows their ids select, in float64 (returned as float32);
+    ids outside [0, V) add nothing."""
     valid = (ids >= 0) & (ids < weight.shape[0])
-    grad = torch.zeros(weight.shape, dtype=grad_y.dtype)
-    return grad.index_add(0, ids[valid], grad_y[valid])
+    grad = torch.zeros(weight.shape, dtype=torch.float64)
+    return grad.index_add(0, ids[valid], grad_y[valid].double()).float()
 
 
 def _grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:
@@ -185,8 +186,8 @@ def linear_logp(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """log_softmax(h @ weight.T)[r, ids[r]], the softmax's entropy and the logsumexp; 0 for all
     three where ids is ignore_index, and an lp of NaN (with NaN gradients) where ids is any other
-    value outside [0, V)."""
-    logits = F.linear(h, weight)
+    value outside [0, V).  In float64, returned as float32."""
+    logits = F.linear(h.double(), weight.double())
     ignored = ids == ignore_index
     valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
     lse = torch.logsumexp(logits, dim=-1)
@@ -201,9 +202,9 @@ def linear_logp(
     # (where() routes gradients by selection, so no NaN reaches the other rows).
     invalid = torch.where(valid | ignored, zero, lse) * float("nan")
     return (
-        torch.where(ignored, zero, torch.where(valid, picked - lse, invalid)),
-        torch.where(ignored, zero, entropy),
-        torch.where(ignored, zero, lse).detach(),
+        torch.where(ignored, zero, torch.where(valid, picked - lse, invalid)).float(),
+        torch.where(ignored, zero, entropy).float(),
+        torch.where(ignored, zero, lse).detach().float(),
     )
 
 
@@ -219,7 +220,8 @@ def linear_logp_backward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dz = grad_lp (onehot(ids) - p) - grad_entropy p (z - mu) with p = exp(z - lse) and
     mu = lse - entropy; grad_h = dz @ weight, grad_weight = dz.T @ h.  Rows of ignore_index add
-    nothing, rows of any other id outside [0, V) are NaN."""
+    nothing, rows of any other id outside [0, V) are NaN.  In float64, returned as float32."""
+    h, weight, grad_lp, grad_entropy, lse, entropy = (t.double() for t in (h, weight, grad_lp, grad_entropy, lse, entropy))
     logits = F.linear(h, weight)
     ignored = ids == ignore_index
     valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
@@ -229,7 +231,7 @@ def linear_logp_backward(
     dz = grad_lp.unsqueeze(-1) * (onehot - p) - grad_entropy.unsqueeze(-1) * (p * (logits - mu))
     dz = torch.where(valid.unsqueeze(-1), dz, torch.full_like(dz, float("nan")))
     dz = torch.where(ignored.unsqueeze(-1), torch.zeros_like(dz), dz)
-    return dz @ weight, dz.T @ h
+    return (dz @ weight).float(), (dz.T @ h).float()
 
 
 def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
