@@ -153,8 +153,9 @@ THREADED_CASES = {
 
 @pytest.mark.parametrize("op", sorted(THREADED_CASES))
 def test_host_threads_and_instruction_sets_change_no_bit(rlkernels, op, monkeypatch):
-    """Host kernels split rows or elements among threads, and run an AVX2+FMA copy of their code
-    where the CPU has it: one thread on the baseline copy and four on the fast one give the same bits."""
+    """Host kernels split rows or elements among the threads of torch's pool, and run a copy of
+    their code compiled for AVX2+FMA or AVX-512 where the CPU has them: one thread on the baseline
+    copy and every thread on each wider copy give the same bits."""
     import importlib.util
 
     from package_build import CACHE
@@ -163,17 +164,20 @@ def test_host_threads_and_instruction_sets_change_no_bit(rlkernels, op, monkeypa
     tests = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tests)
     dims = {**tests.SHAPES[0], **THREADED_CASES[op]}
+    runs = (("1", "generic"), ("4", "avx2"), ("4", "native"))
     for dtype in tests.DTYPES:
         inputs = tests.make_inputs(dims, dtype, "cpu", seed=5)
         results = {}
-        for threads, simd in (("1", "generic"), ("4", "native")):
+        for threads, simd in runs:
             monkeypatch.setenv("RLK_NUM_THREADS", threads)
             monkeypatch.setenv("RLK_CPU_SIMD", simd)
-            results[threads] = tests.run(*inputs)
-        for one, four in zip(results["1"], results["4"]):
-            assert one.dtype == four.dtype and one.shape == four.shape, f"{op} {dtype}"
-            bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[one.element_size()]
-            assert torch.equal(one.view(bits), four.view(bits)), f"{op} {dtype}: the bits differ"
+            results[threads, simd] = tests.run(*inputs)
+        baseline = results[runs[0]]
+        for run in runs[1:]:
+            for one, other in zip(baseline, results[run]):
+                assert one.dtype == other.dtype and one.shape == other.shape, f"{op} {dtype}"
+                bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[one.element_size()]
+                assert torch.equal(one.view(bits), other.view(bits)), f"{op} {dtype}: the bits differ ({run} vs {runs[0]})"
 
 
 def test_logp_ids_outside_the_vocabulary_give_nan_rows_only(rlkernels):

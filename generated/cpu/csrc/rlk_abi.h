@@ -16,4 +16,12 @@ enum class Dtype : int32_t {
   bfloat16 = 2,
 };
 
+// Host kernels share their work out on threads the bindings lend them (torch's intra-op
+// pool), so that kernel files never include torch and never start threads of their own.
+// run_host_workers calls task(context, worker) once for each worker in [0, workers),
+// concurrently on up to that many of the pool's threads, the caller's included, and returns
+// when every call has.
+using HostTask = void (*)(void* context, int64_t worker);
+void run_host_workers(int64_t workers, HostTask task, void* context);
+
 }  // namespace rlk

@@ -1756,6 +1756,19 @@ TORCH_LIBRARY_IMPL(rlkernels, CPU, m) {
   m.impl("unpack.rows", &unpack_rows_cpu);
 }
 
+namespace rlk {
+
+// The host kernels' threads: torch's intra-op pool, the one torch's own CPU ops use, so the
+// two never compete for cores.  Within a parallel region (a caller already on the pool) the
+// workers run one after another on the calling thread.
+void run_host_workers(int64_t workers, HostTask task, void* context) {
+  at::parallel_for(0, workers, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t worker = begin; worker < end; ++worker) task(context, worker);
+  });
+}
+
+}  // namespace rlk
+
 // `import rlkernels._C` loads this library, which registers the ops above.
 extern "C" PyObject* PyInit__C(void) {
   static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "rlkernels native kernels (see torch.ops.rlkernels)", -1, nullptr};

@@ -7,17 +7,21 @@
 // reduction, so which thread computes a piece, and how many threads there are, never
 // changes a bit of the result.
 //
-// Threads for a call: the caller's request (torch.get_num_threads() through the
-// bindings; every hardware thread when it asks for none), unless the environment's
-// RLK_NUM_THREADS, read on every call, says otherwise; fewer for small work, where
-// starting a thread costs more than it saves.
+// Threads: those of the caller's pool, which the bindings lend through rlk_abi.h's
+// run_host_workers (torch's intra-op pool).  Kernels stay free of torch, and a kernel never
+// starts threads of its own that would compete for the cores with the pool's threads, which
+// keep spinning for a while after each parallel torch op.  A call uses the caller's request
+// (torch.get_num_threads() through the bindings), unless the environment's RLK_NUM_THREADS,
+// read on every call, asks for fewer; fewer still for small work, where waking a thread
+// costs more than it saves.
 //
-// Instructions: on x86 CPUs with AVX2 and FMA, parallel_rows runs each piece in a copy of
-// its code compiled for them (RLK_CPU_SIMD=generic, read on every call, asks for the
-// baseline copy).  The two copies perform the same IEEE operations in the same order --
-// the build never contracts a multiply and an add, and rlk_math.h's explicit fused
-// multiply-adds are exact either way, in an instruction instead of a library call -- so
-// they give the same bits; only the speed differs.
+// Instructions: on x86 CPUs, parallel_rows runs each piece in a copy of its code compiled
+// for the widest vector instructions the CPU has among AVX-512 (F, VL, BW, DQ) and AVX2 with
+// FMA; RLK_CPU_SIMD, read on every call, caps them (`avx2`, or `generic` for the baseline
+// copy).  Every copy performs the same IEEE operations in the same order -- the build never
+// contracts a multiply and an add, vector lanes only hold different elements side by side,
+// and rlk_math.h's explicit fused multiply-adds are exact either way, in an instruction
+// instead of a library call -- so they give the same bits; only the speed differs.
 
 #include <algorithm>
 #include <atomic>
@@ -25,82 +29,109 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <system_error>
 #include <thread>
-#include <vector>
+
+#include "../../rlk_abi.h"
 
 namespace rlk {
 namespace cpu {
 
-// `work` in units of which `min_work_per_thread` pay for starting one thread.
+// `work` in units of which `min_work_per_thread` pay for waking one thread.
 inline int thread_count(int64_t work, int64_t min_work_per_thread, int64_t requested) {
   int64_t threads = requested > 0 ? requested : std::max(1u, std::thread::hardware_concurrency());
   if (const char* env = std::getenv("RLK_NUM_THREADS")) {
     const int n = std::atoi(env);
-    if (n > 0) threads = n;
+    if (n > 0) threads = std::min<int64_t>(threads, n);
   }
   const int64_t by_work = std::max<int64_t>(1, work / std::max<int64_t>(1, min_work_per_thread));
   return static_cast<int>(std::min({threads, by_work, int64_t{256}}));
 }
 
-// Calls body(i) for i in [0, count) on up to `threads` threads, the caller included.
-// Indices are handed out from a shared counter, so a core that is busy elsewhere simply
-// takes fewer of them.
+// Calls body(i) for i in [0, count) on up to `threads` threads of the pool, the caller's
+// included.  Indices are handed out from a shared counter, so a thread that starts late
+// or is slowed by other work simply takes fewer of them.
 template <typename Body>
 void parallel_for(int64_t count, int threads, const Body& body) {
-  std::atomic<int64_t> next{0};
-  const auto work = [&] {
-    for (int64_t i = next++; i < count; i = next++) body(i);
-  };
+  struct Shared {
+    const Body& body;
+    int64_t count;
+    std::atomic<int64_t> next{0};
+    std::fenv_t env;
+
+    void drain() {
+      for (int64_t i = next++; i < count; i = next++) body(i);
+    }
+  } shared{body, count};
   if (threads <= 1 || count <= 1) {
-    work();
+    shared.drain();
     return;
   }
-  // Every thread uses the caller's floating-point environment (flush-to-zero, rounding
-  // mode), so each piece is computed alike.  POSIX threads inherit it; others may not.
-  std::fenv_t env;
-  std::fegetenv(&env);
-  const auto helper_work = [&] {
-    std::fesetenv(&env);
-    work();
+  // Every worker runs in the caller's floating-point environment (flush-to-zero, rounding
+  // mode), so each piece is computed alike; a pool thread gets its own back afterwards.
+  std::fegetenv(&shared.env);
+  const HostTask task = [](void* context, int64_t) {
+    Shared& s = *static_cast<Shared*>(context);
+    std::fenv_t own;
+    std::fegetenv(&own);
+    std::fesetenv(&s.env);
+    s.drain();
+    std::fesetenv(&own);
   };
-  std::vector<std::thread> helpers;
-  for (int t = 1; t < threads && t < count; ++t) {
-    try {
-      helpers.emplace_back(helper_work);
-    } catch (const std::system_error&) {
-      break;  // the threads already running take its share
-    }
-  }
-  work();
-  for (std::thread& helper : helpers) helper.join();
+  run_host_workers(std::min<int64_t>(threads, count), task, &shared);
 }
+
+// The instruction sets a piece may run with, widest last.
+enum class Simd { generic, avx2, avx512 };
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-// Calls body(begin, end) with everything it calls inlined and compiled for AVX2 and FMA.
+// Call body(begin, end) with everything it calls inlined and compiled for these instructions.
 template <typename Body>
-__attribute__((target("avx2,fma"), flatten)) void run_piece_fma(const Body& body, int64_t begin, int64_t end) {
+__attribute__((target("avx2,fma"), flatten)) void run_piece_avx2(const Body& body, int64_t begin, int64_t end) {
   body(begin, end);
 }
 
-// Whether this CPU runs run_piece_fma, and the environment does not ask for the baseline.
-inline bool host_fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const char* simd = std::getenv("RLK_CPU_SIMD");
-  return has && !(simd != nullptr && std::strcmp(simd, "generic") == 0);
+template <typename Body>
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) void run_piece_avx512(const Body& body,
+                                                                                                      int64_t begin,
+                                                                                                      int64_t end) {
+  body(begin, end);
+}
+
+// The widest copy this CPU runs, capped by RLK_CPU_SIMD (generic or avx2).
+inline Simd host_simd() {
+  static const Simd widest = [] {
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+    return avx512 ? Simd::avx512 : avx2 ? Simd::avx2 : Simd::generic;
+  }();
+  const char* cap = std::getenv("RLK_CPU_SIMD");
+  if (cap != nullptr && std::strcmp(cap, "generic") == 0) return Simd::generic;
+  if (cap != nullptr && std::strcmp(cap, "avx2") == 0) return std::min(widest, Simd::avx2);
+  return widest;
+}
+
+template <typename Body>
+void run_piece(Simd simd, const Body& body, int64_t begin, int64_t end) {
+  if (simd == Simd::avx512)
+    run_piece_avx512(body, begin, end);
+  else if (simd == Simd::avx2)
+    run_piece_avx2(body, begin, end);
+  else
+    body(begin, end);
 }
 #else
+inline Simd host_simd() { return Simd::generic; }
+
 template <typename Body>
-void run_piece_fma(const Body& body, int64_t begin, int64_t end) {
+void run_piece(Simd, const Body& body, int64_t begin, int64_t end) {
   body(begin, end);
 }
-
-inline bool host_fma() { return false; }
 #endif
 
 // About this many element operations per piece of a parallel_rows split.
 constexpr int64_t kPieceWork = int64_t{1} << 16;
-// And per thread started.
+// And per thread woken.
 constexpr int64_t kThreadWork = int64_t{1} << 18;
 // Element operations of one element of an activation-like kernel (an exp or a log, a few
 // multiplies and adds): the `cost` those kernels pass to parallel_rows.
@@ -114,14 +145,10 @@ void parallel_rows(int64_t count, int64_t cost, int64_t requested, const Body& b
   const int64_t per_piece = std::max<int64_t>(1, kPieceWork / std::max<int64_t>(1, cost));
   const int64_t pieces = (count + per_piece - 1) / per_piece;
   const int threads = thread_count(count * std::max<int64_t>(1, cost), kThreadWork, requested);
-  const bool fma = host_fma();
+  const Simd simd = host_simd();
   parallel_for(pieces, threads, [&](int64_t piece) {
     const int64_t begin = piece * per_piece;
-    const int64_t end = std::min(count, begin + per_piece);
-    if (fma)
-      run_piece_fma(body, begin, end);
-    else
-      body(begin, end);
+    run_piece(simd, body, begin, std::min(count, begin + per_piece));
   });
 }
 
