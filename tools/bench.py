@@ -678,10 +678,15 @@ def machine_lines(command: str, with_torch: bool) -> list[str]:
     if with_torch:
         import torch
 
-        flags, generic = cpu_flags(), os.environ.get("RLK_CPU_SIMD") == "generic"
-        path = "AVX2" if "avx2" in flags and not generic else "portable (4 lanes)"
-        # rlk_parallel.h's copy of the row and elementwise kernels compiled for AVX2 and FMA.
-        rows_path = "AVX2 + FMA" if {"avx2", "fma"} <= flags and not generic else "baseline (compiler default)"
+        flags, cap = cpu_flags(), os.environ.get("RLK_CPU_SIMD", "native")
+        path = "AVX2" if "avx2" in flags and cap != "generic" else "portable (4 lanes)"
+        # rlk_parallel.h's copies of the row and elementwise kernels: the widest this CPU runs.
+        if {"avx512f", "avx512vl", "avx512bw", "avx512dq", "avx2", "fma"} <= flags and cap not in ("generic", "avx2"):
+            rows_path = "AVX-512 (F, VL, BW, DQ) + FMA"
+        elif {"avx2", "fma"} <= flags and cap != "generic":
+            rows_path = "AVX2 + FMA"
+        else:
+            rows_path = "baseline (compiler default)"
         lines += [
             f"| torch | {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()}) |",
             f"| det_gemm code path | {path} |",
