@@ -430,7 +430,74 @@ def _model_ops() -> list[ModelOp]:
                 q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
             ).transpose(0, 1),
         ),
+        ModelOp(
+            name="det_linear MLP up/gate fwd+bwd",
+            baseline_code="F.linear(x, w), then torch.autograd.grad for x and w; dx compared",
+            inputs=lambda m: {"x": (m.tokens, m.hidden), "w": (m.intermediate, m.hidden), "dy": (m.tokens, m.intermediate)},
+            batched=("x", "dy"),
+            kernel=lambda rlk, x, w, dy: _grads(rlk.det_linear, (x, w), dy)[0],
+            baseline=lambda x, w, dy: _grads(F.linear, (x, w), dy)[0],
+            op="det_linear",
+        ),
+        ModelOp(
+            name="swiglu fwd+bwd",
+            baseline_code="F.silu(g) * u, then torch.autograd.grad for g and u; dg compared",
+            inputs=lambda m: {"g": (m.tokens, m.intermediate), "u": (m.tokens, m.intermediate), "dy": (m.tokens, m.intermediate)},
+            batched=("g", "u", "dy"),
+            kernel=lambda rlk, g, u, dy: _grads(rlk.swiglu, (g, u), dy)[0],
+            baseline=lambda g, u, dy: _grads(lambda g, u: F.silu(g) * u, (g, u), dy)[0],
+            op="swiglu",
+        ),
+        ModelOp(
+            name="rms_norm fwd+bwd",
+            baseline_code="F.rms_norm(x, (H,), w, 1e-6), then torch.autograd.grad for x and w; dx compared",
+            inputs=lambda m: {"x": (m.tokens, m.hidden), "w": (m.hidden,), "dy": (m.tokens, m.hidden)},
+            batched=("x", "dy"),
+            kernel=lambda rlk, x, w, dy: _grads(lambda x, w: rlk.rms_norm(x, w, 1e-6)[0], (x, w), dy)[0],
+            baseline=lambda x, w, dy: _grads(lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), (x, w), dy)[0],
+            op="rms_norm",
+        ),
+        ModelOp(
+            name="linear_logp fwd+bwd",
+            baseline_code="the same log_softmax expression, then torch.autograd.grad for h and w; dh compared",
+            inputs=lambda m: {"h": (m.tokens, m.hidden), "w": (m.vocab, m.hidden), "ids": (m.tokens,), "dlp": (m.tokens,)},
+            batched=("h", "ids", "dlp"),
+            kernel=lambda rlk, h, w, ids, dlp: _grads(lambda h, w: rlk.linear_logp(h, w, ids)[0], (h, w), dlp)[0],
+            baseline=lambda h, w, ids, dlp: _grads(
+                lambda h, w: torch.log_softmax(F.linear(h, w).float(), -1).gather(-1, ids[:, None]).squeeze(1), (h, w), dlp
+            )[0],
+            op="linear_logp",
+        ),
+        ModelOp(
+            name="attention fwd+bwd",
+            baseline_code="the same sdpa call, then torch.autograd.grad for q, k and v; dq compared",
+            inputs=lambda m: {
+                "q": (m.tokens, m.hidden // HEAD_DIM, HEAD_DIM),
+                "k": (m.tokens, m.hidden // HEAD_DIM // 2, HEAD_DIM),
+                "v": (m.tokens, m.hidden // HEAD_DIM // 2, HEAD_DIM),
+                "do": (m.tokens, m.hidden // HEAD_DIM, HEAD_DIM),
+            },
+            batched=("q", "k", "v", "do"),
+            kernel=lambda rlk, q, k, v, do: _grads(lambda q, k, v: rlk.attention(q, k, v, _one_sequence(q), _one_sequence(k))[0], (q, k, v), do)[0],
+            baseline=lambda q, k, v, do: _grads(
+                lambda q, k, v: F.scaled_dot_product_attention(
+                    q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+                ).transpose(0, 1),
+                (q, k, v),
+                do,
+            )[0],
+            op="attention",
+        ),
     ]
+
+
+def _grads(fn, inputs, grad):
+    """The gradients of fn(*inputs) (one output) against `grad`, for every input: forward and backward."""
+    import torch
+
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    out = fn(*leaves)
+    return torch.autograd.grad(out, leaves, grad.to(out.dtype))
 
 
 HEAD_DIM = 64  # heads of the model-shape rows: hidden / 64 query heads, half as many key/value heads
@@ -543,7 +610,7 @@ def model_notes() -> str:
     sizes = "; ".join(f"H = {m.hidden}: T = {m.tokens}, I = {m.intermediate}, V = {m.vocab}" for m in MODEL_SIZES)
     by_op: dict[str, str] = {}  # one baseline per rlkernels function (the det_linear rows share theirs)
     for case in _model_ops():
-        by_op.setdefault(case.needs, case.baseline_code)
+        by_op.setdefault(case.needs + (" fwd+bwd" if case.name.endswith("fwd+bwd") else ""), case.baseline_code)
     baselines = "; ".join(f"{op}: `{code}`" for op, code in by_op.items())
     return f"""\
 * One layer of a small decoder ({sizes}; I is 2.75 H rounded

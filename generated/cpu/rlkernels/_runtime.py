@@ -6,7 +6,6 @@ whose declared guarantees cover the op's contract, or it raises."""
 
 from __future__ import annotations
 
-import functools
 import importlib
 from typing import Any
 
@@ -90,9 +89,21 @@ def _native_available(op: str, kernel: str, platform: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
+# Backends chosen so far, by (op, platform): a choice depends only on the registry and the
+# loaded library, which stay as they are while the process runs.  A plain dict, not
+# functools.lru_cache, which torch.compile traces through with a warning on every call site.
+_CHOSEN: dict[tuple[str, str], Kernel] = {}
+
+
 def select_backend(op: str, platform: str) -> Kernel:
     """The first backend in the registry's order that keeps the op's contract and can run."""
+    chosen = _CHOSEN.get((op, platform))
+    if chosen is None:
+        chosen = _CHOSEN[op, platform] = _choose_backend(op, platform)
+    return chosen
+
+
+def _choose_backend(op: str, platform: str) -> Kernel:
     entry = OPS[op]
     if platform not in entry.backends:
         carried = ", ".join(CARRIED_PLATFORMS)

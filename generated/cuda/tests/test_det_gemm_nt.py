@@ -12,6 +12,8 @@ inputs rejected with errors that name the argument.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -536,9 +538,14 @@ def test_public_function_under_torch_compile():
         return rlkernels.det_gemm_nt(*args)
 
     compiled = torch.compile(public, backend="aot_eager", fullgraph=True)
-    got = compiled(*inputs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = compiled(*inputs)
     got = got if isinstance(got, tuple) else (got,)
     assert_bitwise_equal(got, run(*inputs), "compiled public function vs eager")
+    # Tracing the package's own code warns about nothing (torch's deprecation notices aside).
+    ours = [str(w.message) for w in caught if not issubclass(w.category, DeprecationWarning)]
+    assert not ours, f"torch.compile warned: {ours}"
 
 
 # ---------------------------------------------------------------- bad inputs

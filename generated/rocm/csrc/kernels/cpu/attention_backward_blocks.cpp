@@ -171,7 +171,7 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
   parallel_rows(HQ * query_chunks, kRowsPerPiece * (TK + 1) * (2 * D + 8), num_threads, [&](int64_t begin, int64_t end) {
     RowCache keys, values;
     std::vector<float> acc(static_cast<size_t>(D)), query(static_cast<size_t>(D)), incoming(static_cast<size_t>(D));
-    float scores[kBlock], dps[kBlock];
+    float scores[kBlock], dps[kBlock], dss[kBlock];
     for (int64_t piece = begin; piece < end; ++piece) for (int64_t t = piece % query_chunks * kRowsPerPiece; t < TQ && t < (piece % query_chunks + 1) * kRowsPerPiece; ++t) {
       const int64_t h = piece / query_chunks, g = h / group, pair = t * HQ + h;
       T* out = grad_q + pair * D;
@@ -189,15 +189,18 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
       // Only the blocks that hold a key the query sees (sees() still decides each key).
       int64_t lo = 0, hi = 0;
       visible_keys((s.k1 - s.k0) - (s.q1 - s.q0) + (t - s.q0), s.k1 - s.k0, causal, window, &lo, &hi);
+      // The keys the query sees are [lo, hi) of its sequence (as sees() says).
+      hi = std::min(hi, s.k1 - s.k0);
+      const float row_lse = lse[pair];
       for (int64_t start = lo - lo % kBlock; start < hi; start += kBlock) {
         block_dots(query.data(), keys.columns.data() + start * D, D, scores);
         block_dots(incoming.data(), values.columns.data() + start * D, D, dps);
-        for (int lane = 0; lane < kBlock && start + lane < s.k1 - s.k0; ++lane) {
-          const int64_t j = s.k0 + start + lane;
-          if (!sees(s, t, j, causal, window)) continue;
-          const float p = exp_f32(add_rn(mul_rn(scores[lane], sc), -lse[pair]));
-          const float ds = mul_rn(p, add_rn(dps[lane], -delta));
-          const float* key = keys.rows.data() + (start + lane) * D;
+        // ds for the block's lanes side by side; lanes of keys it does not see are never used.
+        for (int lane = 0; lane < kBlock; ++lane)
+          dss[lane] = mul_rn(exp_f32(add_rn(mul_rn(scores[lane], sc), -row_lse)), add_rn(dps[lane], -delta));
+        for (int64_t j = std::max(lo, start); j < std::min(hi, start + kBlock); ++j) {
+          const float ds = dss[j - start];
+          const float* key = keys.rows.data() + j * D;
           for (int64_t d = 0; d < D; ++d) acc[d] = add_rn(acc[d], mul_rn(ds, key[d]));
         }
       }
@@ -210,7 +213,7 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
     std::vector<RowCache> queries(static_cast<size_t>(group)), incoming(static_cast<size_t>(group));
     std::vector<std::vector<float>> deltas(static_cast<size_t>(group));
     std::vector<float> acc_k(static_cast<size_t>(D)), acc_v(static_cast<size_t>(D)), key(static_cast<size_t>(D)), value(static_cast<size_t>(D));
-    float scores[kBlock], dps[kBlock];
+    float scores[kBlock], dps[kBlock], ps[kBlock], dss[kBlock], row_lse[kBlock], row_delta[kBlock];
     for (int64_t piece = begin; piece < end; ++piece) for (int64_t j = piece % key_chunks * kRowsPerPiece; j < TK && j < (piece % key_chunks + 1) * kRowsPerPiece; ++j) {
       const int64_t g = piece / key_chunks, pair = j * HK + g;
       T* out_k = grad_k + pair * D;
@@ -243,11 +246,22 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
         for (int64_t start = first_query - first_query % kBlock; start < Lq; start += kBlock) {
           block_dots(key.data(), own_queries.columns.data() + start * D, D, scores);
           block_dots(value.data(), own_incoming.columns.data() + start * D, D, dps);
-          for (int lane = 0; lane < kBlock && start + lane < Lq; ++lane) {
+          // p and ds for the block's lanes side by side (the lse and delta of lanes past the
+          // sequence's queries are stand-ins: those lanes are never used).
+          const int64_t lanes = std::min<int64_t>(kBlock, Lq - start);
+          for (int lane = 0; lane < kBlock; ++lane) {
+            row_lse[lane] = lane < lanes ? lse[(s.q0 + start + lane) * HQ + h] : 0.0f;
+            row_delta[lane] = lane < lanes ? own_deltas[static_cast<size_t>(start + lane)] : 0.0f;
+          }
+          for (int lane = 0; lane < kBlock; ++lane) {
+            ps[lane] = exp_f32(add_rn(mul_rn(scores[lane], sc), -row_lse[lane]));
+            dss[lane] = mul_rn(ps[lane], add_rn(dps[lane], -row_delta[lane]));
+          }
+          for (int lane = 0; lane < lanes; ++lane) {
             const int64_t t = s.q0 + start + lane;
             if (!sees(s, t, j, causal, window)) continue;
-            const float p = exp_f32(add_rn(mul_rn(scores[lane], sc), -lse[t * HQ + h]));
-            const float ds = mul_rn(p, add_rn(dps[lane], -own_deltas[static_cast<size_t>(start + lane)]));
+            const float p = ps[lane];
+            const float ds = dss[lane];
             const float* query = own_queries.rows.data() + (start + lane) * D;
             const float* grad = own_incoming.rows.data() + (start + lane) * D;
             for (int64_t d = 0; d < D; ++d) {
