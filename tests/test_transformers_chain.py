@@ -285,6 +285,26 @@ def test_patch_recognises_other_families_by_structure(rlkt, family):
     assert same_bits(got[5, start:], one)
 
 
+def test_generate_left_padded_gives_the_scores_of_one_sequence(rlkt):
+    """generate() on a patched model: a left-padded prompt's greedy scores, step by step against
+    the cache, have the bits of the prompt generated alone."""
+    model = rlkt.patch(make_model("qwen2", torch.float32))
+    target, others = sequences(model.config.vocab_size)
+    ids, mask, _ = padded(target[:20], others[:3], 1, "left")
+    settings = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0, "output_scores": True, "return_dict_in_generate": True}
+    batch = model.generate(ids, attention_mask=mask, **settings)
+    one = model.generate(target[:20].unsqueeze(0), **settings)
+    assert torch.equal(batch.sequences[1, -6:], one.sequences[0, -6:])
+    assert all(same_bits(a[1], b[0]) for a, b in zip(batch.scores, one.scores))
+
+
+def test_patched_model_compiles_without_graph_breaks(rlkt):
+    model = rlkt.patch(make_model("llama", torch.float32))
+    ids, mask, _ = padded(*sequences(model.config.vocab_size), 2, "right")
+    explained = torch._dynamo.explain(model.model)(ids, attention_mask=mask)
+    assert explained.graph_break_count == 0, [str(b.reason) for b in explained.break_reasons]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_attn_implementation_alone_matches_sdpa(rlkt, family):
     """attn_implementation="rlkernels" without patch(): padded rows agree with sdpa within tolerance."""

@@ -189,7 +189,7 @@ def attention_forward(
         q = query[0].transpose(0, 1).contiguous()
         k = key[0].transpose(0, 1).contiguous()
         v = value[0].transpose(0, 1).contiguous()
-        o, _ = _ops.attention(q, k, v, cu_q.to(torch.int32), cu_k.to(torch.int32), scale, causal, window)
+        o, _ = _ops.attention(q, k, v, cu_q.to(torch.int32).contiguous(), cu_k.to(torch.int32).contiguous(), scale, causal, window)
         return o.unsqueeze(0), None
 
     layout = _varlen_layout(batch, tq, tk, attention_mask, position_ids, query.device)
@@ -233,12 +233,16 @@ class RotaryPositions(NamedTuple):
     position_ids: torch.Tensor
 
 
+# The ops take contiguous tensors; models hand some layers views (generate's last-token slice
+# before the LM head, a cache's position slice): .contiguous() copies only those.
+
+
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return _ops.det_linear(x, self.weight, self.bias)
+    return _ops.det_linear(x.contiguous(), self.weight, self.bias)
 
 
 def _embedding_forward(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    y = _ops.embedding(self.weight, ids)
+    y = _ops.embedding(self.weight, ids.contiguous())
     if self.padding_idx is not None:
         # nn.Embedding gives its padding row no gradient: stop the gradient where ids select it.
         y = torch.where((ids == self.padding_idx).unsqueeze(-1), y.detach(), y)
@@ -251,7 +255,7 @@ def _norm_eps(module: nn.Module) -> float:
 
 
 def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return _ops.rms_norm(x, self.weight, _norm_eps(self))[0]
+    return _ops.rms_norm(x.contiguous(), self.weight, _norm_eps(self))[0]
 
 
 def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> RotaryPositions:
@@ -291,7 +295,7 @@ def _make_attention_forward(theta: float, window: int | None) -> Callable[..., t
         if getattr(self, "q_norm", None) is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         positions = position_embeddings.position_ids.expand(batch, length)
-        flat = positions.reshape(-1)
+        flat = positions.reshape(-1).contiguous()
         q = _ops.rope(q.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim).transpose(1, 2)
         k = _ops.rope(k.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim).transpose(1, 2)
         v = v.transpose(1, 2)
@@ -714,7 +718,8 @@ def token_logprobs(
     labels = torch.where(real, labels, ignore_index)
     out = body(input_ids=input_ids, attention_mask=attention_mask, **model_kwargs)
     hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
-    lp, ent, _ = _ops.linear_logp(hidden.reshape(batch * length, -1), head.weight, labels.reshape(-1), ignore_index)
+    rows = hidden.reshape(batch * length, -1).contiguous()
+    lp, ent, _ = _ops.linear_logp(rows, head.weight, labels.reshape(-1).contiguous(), ignore_index)
     if entropy:
         return lp.view(batch, length), ent.view(batch, length)
     return lp.view(batch, length)
