@@ -262,6 +262,14 @@ def test_patch_refuses_what_it_cannot_convert_and_changes_nothing(rlkt):
     with pytest.raises(rlkt.PatchError, match=r"model\.rotary_emb \(LlamaRotaryEmbedding\): RoPE type 'linear'"):
         rlkt.patch(model)
 
+    sizes = {**SIZES, "num_hidden_layers": 1, "head_dim": 16}
+    gemma = transformers.GemmaForCausalLM(transformers.GemmaConfig(**sizes))  # RMS norm with (1 + weight)
+    with pytest.raises(rlkt.PatchError, match=r"model\.norm \(GemmaRMSNorm\): an RMS norm by its structure, but"):
+        rlkt.patch(gemma)
+    moe = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**sizes, moe_intermediate_size=32, num_experts=4))
+    with pytest.raises(rlkt.PatchError, match=r"model\.layers\.0\.mlp\.experts \(Qwen3MoeExperts\)"):
+        rlkt.patch(moe)
+
 
 @pytest.mark.parametrize("family", ["qwen3", "mistral"])
 def test_patch_recognises_other_families_by_structure(rlkt, family):
