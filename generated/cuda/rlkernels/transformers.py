@@ -579,9 +579,9 @@ def _plan(model: nn.Module) -> list[_Swap]:
                 problems.append(f"{where}: {why}")
         elif _is_gated_mlp(module):
             why = once("mlp", module, lambda m=module: _check_mlp(m))
+            handled.add(f"{path}.act_fn" if path else "act_fn")  # swiglu replaces it, or the MLP is refused whole
             if why is None:
                 swaps.append(_Swap(module, _mlp_forward))
-                handled.add(f"{path}.act_fn" if path else "act_fn")  # swiglu replaces it
             else:
                 problems.append(f"{where}: {why}")
         elif list(module.parameters(recurse=False)) or list(module.buffers(recurse=False)):
