@@ -153,6 +153,8 @@ setup(
     packages=["rlkernels"],
     python_requires=">=3.9",
     install_requires=["torch"],
+    # The transformers integration (rlkernels.transformers) is optional.
+    extras_require={"transformers": ["transformers>=5.24,<6"]},
     ext_modules=[
         Extension(
             name="rlkernels._C",
