@@ -25,6 +25,7 @@ PACKAGE_TEMPLATES = {
     "rlkernels/_checks.py": "package/_checks.py.j2",
     "rlkernels/_ops.py": "package/_ops.py.j2",
     "rlkernels/_references.py": "package/_references.py.j2",
+    "rlkernels/aten.py": "package/aten.py.j2",
     "pyproject.toml": "package/pyproject.toml.j2",
     "setup.py": "package/setup.py.j2",
     "README.md": "package/README.md.j2",
