@@ -175,6 +175,14 @@ def test_strict_mode_refuses_what_it_cannot_route_naming_op_argument_expected_an
             torch.mm(a.float(), a.float())  # what torch itself rejects fails with torch's own error
 
 
+def test_strict_mode_refuses_tensors_of_a_platform_the_build_does_not_carry(aten, rlkernels, monkeypatch):
+    """As a CPU tensor would be refused by a build carrying only CUDA kernels (and a CUDA tensor by this one)."""
+    monkeypatch.setattr(aten, "CARRIED_PLATFORMS", ("cuda",))
+    refusal = r"aten::bmm .*argument 'self' must be a tensor on a device this build carries kernels for \(cuda\), got a cpu tensor"
+    with aten.batch_invariant(), pytest.raises(rlkernels.UnsupportedError, match=refusal):
+        torch.bmm(torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+
+
 def test_without_strict_it_warns_once_per_call_and_runs_torchs_kernel(aten):
     a, b = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, 3, dtype=torch.float64)
     expected = torch.mm(a, b)
@@ -221,6 +229,20 @@ def test_leaving_the_mode_gives_torch_back_also_when_nested_or_raising(aten, rlk
     assert torch.equal(bits(model(x)), bits(inside))
     aten.disable()
     assert torch.equal(bits(model(x)), bits(torch_result))
+
+
+def test_the_mode_is_process_wide(aten):
+    """The dispatcher is global: a thread other than the one that turned the mode on is routed too."""
+    import threading
+
+    model, x = MLP(), inputs()
+    results: dict[str, torch.Tensor] = {}
+    with aten.batch_invariant():
+        expected = model(x)
+        worker = threading.Thread(target=lambda: results.update(out=model(x)))
+        worker.start()
+        worker.join()
+    assert torch.equal(bits(results["out"]), bits(expected))
 
 
 def test_inference_mode_calls_are_routed_below_autograd(aten):
@@ -273,6 +295,8 @@ def test_torch_compile_traces_the_packages_ops_into_the_graph_without_breaks_or_
             assert torch.equal(bits(plain(x)), bits(eager))
         assert [str(w.message) for w in caught] == []
     assert torch.equal(bits(out), bits(eager)) and torch.equal(bits(grad), bits(eager_grad))
+    # torch.compile does not see the mode: what it traced inside the mode stays after it ends.
+    assert not aten.is_enabled() and torch.equal(bits(plain(x)), bits(eager))
     targets = _aten_targets(graphs)
     routed = {f"aten.{op}.default" for op in ("mm", "addmm", "bmm", "linear", "_log_softmax", "rms_norm", "silu")}
     backward = {"aten.silu_backward.default", "aten._log_softmax_backward_data.default"}
