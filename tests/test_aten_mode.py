@@ -160,6 +160,21 @@ def test_bmm_gives_each_matrix_the_bits_it_has_alone(aten):
             assert torch.equal(bits(scores[i, 3]), bits(q[i, 3:4] @ k[i].t())[0]), f"a row of matrix {i}"
 
 
+@pytest.mark.parametrize("bias_shape, beta, alpha", [((30,), 1, 1), ((ROWS, 1), 1, 1), ((ROWS, 30), 0.5, 2.0), ((30,), 0, 1)])
+def test_addmm_rows_do_not_depend_on_the_batch_whatever_the_bias(aten, bias_shape, beta, alpha):
+    g = torch.Generator().manual_seed(5)
+    a, w, bias = torch.randn(ROWS, 80, generator=g), torch.randn(30, 80, generator=g), torch.randn(bias_shape, generator=g)
+
+    expected = torch.addmm(bias.double(), a.double(), w.double().t(), beta=beta, alpha=alpha)
+    with aten.batch_invariant():
+        full = bits(torch.addmm(bias, a, w.t(), beta=beta, alpha=alpha))
+        for i in PICKED:
+            own = bias if bias.dim() == 1 else bias[i : i + 1]  # a row's own bias row, where it has one
+            alone = torch.addmm(own, a[i : i + 1], w.t(), beta=beta, alpha=alpha)
+            assert torch.equal(bits(alone)[0], full[i]), f"row {i}"
+        torch.testing.assert_close(torch.addmm(bias, a, w.t(), beta=beta, alpha=alpha).double(), expected, atol=1e-4, rtol=1e-4)
+
+
 def test_strict_mode_refuses_what_it_cannot_route_naming_op_argument_expected_and_got(aten, rlkernels):
     a, b = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, 3, dtype=torch.float64)
     with aten.batch_invariant():

@@ -161,12 +161,13 @@ def _addmm_verdict(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *
 
 
 def _addmm(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: float = 1, alpha: float = 1) -> torch.Tensor:
-    n = mat2.shape[1]
-    if beta == 1 and alpha == 1 and self.numel() == n and self.shape[-1:] == (n,):
-        # A bias row (linear's decomposition): added to the float32 product before its one rounding.
+    # A bias vector (linear's decomposition) is added to the float32 product before its one
+    # rounding.  Only a 1-D one: which path runs must not depend on the number of rows, and a
+    # [1, 1] bias of one row is the [M, 1] bias of M rows.
+    if beta == 1 and alpha == 1 and self.dim() == 1 and self.shape[0] == mat2.shape[1]:
         bt = _rhs_transposed(mat2)
         bt = mat2.t().contiguous() if bt is None else bt
-        return _ops.det_gemm_nt(mat1.contiguous(), bt, self.reshape(n).contiguous())
+        return _ops.det_gemm_nt(mat1.contiguous(), bt, self.contiguous())
     # Any other bias, beta or alpha: the float32 product, then elementwise, then one rounding.
     product = _ops.det_gemm(mat1.contiguous(), mat2.contiguous(), out_fp32=True)
     if alpha != 1:
