@@ -45,6 +45,7 @@ from ._ops import (
 
 from ._registry import BUILD_PLATFORM, CARRIED_PLATFORMS, OPS, TOLERANCES
 from ._runtime import NATIVE_ERROR, UnsupportedError, detect_platform, platform_of, select_backend
+from . import aten  # the aten-level mode; importing it registers nothing until it is enabled
 
 try:
     __version__ = _metadata.version("rlkernels")
