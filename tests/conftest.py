@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,29 @@ import pytest
 from generator.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
+# Where the packages the tests build live; every build there sits at the same depth.
+BUILDS = REPO / ".build"
+
+
+def _use_ccache() -> None:
+    """The suite builds the same C++ sources several times over -- in place, as a wheel, as a
+    mutant's unchanged files, in gpu_check's dry run, in each emulated package.  Where ccache is
+    installed, every compiler the builds find on PATH goes through it (its masquerade directory),
+    with paths under the repository hashed relative to the build, so a translation unit seen
+    once is not compiled again.  ccache keys on the preprocessed source and the flags: a changed
+    source or flag is always compiled afresh."""
+    ccache = shutil.which("ccache")
+    if ccache is None or os.environ.get("RLK_NO_CCACHE"):
+        return
+    for masquerade in (Path("/usr/lib/ccache"), Path("/usr/lib64/ccache"), Path("/usr/local/lib/ccache")):
+        if (masquerade / "g++").exists():
+            os.environ["PATH"] = f"{masquerade}{os.pathsep}{os.environ.get('PATH', '')}"
+            os.environ.setdefault("CCACHE_BASEDIR", str(REPO))
+            os.environ.setdefault("CCACHE_NOHASHDIR", "1")
+            return
+
+
+_use_ccache()
 
 
 @dataclass

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_project
+from conftest import BUILDS, REPO, copy_project
 from emulation import EMULATOR, PASSED, emulated_records, emulated_source
 from generator import record
 
@@ -49,6 +49,15 @@ def project(tmp_path_factory: pytest.TempPathFactory):
         project.edit(f"specs/platforms/{platform}.yaml", "max_grid_blocks: 65535", "max_grid_blocks: 3")
     assert project.run("generate") == 0
     return project
+
+
+def build_root(name: str) -> Path:
+    """An empty directory for one emulated build, under .build/ beside the suite's other builds:
+    all at the same depth, so that a compiler cache (see conftest) finds the sources they share."""
+    root = BUILDS / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    return root
 
 
 def emulate_package(generated: Path, platform: str, root: Path, mutate=None, contracts: bool = False) -> dict[str, list[dict[str, str]]]:
@@ -78,7 +87,7 @@ def emulate_package(generated: Path, platform: str, root: Path, mutate=None, con
 @pytest.fixture(scope="module", params=DEVICES)
 def results(request: pytest.FixtureRequest, project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, str]]]:
     pytest.importorskip("torch", reason="building the emulated package needs torch")
-    return emulate_package(project.generated, request.param, tmp_path_factory.mktemp(request.param), contracts=True)
+    return emulate_package(project.generated, request.param, build_root(f"emulated-{request.param}"), contracts=True)
 
 
 def test_every_op_with_a_device_kernel_was_run(results):
@@ -153,7 +162,7 @@ def broken_kernels(stem: str, text: str) -> str:
 @pytest.fixture(scope="module")
 def broken(project, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, str]]]:
     pytest.importorskip("torch", reason="building the emulated package needs torch")
-    return emulate_package(project.generated, "cuda", tmp_path_factory.mktemp("broken-cuda"), broken_kernels)
+    return emulate_package(project.generated, "cuda", build_root("emulated-broken-cuda"), broken_kernels)
 
 
 def test_a_kernel_that_skips_elements_is_caught(broken):

@@ -617,7 +617,12 @@ def model_notes() -> str:
   to a multiple of 64), every tensor in the row's dtype except the token ids.
 * Baselines, on the same tensors: {baselines}.
 * Speed ratio: median of the paired ratios, as above (below 0.5 means more than twice the
-  PyTorch time); at least {MODEL_MIN_REPS} pairs, more while the row has run under {MODEL_ROW_BUDGET_S} s."""
+  PyTorch time); at least {MODEL_MIN_REPS} pairs, more while the row has run under {MODEL_ROW_BUDGET_S} s.
+* fwd+bwd rows: the forward and the backward through autograd, timed together; the gradient
+  named in the baseline column is the one compared (the others sum over rows).
+* silu and swiglu evaluate rlk_math.h's portable sigmoid, faithful to under 1 ulp and the same bits
+  on every platform: e^-|x| as a float pair, then a quotient corrected with its exact residual --
+  several times the instructions of a plain exp and divide, which is what keeps silu's ratio lowest."""
 
 def make_project(dest: Path, copies: int) -> None:
     shutil.copytree(ROOT / "specs", dest / "specs")
