@@ -16,7 +16,8 @@ that multiplies and adds with the package's mul_rn/add_rn (rlk_numerics.h, with 
 device flags) must show no fused multiply-add in its assembly (AMDGPU v_fma/v_fmac/v_mad/v_mac,
 PTX fma/mad), while its fma_rn twin must show one, so a scan that matches nothing cannot pass.
 Each HIP kernel that calls no fma_rn (nor includes rlk_math.h) must have no fused instruction
-in its assembly either (-save-temps).  mcc is not available: MUSA's contraction is not checked.
+in its assembly either (-save-temps), but for those with an exact product (a power-of-two
+multiplicand, as in the back end's 64-bit integer division).  mcc is not available: MUSA's contraction is not checked.
 Exit status: 0 all compiled, 1 a compile or contraction check failed, 2 a compiler or the specs are missing.
 
 Checking the project's own generated/ writes `compiled` evidence records (evidence/<platform>/
@@ -73,6 +74,34 @@ HIP_STAND_INS = {"gfx942": "gfx940"}
 # v_mad_f32, v_mac_f32, v_mad_legacy_f32, v_fma_mix_f32, ... (v_mad_f32 rounds in between but
 # flushes subnormals: not a separate multiply and add either).  Integer mads (v_mad_u64_u32) are not.
 AMDGPU_FUSED = re.compile(r"\bv_(?:pk_)?(?:fma|fmac|mad|mac)\w*?_f(?:16|32|64)\w*")
+# A fused multiply-add one of whose multiplicands (the instruction's first two sources, in every
+# form above) is a power of two has an exact product, so fusing it changes no bit: the back end's
+# own expansion of 64-bit integer division does this with +-2^32 (v_mac_f32 v, 0x4f800000, v).
+AMDGPU_INSTRUCTION = re.compile(r"^\s*(v_\w+)\s+([^;\n]*)", re.MULTILINE)
+INLINE_POWERS_OF_TWO = {"0.5", "-0.5", "1.0", "-1.0", "2.0", "-2.0", "4.0", "-4.0"}
+
+
+def is_power_of_two_literal(operand: str) -> bool:
+    operand = operand.strip()
+    if operand in INLINE_POWERS_OF_TWO:
+        return True
+    if not re.fullmatch(r"0x[0-9a-fA-F]{1,8}", operand):
+        return False
+    bits = int(operand, 16)
+    exponent = (bits >> 23) & 0xFF
+    return bits & 0x7FFFFF == 0 and 0 < exponent < 0xFF
+
+
+def amdgpu_fused(assembly: str) -> list[str]:
+    """The fused multiply-adds of AMDGPU assembly whose product is not exact (see above)."""
+    found = []
+    for match in AMDGPU_INSTRUCTION.finditer(assembly):
+        mnemonic, operands = match.group(1), match.group(2).split(",")
+        if AMDGPU_FUSED.fullmatch(mnemonic) and not any(is_power_of_two_literal(op) for op in operands[1:3]):
+            found.append(mnemonic)
+    return found
+
+
 # In PTX: fma.rn.f32, mad.f32; and a mul/add/sub without .rn, which ptxas may still contract.
 PTX_FUSED = re.compile(r"\b(?:fma|mad)(?:\.[a-z]+)*\.f(?:16|32|64)\b")
 PTX_CONTRACTIBLE = re.compile(r"\b(?:mul|add|sub)(?:\.ftz)?\.f32\b")
@@ -246,7 +275,7 @@ def compile_one(job: Job, compiler: str, out_dir: Path, index: int) -> Result:
         assembly = sorted(work.glob("*-hip-amdgcn-*.s"))
         if not assembly:
             return Result(job, "FAIL", f"$ {' '.join(command)}\nno device assembly was kept (-save-temps); cannot check FP contraction")
-        fused = [m.group(0) for path in assembly for m in AMDGPU_FUSED.finditer(path.read_text())]
+        fused = [mnemonic for path in assembly for mnemonic in amdgpu_fused(path.read_text())]
         if fused:
             return Result(job, "FAIL", f"{len(fused)} fused multiply-add(s) ({', '.join(sorted(set(fused)))}) in the assembly of a kernel "
                           "whose source multiplies and adds separately (no fma_rn): FP contraction is not off")
@@ -314,8 +343,8 @@ def check_contraction(probe: Probe, compiler: str, work: Path, numerics_namespac
     if set(bodies) != {"rlk_probe_separate", "rlk_probe_explicit"}:
         return Result(job, "FAIL", f"the probe's kernels were not found in {out.name}: cannot check FP contraction")
     if probe.compiler == "hipcc":
-        fused = AMDGPU_FUSED.findall(bodies["rlk_probe_separate"])
-        control = AMDGPU_FUSED.findall(bodies["rlk_probe_explicit"])
+        fused = amdgpu_fused(bodies["rlk_probe_separate"])
+        control = amdgpu_fused(bodies["rlk_probe_explicit"])
         loose: list[str] = []
     else:
         fused = PTX_FUSED.findall(bodies["rlk_probe_separate"])
