@@ -209,12 +209,13 @@ def test_archs_the_local_hipcc_lacks_are_skipped_by_name_or_compiled_as_a_stand_
 
 def test_a_fused_op_with_an_exact_product_is_not_contraction() -> None:
     """A power-of-two multiplicand (the back end's 64-bit integer division uses +-2^32) changes no bit."""
-    assembly = "\n".join([
+    lines = [
         "\tv_mac_f32_e32 v5, 0x4f800000, v6",  # exact: 2^32 * v6
         "\tv_mac_f32_e32 v5, 0xcf800000, v6",  # exact: -2^32 * v6
         "\tv_fmac_f32_e32 v3, v1, v2",  # a real contraction
         "\tv_fma_f32 v1, v2, v3, 0x4f800000",  # the power of two is the addend: the product is not exact
         "\tv_mac_f32_e32 v5, 0x3f800001, v6",  # not a power of two
         "\tv_mad_u64_u32 v[0:1], s[0:1], v2, v3, 0",  # integer
-    ])
+    ]
+    assembly = "\n".join(lines)
     assert tool_module.amdgpu_fused(assembly) == ["v_fmac_f32_e32", "v_fma_f32", "v_mac_f32_e32"]
