@@ -25,6 +25,14 @@ $(VENV)/.gen-stamp: pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e .
 	touch $@
 
+# make wheel's own environment: the generator's dependencies and the build extra (torch, ninja,
+# setuptools), not the lint and test toolchain.
+BUILD_VENV := .venv-build
+$(BUILD_VENV)/.build-stamp: pyproject.toml
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[build]'
+	touch $@
+
 $(VENV)/.test-stamp: $(VENV)/.gen-stamp pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	touch $@
@@ -51,8 +59,8 @@ lint: $(VENV)/.test-stamp
 compile-check: $(VENV)/.gen-stamp
 	$(PY) tools/compile_check.py
 
-wheel: $(VENV)/.test-stamp
-	$(PY) tools/build_wheel.py --platform $(PLATFORM)
+wheel: $(BUILD_VENV)/.build-stamp
+	$(BUILD_VENV)/bin/python tools/build_wheel.py --platform $(PLATFORM)
 
 gpu-check:
 	bash tools/gpu_check.sh

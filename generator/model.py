@@ -147,7 +147,6 @@ def _dotted_name(value: str) -> str:
 DottedName = Annotated[str, AfterValidator(_dotted_name), _SchemaPattern(DOTTED_NAME)]
 CompilerFlag = Annotated[str, _Matching(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag", "-ffp-contract=off")]
 EnvName = Annotated[str, _Matching(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST")]
-ArchName = Annotated[str, _Matching(r"[a-z]{2,5}_?[0-9a-z]+", "architecture name", "sm_90")]
 Version = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0")]
 def _printable(value: str) -> str:
     for char in value:
@@ -258,6 +257,22 @@ class TorchBinding(StrictModel):
     launch_check: CppName | None
 
 
+ArchEntry = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+)?[af]?(\+PTX)?|gfx[0-9a-f]{3,4}", "arch list entry", "9.0")]
+"""An entry of torch's arch variable: "9.0", "9.0a", "12.0+PTX" (CUDA), "22" (MUSA) or gfx942 (ROCm)."""
+
+
+class ArchFloor(StrictModel):
+    """The oldest architecture that builds every kernel, as the arch variable and the device
+    compiler's arch macro write it; a build for an older one is refused with ``reason``."""
+
+    entry: Annotated[str, _Matching(r"[0-9]+(\.[0-9]+)?", "numeric arch list entry", "22")]
+    macro: CppName
+    """Defined in device compilation only, e.g. __MUSA_ARCH__."""
+    value: int = Field(ge=1, le=100000)
+    """``macro``'s value for ``entry``, e.g. 220 for MUSA's 22."""
+    reason: Text
+
+
 class Build(StrictModel):
     extension: Literal["CppExtension", "CUDAExtension", "MUSAExtension"]
     extension_module: DottedName
@@ -271,7 +286,33 @@ class Build(StrictModel):
     toolkit_hint: Text
     """What to do when the toolkit or the platform's torch build is missing."""
     arch_env: EnvName | None
-    archs: tuple[Annotated[str, _Matching(r"[0-9a-z.+_]+", "arch list entry", "9.0")], ...]
+    """The variable torch's extension builder reads its target architectures from."""
+    archs: tuple[ArchEntry, ...]
+    """Written into ``arch_env`` only when no device is visible to build for (or when asked): a
+    build on a machine with a device keeps torch's own choice."""
+    arch_floor: ArchFloor | None = None
+    """The oldest architecture every kernel builds for, where the vendor's headers set one."""
+    strip_flags: tuple[CompilerFlag, ...] = ()
+    """Flags the extension builder adds by itself that the wheel must not carry (e.g. -march=native)."""
+
+    @model_validator(mode="after")
+    def _archs_respect_the_floor(self) -> Build:
+        if self.archs and self.arch_env is None:
+            raise ValueError("archs need arch_env, the variable that carries them to the extension builder")
+        if self.arch_floor is not None:
+            below = [arch for arch in self.archs if arch_number(arch) < arch_number(self.arch_floor.entry)]
+            if below:
+                raise ValueError(f"archs {', '.join(below)} are below arch_floor {self.arch_floor.entry} ({self.arch_floor.reason})")
+        return self
+
+
+def arch_number(entry: str) -> float:
+    """The number of a numeric arch list entry ("8.0", "12.0+PTX", "22"); a named one (gfx942) is 0."""
+    head = entry.split("+", 1)[0].rstrip("abf")
+    try:
+        return float(head)
+    except ValueError:
+        return 0.0
 
 
 class Detection(StrictModel):
@@ -294,6 +335,9 @@ class Wheel(StrictModel):
     """Where {version} comes from at build time (e.g. torch.version.cuda); it must be set."""
     version_parts: int = Field(default=2, ge=1, le=3)
     version_separator: Literal["", "."] = ""
+    pins: tuple[Annotated[str, _Matching(r"[A-Za-z][A-Za-z0-9_-]{0,63}", "distribution name", "torch_musa")], ...] = ()
+    """Distributions besides torch whose binary the extension links against: the wheel requires
+    the release it was built with (torch itself is always pinned, to its minor version)."""
 
 
 class PlatformSpec(StrictModel):
@@ -309,7 +353,6 @@ class PlatformSpec(StrictModel):
     torch: TorchBinding
     build: Build
     detection: Detection
-    warp_sizes: dict[ArchName, Annotated[int, Field(ge=1, le=1024)]]
     max_grid_blocks: int | None = Field(default=None, ge=1, le=(1 << 31) - 1)
     """Blocks a strided grid may launch, and the limit of a grid's second axis (device platforms)."""
     shared_memory_without_opt_in: int | None = Field(default=None, ge=1024, le=1 << 24)

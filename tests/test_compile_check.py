@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO
 
@@ -23,6 +24,8 @@ sys.modules["compile_check"] = tool_module  # dataclasses look their module up t
 _spec.loader.exec_module(tool_module)
 
 MUSA_NOTE = "checked with nvcc through a header shim (tools/musa_shim), NOT with mcc"
+ROCM_ARCHS = tuple(yaml.safe_load((REPO / "specs" / "platforms" / "rocm.yaml").read_text())["build"]["archs"])
+PRAGMA = "#pragma clang fp contract(off)"
 
 
 def compile_check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -31,10 +34,15 @@ def compile_check(*args: str, env: dict[str, str] | None = None) -> subprocess.C
     )
 
 
-def copy_packages(dest: Path, *platforms: str) -> Path:
-    """A generated/ tree holding only some platforms' packages, to keep the compiles few."""
+def copy_packages(dest: Path, *platforms: str, only: str | None = None) -> Path:
+    """A generated/ tree holding only some platforms' packages, to keep the compiles few; with
+    ``only``, just that kernel's sources (every header stays)."""
     for platform in platforms:
         shutil.copytree(GENERATED / platform, dest / "generated" / platform)
+        if only is not None:
+            for source in (dest / "generated" / platform / "csrc" / "kernels").rglob("*"):
+                if source.is_file() and source.suffix != ".h" and source.stem != only:
+                    source.unlink()
     return dest / "generated"
 
 
@@ -54,21 +62,28 @@ def test_every_generated_kernel_compiles() -> None:
     assert sources
     for source in sources:
         assert f"OK      {source.relative_to(REPO).as_posix()}" in out
-    for arch in ("gfx90a", "gfx940", "gfx1030"):
-        assert f"hipcc {arch}" in out
-    assert "nvcc sm_80,sm_90" in out and "nvcc+MUSA-shim sm_80,sm_90" in out
-    assert " 0 FAIL, 0 SKIPPED" in out
+    # Every ROCm arch of the spec is either compiled or reported as not compiled, with the reason.
+    lacking = tool_module.hip_arch_problems(tool_module.find_compiler("hipcc"), ROCM_ARCHS)
+    for arch in ROCM_ARCHS:
+        if arch not in lacking:
+            assert re.search(rf"^OK +\S+\.hip +hipcc {arch}$", out, re.MULTILINE), arch
+        elif arch in tool_module.HIP_STAND_INS and tool_module.HIP_STAND_INS[arch] not in lacking:
+            assert f"hipcc {tool_module.HIP_STAND_INS[arch]} (for {arch})" in out
+        else:
+            assert f"compile-check: SKIPPED hipcc {arch} was NOT compiled ({lacking[arch]})" in out
+    assert "nvcc sm_80,sm_90,sm_100,sm_120+PTX" in out and "nvcc+MUSA-shim sm_80,sm_90,sm_100,sm_120+PTX" in out
+    assert " 0 FAIL, " in out
+    assert re.search(r"^compile-check: contraction: (\d+) of \1 probes show mul_rn/add_rn unfused$", out, re.MULTILINE), out[-3000:]
     assert MUSA_NOTE in out
 
 
 @pytest.mark.parametrize("platform, source", [("musa", "silu_elementwise.mu"), ("cuda", "silu_elementwise.cu")])
 def test_a_broken_kernel_fails_and_is_named(tmp_path: Path, platform: str, source: str) -> None:
     require("nvcc", "g++")
-    generated = copy_packages(tmp_path, platform)
+    generated = copy_packages(tmp_path, platform, only="silu_elementwise")
     broken = generated / platform / "csrc" / "kernels" / platform / source
     broken.write_text(broken.read_text() + "\nint broken_on_purpose = ;\n")
-    # One op's kernels (its device kernel and the CPU one beside it): the full check runs above.
-    result = compile_check("--generated", str(generated), "--op", "silu")
+    result = compile_check("--generated", str(generated))
     assert result.returncode == 1, result.stdout + result.stderr
     shown = f"generated/{platform}/csrc/kernels/{platform}/{source}"
     assert f"FAIL    {shown}" in result.stdout
@@ -100,3 +115,107 @@ def test_a_source_of_unknown_kind_is_not_passed_over(tmp_path: Path) -> None:
     result = compile_check("--generated", str(stray.parents[4]))
     assert result.returncode == 2
     assert "generated/cuda/csrc/kernels/cuda/extra.cuh2: no platform spec has source_suffix '.cuh2'" in result.stderr
+
+
+# --------------------------------------------------------------------------- FP contraction on the assembly
+
+
+def probe_headers(tmp_path: Path, platform: str, *, pragma: bool = True, plain_ops: bool = False) -> Path:
+    """The package's numerics headers, as generated or deliberately weakened."""
+    headers = tmp_path / "kernels" / platform
+    shutil.copytree(GENERATED / platform / "csrc" / "kernels" / platform, headers)
+    shutil.copy(GENERATED / platform / "csrc" / "rlk_abi.h", tmp_path / "rlk_abi.h")  # "../../rlk_abi.h" from the kernels
+    numerics = headers / "rlk_numerics.h"
+    text = numerics.read_text()
+    assert PRAGMA in text, "the generated numerics header lost its contraction pragma"
+    if not pragma:
+        text = text.replace(PRAGMA, "")
+    if plain_ops:
+        text = text.replace("return __fmul_rn(a, b);", "return a * b;").replace("return __fadd_rn(a, b);", "return a + b;")
+    numerics.write_text(text)
+    return headers
+
+
+def hip_probe(headers: Path, contract: str | None) -> object:
+    flags = next(p for p in tool_module.load_catalog(REPO / "specs").platforms if p.name == "rocm").build.device_flags
+    flags = tuple(f for f in flags if not f.startswith("-ffp-contract")) + ((f"-ffp-contract={contract}",) if contract else ())
+    args = (*flags, "-I", str(headers), "-x", "hip", "--cuda-device-only", "-S", "--offload-arch=gfx90a")
+    return tool_module.Probe("rocm", "hipcc", "hipcc gfx90a", args, {"HIP_PLATFORM": "amd"})
+
+
+def test_contraction_check_fails_on_a_deliberately_fused_hip_build(tmp_path: Path) -> None:
+    """Without the pragma and with -ffp-contract=fast, mul_rn/add_rn fuse, and the check says so."""
+    require("hipcc")
+    hipcc = str(tool_module.find_compiler("hipcc"))
+    fused = tool_module.check_contraction(hip_probe(probe_headers(tmp_path / "a", "rocm", pragma=False), "fast"), hipcc, tmp_path / "fused")
+    assert fused.status == "FAIL", fused.output
+    assert "fused multiply-add" in fused.output and "v_fmac_f32" in fused.output
+    shipped = tool_module.check_contraction(hip_probe(probe_headers(tmp_path / "b", "rocm"), "off"), hipcc, tmp_path / "shipped")
+    assert shipped.status == "OK", shipped.output
+    assert "fma_rn: v_fmac_f32" in shipped.output  # the explicit fma is found: the scan sees fused instructions
+
+
+def test_the_pragma_alone_keeps_hip_unfused_under_the_compilers_default(tmp_path: Path) -> None:
+    """No -ffp-contract flag at all: HIP's default fuses without the pragma and does not with it."""
+    require("hipcc")
+    hipcc = str(tool_module.find_compiler("hipcc"))
+    without = tool_module.check_contraction(hip_probe(probe_headers(tmp_path / "a", "rocm", pragma=False), None), hipcc, tmp_path / "without")
+    assert without.status == "FAIL", without.output
+    with_pragma = tool_module.check_contraction(hip_probe(probe_headers(tmp_path / "b", "rocm"), None), hipcc, tmp_path / "with")
+    assert with_pragma.status == "OK", with_pragma.output
+
+
+def test_a_hip_kernel_without_fma_rn_fails_when_its_assembly_has_a_fused_op(tmp_path: Path) -> None:
+    require("hipcc")
+    headers = probe_headers(tmp_path, "rocm", pragma=False)
+    source = headers / "det_gemm_simt.hip"  # acc + a * b in its inner loop
+    assert not tool_module.uses_explicit_fma(source)
+    flags = ("-O3", "-std=c++17", "-ffp-contract=fast", "-save-temps", "--offload-arch=gfx90a", "-c", str(source))
+    job = tool_module.Job(source, "det_gemm_simt.hip", "hipcc", "hipcc gfx90a", flags, {"HIP_PLATFORM": "amd"}, save_temps=True)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = tool_module.compile_one(job, str(tool_module.find_compiler("hipcc")), out, 0)
+    assert result.status == "FAIL", result.output
+    assert "no fma_rn" in result.output and "FP contraction is not off" in result.output
+
+
+def test_contraction_check_fails_on_a_deliberately_fused_cuda_build(tmp_path: Path) -> None:
+    """CUDA's PTX: plain operators with -fmad=true fuse into fma.rn.f32, and the check says so."""
+    require("nvcc")
+    nvcc = str(tool_module.find_compiler("nvcc"))
+    catalog = tool_module.load_catalog(REPO / "specs")
+    (cuda,) = [p for p in tool_module.contraction_probes(catalog, GENERATED, []) if p.compiler == "nvcc"]
+    shipped = tool_module.check_contraction(cuda, nvcc, tmp_path / "shipped")
+    assert shipped.status == "OK", shipped.output
+    headers = probe_headers(tmp_path / "weak", "cuda", plain_ops=True)
+    args = tuple("-fmad=true" if a == "-fmad=false" else str(headers) if a.endswith("kernels/cuda") else a for a in cuda.args)
+    fused = tool_module.check_contraction(tool_module.Probe("cuda", "nvcc", cuda.label, args), nvcc, tmp_path / "fused")
+    assert fused.status == "FAIL", fused.output
+    assert "fma.rn.f32" in fused.output
+
+
+def test_archs_the_local_hipcc_lacks_are_skipped_by_name_or_compiled_as_a_stand_in() -> None:
+    catalog = tool_module.load_catalog(REPO / "specs")
+    lacking = {"gfx942": "unknown to this hipcc's LLVM", "gfx1100": "this hipcc has no ROCm device library for it"}
+    jobs = [j for j in tool_module.plan(catalog, GENERATED, lacking) if j.shown.endswith("rocm/column_sum_columns.hip")]
+    labels = {j.label: j.skip for j in jobs}
+    assert labels["hipcc gfx940 (for gfx942)"] is None
+    assert labels["hipcc gfx1100"] == "gfx1100: this hipcc has no ROCm device library for it"
+    assert labels["hipcc gfx90a"] is None and len(jobs) == len(ROCM_ARCHS)
+    if tool_module.find_compiler("hipcc"):
+        asked = tool_module.hip_arch_problems(tool_module.find_compiler("hipcc"), ("gfx90a", "gfx9999"))
+        assert "gfx90a" not in asked and "gfx9999" in asked
+
+
+def test_a_fused_op_with_an_exact_product_is_not_contraction() -> None:
+    """A power-of-two multiplicand (the back end's 64-bit integer division uses +-2^32) changes no bit."""
+    lines = [
+        "\tv_mac_f32_e32 v5, 0x4f800000, v6",  # exact: 2^32 * v6
+        "\tv_mac_f32_e32 v5, 0xcf800000, v6",  # exact: -2^32 * v6
+        "\tv_fmac_f32_e32 v3, v1, v2",  # a real contraction
+        "\tv_fma_f32 v1, v2, v3, 0x4f800000",  # the power of two is the addend: the product is not exact
+        "\tv_mac_f32_e32 v5, 0x3f800001, v6",  # not a power of two
+        "\tv_mad_u64_u32 v[0:1], s[0:1], v2, v3, 0",  # integer
+    ]
+    assembly = "\n".join(lines)
+    assert tool_module.amdgpu_fused(assembly) == ["v_fmac_f32_e32", "v_fma_f32", "v_mac_f32_e32"]

@@ -71,7 +71,11 @@ def test_cpu_wheel_installs_in_a_clean_venv_and_passes_its_generated_tests(tmp_p
     torch = pytest.importorskip("torch", reason="building the CPU wheel needs torch (make test installs it)")
     built = build_wheel("cpu", tmp_path / "dist", timeout=900)
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
-    wheel = the_wheel(tmp_path / "dist", "cpu")
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    wheel = the_wheel(tmp_path / "dist", f"cpu.torch{major}{minor}")
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = next(zf.read(n).decode() for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+    assert f"Requires-Dist: torch=={major}.{minor}.*" in metadata.splitlines(), metadata
 
     python = fresh_venv / "bin" / "python"
     installed = subprocess.run(
@@ -87,7 +91,7 @@ def test_cpu_wheel_installs_in_a_clean_venv_and_passes_its_generated_tests(tmp_p
     facts = run_python(python, "import json, rlkernels; print(json.dumps({'version': rlkernels.__version__, "
                        "'file': rlkernels.__file__, 'native_error': rlkernels.NATIVE_ERROR, 'platform': rlkernels.BUILD_PLATFORM}))",
                        cwd=work)
-    assert facts["version"] == f"{VERSION}+cpu"
+    assert facts["version"] == f"{VERSION}+cpu.torch{major}{minor}"
     assert facts["platform"] == "cpu"
     assert facts["native_error"] is None
     assert Path(facts["file"]).is_relative_to(fresh_venv), facts["file"]
@@ -117,7 +121,8 @@ def test_cuda_wheel_builds_and_links_against_cuda_torch(tmp_path):
     python = cuda_python()
     cuda = run_python(python, "import json, torch; print(json.dumps(torch.version.cuda))")
     assert cuda, f"{python} has no CUDA build of torch"
-    label = "cu" + "".join(cuda.split(".")[:2])
+    major, minor = run_python(python, "import json, torch; print(json.dumps(torch.__version__))").split("+")[0].split(".")[:2]
+    label = "cu" + "".join(cuda.split(".")[:2]) + f".torch{major}{minor}"
 
     built = build_wheel("cuda", tmp_path / "dist", timeout=1800, RLK_CUDA_PYTHON=str(python))
     assert built.returncode == 0, built.stdout[-6000:] + built.stderr[-4000:]
@@ -183,3 +188,24 @@ def test_gpu_check_dry_run_passes_every_stage_on_the_cpu(tmp_path):
     assert result.returncode == 0, report + (tmp_path / "gpu_check.log").read_text()[-6000:]
     for stage in ("env", "build", "tests", "compare", "invariance", "bench"):
         assert f"| {stage} | PASS |" in report, report
+
+
+def test_a_wheel_that_does_not_name_and_pin_its_torch_is_refused(tmp_path: Path):
+    """build_wheel's last check, on wheels as setuptools writes them (no compiler needed)."""
+    spec = importlib.util.spec_from_file_location("build_wheel", BUILD_WHEEL)
+    assert spec is not None and spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+
+    def wheel(name: str, *requires: str) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as zf:
+            lines = ["Metadata-Version: 2.4", "Name: rlkernels", *(f"Requires-Dist: {r}" for r in requires)]
+            zf.writestr("rlkernels-0.1.0.dist-info/METADATA", "\n".join(lines) + "\n")
+        return path
+
+    tool.check_metadata(wheel("rlkernels-0.1.0+cu130.torch214-cp311-cp311-linux_x86_64.whl", "torch==2.14.*"), "2.14.1+cu130")
+    with pytest.raises(tool.BuildError, match=r"does not name torch 2\.14"):
+        tool.check_metadata(wheel("rlkernels-0.1.0+cu130-cp311-cp311-linux_x86_64.whl", "torch==2.14.*"), "2.14.1+cu130")
+    with pytest.raises(tool.BuildError, match=r"requires \['torch'\], not torch==2\.14\.\*"):
+        tool.check_metadata(wheel("rlkernels-0.1.0+cu130.torch214-cp311-cp311-linux_x86_64.whl", "torch"), "2.14.1+cu130")

@@ -1,6 +1,6 @@
 """Build dist/rlkernels-<version>+<label>-*.whl from generated/<platform>/.
 
-    python tools/build_wheel.py --platform cpu|cuda|rocm|musa [--dist DIR] [--python PY] [--clean]
+    python tools/build_wheel.py --platform cpu|cuda|rocm|musa [--dist DIR] [--python PY] [--clean] [--device-archs]
 
 The wheel is built by pip (PEP 517, no build isolation) with the torch already installed
 in the chosen interpreter, because the extension must be compiled against the exact torch
@@ -9,6 +9,12 @@ it will run with.  Interpreter per platform: $RLK_<PLATFORM>_PYTHON if set, else
   cuda       .venv-cuda, created on first use with a CUDA build of torch
   rocm, musa this interpreter; point RLK_ROCM_PYTHON / RLK_MUSA_PYTHON at one with the
              vendor's torch (a ROCm build of torch; torch_musa).
+
+A device wheel is for other machines, so it targets the platform spec's architectures
+(RLK_SPEC_ARCHS=1 for the generated setup.py) even where a device is visible; --device-archs
+leaves the choice to torch (the visible devices), and the platform's arch variable, when set,
+wins over both.  The wheel is named for the torch it was built against (+<label>.torch<XY>) and
+requires that torch's minor release; both are checked before the wheel reaches dist/.
 
 The toolchain is checked first, with the facts in specs/platforms/<platform>.yaml, so a
 missing one is reported in a second, before anything compiles, and never leaves a wheel.
@@ -212,7 +218,19 @@ def sync_tree(src: Path, dest: Path) -> None:
         shutil.rmtree(stale)
 
 
-def build(platform: str, dist: Path, python_arg: str | None, clean: bool) -> Path:
+def check_metadata(wheel: Path, torch_version: str) -> None:
+    """The wheel names the torch it was built against and requires that minor release."""
+    major, minor = torch_version.split("+")[0].split(".")[:2]
+    if f".torch{major}{minor}-" not in wheel.name:
+        raise BuildError(f"{wheel.name} does not name torch {major}.{minor} (+<label>.torch{major}{minor}), which it was built against")
+    with zipfile.ZipFile(wheel) as zf:
+        metadata = next((zf.read(n).decode() for n in zf.namelist() if n.endswith(".dist-info/METADATA")), "")
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    if f"torch=={major}.{minor}.*" not in requires:
+        raise BuildError(f"{wheel.name} requires {requires or 'nothing'}, not torch=={major}.{minor}.* (the torch it was built against)")
+
+
+def build(platform: str, dist: Path, python_arg: str | None, clean: bool, device_archs: bool = False) -> Path:
     source = ROOT / "generated" / platform
     if not (source / "setup.py").exists():
         raise BuildError(f"{source.relative_to(ROOT)}/setup.py is missing; run `make generate` first")
@@ -233,6 +251,8 @@ def build(platform: str, dist: Path, python_arg: str | None, clean: bool) -> Pat
         # under site-packages/nvidia/cu*/include rather than in CUDA_HOME.
         env["CPATH"] = os.pathsep.join([*facts["nvidia_includes"], *filter(None, [env.get("CPATH")])])
     log(f"{platform}: torch {facts['torch']} in {python}")
+    if spec["build"].get("arch_env") and not device_archs:
+        env["RLK_SPEC_ARCHS"] = "1"
 
     staging = ROOT / ".build" / f"wheel-{platform}"
     if clean and staging.exists():
@@ -254,6 +274,7 @@ def build(platform: str, dist: Path, python_arg: str | None, clean: bool) -> Pat
         with zipfile.ZipFile(wheels[0]) as zf:
             if not any(n.startswith("rlkernels/_C") and n.endswith(".so") for n in zf.namelist()):
                 raise BuildError(f"{wheels[0].name} has no native library rlkernels/_C*.so")
+        check_metadata(wheels[0], facts["torch"])
         wheel = dist / wheels[0].name
         shutil.move(str(wheels[0]), wheel)
     elapsed = time.perf_counter() - start
@@ -267,9 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dist", type=Path, default=ROOT / "dist", help="where the wheel goes (default: dist/)")
     parser.add_argument("--python", help="build interpreter (default: $RLK_<PLATFORM>_PYTHON, see above)")
     parser.add_argument("--clean", action="store_true", help="rebuild every object from scratch")
+    parser.add_argument("--device-archs", action="store_true",
+                        help="build for the visible devices (torch's choice) instead of the platform spec's architectures")
     args = parser.parse_args(argv)
     try:
-        build(args.platform, args.dist.resolve(), args.python, args.clean)
+        build(args.platform, args.dist.resolve(), args.python, args.clean, args.device_archs)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

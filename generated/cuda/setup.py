@@ -3,8 +3,12 @@
 # Template: templates/package/setup.py.j2
 """Build the NVIDIA CUDA package of rlkernels with torch.utils.cpp_extension and ninja.
 
-    pip wheel --no-build-isolation --no-deps .     # a wheel, version 0.1.0+<label>
+    pip wheel --no-build-isolation --no-deps .     # a wheel, version 0.1.0+<label>.torch<XY>
     python setup.py build_ext --inplace            # in place, for tests
+
+Target architectures: TORCH_CUDA_ARCH_LIST when it is set; else, when a device is visible,
+torch's own choice (the visible devices); else, or with RLK_SPEC_ARCHS=1 (a wheel for other
+machines), the platform spec's list: 8.0;9.0;10.0;12.0+PTX.
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ from setuptools import setup
 
 BASE_VERSION = "0.1.0"
 ARCH_ENV = "TORCH_CUDA_ARCH_LIST"
-DEFAULT_ARCHS = "8.0;9.0"
+SPEC_ARCHS = "8.0;9.0;10.0;12.0+PTX"
+ARCH_FLOOR = None
+DEVICE_AVAILABLE = "torch.cuda.is_available"
+# Flags the extension builder adds by itself that a wheel for other machines must not carry.
+STRIP_FLAGS = []
+# Besides torch, the distributions whose binaries the extension links against.
+PINS = []
 SOURCES = [
     "csrc/bindings.cpp",
     "csrc/kernels/cuda/attention_blocks.cu",
@@ -136,36 +146,85 @@ def local_label() -> str:
     return "cu{version}".format(version="".join(parts))
 
 
+def torch_tag() -> tuple[str, str]:
+    """("torch213", "torch==2.13.*") for torch 2.13.x: the extension is built against this torch's
+    C++ ABI, which holds within one minor release and no further."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return f"torch{major}{minor}", f"torch=={major}.{minor}.*"
+
+
+def release(name: str) -> str:
+    """The installed release of a distribution, without a local label ("2.7.1+abc" -> "2.7.1")."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        version = str(_attr(f"{name}.__version__") or "")
+    if not version:
+        fail(f"cannot tell which {name} this build is for: it is not installed")
+    return version.split("+")[0]
+
+
+def device_visible() -> bool:
+    """Whether torch sees a device to build for (never raises: no driver means no device)."""
+    if DEVICE_AVAILABLE is None:
+        return False
+    try:
+        return bool(_attr(DEVICE_AVAILABLE)())
+    except Exception:
+        return False
+
+
+def choose_archs() -> str:
+    """Set ARCH_ENV to the spec's list where torch would otherwise have nothing to go by; say why."""
+    given = os.environ.get(ARCH_ENV, "").strip()
+    if given:
+        why = f"{ARCH_ENV} as given"
+    elif os.environ.get("RLK_SPEC_ARCHS") == "1":
+        os.environ[ARCH_ENV] = given = SPEC_ARCHS
+        why = "the platform spec's list (RLK_SPEC_ARCHS=1)"
+    elif device_visible():
+        return f"{ARCH_ENV} unset and a device is visible: torch's own choice"
+    else:
+        os.environ[ARCH_ENV] = given = SPEC_ARCHS
+        why = "the platform spec's list (no device visible)"
+    if ARCH_FLOOR is not None:
+        below = [a for a in given.replace(",", ";").split(";") if a.strip() and float(a.split("+")[0]) < float(ARCH_FLOOR)]
+        if below:
+            fail(f"{ARCH_ENV}={given} names {', '.join(below)}, below {ARCH_FLOOR}: " + "")
+    return f"{ARCH_ENV}={given}: {why}"
+
+
 problem = toolchain_problem()
 if problem is not None:
     fail(problem)
 if ARCH_ENV is not None:
-    # Build for the spec's architectures when no device is visible to pick them.
-    os.environ.setdefault(ARCH_ENV, DEFAULT_ARCHS)
+    print(f"rlkernels: building for {choose_archs()}", file=sys.stderr)
+TORCH_TAG, TORCH_REQUIREMENT = torch_tag()
 
 # No -std= for host code: bindings.cpp includes torch headers, which need the standard
 # torch's cpp_extension picks when none is given (C++20 from torch 2.14, whose ATen
 # rejects C++17).  The spec's -std still governs the torch-free kernel compile checks.
 extra_compile_args = {"cxx": [flag for flag in HOST_FLAGS if not flag.startswith("-std=")]}
-extra_compile_args["nvcc"] = DEVICE_FLAGS
+extra_compile_args["nvcc"] = list(DEVICE_FLAGS)
+extension = Extension(
+    name="rlkernels._C",
+    sources=SOURCES,
+    include_dirs=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")],
+    extra_compile_args=extra_compile_args,
+)
 
 setup(
     name="rlkernels",
-    version=f"{BASE_VERSION}+{local_label()}",
+    version=f"{BASE_VERSION}+{local_label()}.{TORCH_TAG}",
     description="Deterministic, batch-invariant kernels for RL training, generated for every platform",
     packages=["rlkernels"],
     python_requires=">=3.9",
-    install_requires=["torch"],
+    install_requires=[TORCH_REQUIREMENT, *(f"{name}=={release(name)}" for name in PINS)],
     # The transformers integration (rlkernels.transformers) is optional.
     extras_require={"transformers": ["transformers>=5.24,<6"]},
-    ext_modules=[
-        Extension(
-            name="rlkernels._C",
-            sources=SOURCES,
-            include_dirs=[os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")],
-            extra_compile_args=extra_compile_args,
-        )
-    ],
+    ext_modules=[extension],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     zip_safe=False,
 )

@@ -11,7 +11,8 @@
 //     integer and bit operations, and comparisons. No library transcendental or vendor
 //     intrinsic is called. Each function evaluates its steps in one fixed order.
 //   * This requires the build flags every generated package uses: FP contraction off (so a*b+c
-//     is never silently fused), no fast-math options (which may reassociate, approximate or
+//     is never silently fused; rlk_numerics.h, included below, also turns it off in the source
+//     for clang-based compilers), no fast-math options (which may reassociate, approximate or
 //     flush), and subnormals kept (no flush-to-zero), on the host and on the device.
 //   * div_rn is IEEE division and depends, in addition, on the device compiler's default of
 //     correctly rounded float32 division (the fast-math options above turn it off). None of the
