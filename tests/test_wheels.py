@@ -54,11 +54,12 @@ def same_version_as_here(name: str) -> list[str]:
 
 @pytest.fixture
 def fresh_venv(tmp_path):
-    """A new, empty virtual environment; removed afterwards (it grows to ~1 GB)."""
+    """A new, empty virtual environment (it grows to ~1 GB).  Left in tmp_path, which pytest
+    removes with the runs it no longer keeps: deleting torch's thousands of files here took
+    over a minute of the suite's time."""
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    yield venv
-    shutil.rmtree(venv, ignore_errors=True)
+    return venv
 
 
 # Installed into a new venv rather than borrowed from .venv (a .pth file or
