@@ -42,11 +42,6 @@ RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   return acc;
 }
 
-RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
-
-// The host_max/block_max rule: a NaN, once seen, wins.
-RLK_ARITH float max_step(float best, float v) { return (best != best || best > v) ? best : v; }
-
 // An infinite or NaN maximum shifts by 0, so that exp sees inf - inf nowhere.
 RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0f; }
 

@@ -15,6 +15,13 @@
 namespace rlk {
 namespace cpu {
 
+// The start of a running maximum.
+RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
+
+// One step of a running maximum, the rule of block_max and host_max: max is exact, so only
+// NaN handling needs care -- a NaN, once seen, wins.
+RLK_ARITH float max_step(float best, float v) { return (best != best || best > v) ? best : v; }
+
 // Host version of lanes_tree: term(i) gives the i-th float32 term, i in [0, n).
 template <int LANES, typename Term>
 inline float host_sum_lanes_tree(int64_t n, Term term) {
@@ -32,14 +39,11 @@ inline float host_sum_lanes_tree(int64_t n, Term term) {
   return lane[0];
 }
 
-// Host maximum with the device's NaN rule.
+// Host maximum, by max_step.
 template <typename Term>
 inline float host_max(int64_t n, Term term, float init) {
   float best = init;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = term(i);
-    best = (best != best || best > v) ? best : v;
-  }
+  for (int64_t i = 0; i < n; ++i) best = max_step(best, term(i));
   return best;
 }
 

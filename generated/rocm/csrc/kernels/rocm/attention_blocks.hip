@@ -75,11 +75,6 @@ RLK_ARITH float dot(const T* a, const T* b, int64_t D) {
   return acc;
 }
 
-RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
-
-// The host_max/block_max rule: a NaN, once seen, wins.
-RLK_ARITH float max_step(float best, float v) { return (best != best || best > v) ? best : v; }
-
 // Where query t sits: its sequence's key range and its key position, or false when no valid
 // sequence holds it.
 RLK_ARITH bool locate_query(const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK, int64_t t, int64_t* k0, int64_t* Lk,

@@ -15,6 +15,13 @@
 namespace rlk {
 namespace rocm {
 
+// The start of a running maximum.
+RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
+
+// One step of a running maximum, the rule of block_max and host_max: max is exact, so only
+// NaN handling needs care -- a NaN, once seen, wins.
+RLK_ARITH float max_step(float best, float v) { return (best != best || best > v) ? best : v; }
+
 // Every thread of a block of exactly LANES threads passes its partial sum; all get the total.
 // `scratch` is LANES floats of shared memory.
 template <int LANES>
@@ -32,7 +39,7 @@ __device__ __forceinline__ float block_sum_lanes_tree(float partial, float* scra
   return total;
 }
 
-// Maximum over the block; max is exact, so only NaN handling needs care: any NaN wins.
+// Maximum over the block, by max_step.
 template <int LANES>
 __device__ __forceinline__ float block_max(float value, float* scratch) {
   const int lane = static_cast<int>(threadIdx.x);
@@ -40,8 +47,7 @@ __device__ __forceinline__ float block_max(float value, float* scratch) {
   __syncthreads();
   for (int half = LANES / 2; half > 0; half >>= 1) {
     if (lane < half) {
-      const float a = scratch[lane], b = scratch[lane + half];
-      scratch[lane] = (a != a || a > b) ? a : b;
+      scratch[lane] = max_step(scratch[lane], scratch[lane + half]);
     }
     __syncthreads();
   }
@@ -67,14 +73,11 @@ inline float host_sum_lanes_tree(int64_t n, Term term) {
   return lane[0];
 }
 
-// Host maximum with the device's NaN rule.
+// Host maximum, by max_step.
 template <typename Term>
 inline float host_max(int64_t n, Term term, float init) {
   float best = init;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = term(i);
-    best = (best != best || best > v) ? best : v;
-  }
+  for (int64_t i = 0; i < n; ++i) best = max_step(best, term(i));
   return best;
 }
 
