@@ -11,7 +11,7 @@ from typing import get_args
 
 from .errors import ContractError, SpecError, SpecProblem
 from .load import Catalog, SourceMap
-from .model import MAX_STAGES, MAX_TILE_REDUCTION, MAX_TILE_ROWS, Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
+from .model import MAX_STAGES, MAX_TILE_REDUCTION, MAX_TILE_ROWS, Dtype, Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
@@ -90,6 +90,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         for attr_index, attr in enumerate(step.attrs or ()):
             if attr not in {a.name for a in op.attrs} or attr not in {a.name for a in target.attrs}:
                 problems.append(src.problem(("backward", index, "attrs", attr_index), f"attribute {attr} is not shared by {op.name} and {step.op}"))
+    problems += _autocast_problems(src, op)
     # Batch invariance is defined on the outputs that carry the batch dimension; without one
     # the promise means nothing and no test could hold a kernel to it.
     # For packed sequences (tests.sequences) it is defined on the outputs whose rows belong to them.
@@ -129,6 +130,29 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         if isinstance(kernel, NativeKernel) and not any(name in names for names in op.backends.values()):
             problems.append(src.problem(("kernels", name), f"native kernel {name} is used by no platform; add it to a backends list or remove it"))
     return problems, violations
+
+
+def _autocast_problems(src: SourceMap, op: OpSpec) -> list[SpecProblem]:
+    """An autocast policy must name a dtype every argument it casts accepts: autocast casts the
+    arguments whose dtype is a variable, to float32 or to the autocast dtype (bfloat16 or float16)."""
+    if op.autocast == "none":
+        return []
+    cast = [a for a in op.args if a.dtype in op.dtype_vars]
+    if not cast:
+        return [src.problem(("autocast",), f"autocast: {op.autocast} casts the arguments whose dtype is a dtype variable, and {op.name} has none; use autocast: none")]
+    targets = [Dtype.float32] if op.autocast == "float32" else [Dtype.bfloat16, Dtype.float16]
+    problems = []
+    for arg in cast:
+        lacking = [d.value for d in targets if d not in op.dtype_vars[arg.dtype]]
+        if lacking:
+            problems.append(
+                src.problem(
+                    ("autocast",),
+                    f"autocast: {op.autocast} casts argument {arg.name} to {' or '.join(lacking)}, which its dtype variable "
+                    f"{arg.dtype} ({', '.join(d.value for d in op.dtype_vars[arg.dtype])}) does not allow",
+                )
+            )
+    return problems
 
 
 def _tile_problems(src: SourceMap, op: OpSpec, name: str, kernel: NativeKernel, batched: bool) -> list[SpecProblem]:

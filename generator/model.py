@@ -531,6 +531,15 @@ class BackwardStep(StrictModel):
     """Attributes passed on; null: every attribute the step's op shares by name with this op."""
 
 
+Autocast = Literal["lower_precision", "float32", "none"]
+AUTOCAST: dict[str, str] = {
+    "lower_precision": "cast to the autocast dtype (bfloat16 or float16), as torch does mm, linear and sdpa",
+    "float32": "cast to float32, as torch does log_softmax, sum, norms and losses",
+    "none": "run on the inputs as given, as torch does embedding, silu and elementwise ops",
+}
+"""The autocast policies an op may declare."""
+
+
 # Headers rendered next to a platform's kernels only when a kernel there asks for them
 # (templates/package/<name>.j2).
 SupportHeader = Literal["rlk_tensor_core.h"]
@@ -657,6 +666,10 @@ class OpSpec(StrictModel):
     tests: TestPlan
     backward: tuple[BackwardStep, ...] = ()
     """How autograd differentiates the op, with other ops of the catalog (never torch.matmul)."""
+    autocast: Autocast = "none"
+    """What ``torch.autocast`` does to the op's inputs, as torch's own autocast does to the aten op
+    it stands for (``AUTOCAST``).  The arguments it casts are the floating ones whose dtype is a
+    dtype variable; fixed-dtype arguments (a float32 logsumexp, int ids) keep theirs."""
 
     # Rules local to one op; cross-file rules live in ``contracts``.
     @model_validator(mode="after")

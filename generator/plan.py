@@ -191,6 +191,18 @@ class OpView:
         return tuple(a for a in self.spec.args if self.allowed_dtypes(a)[0] in _FLOATS)
 
     @property
+    def autocast_args(self) -> tuple[TensorArg, ...]:
+        """The arguments torch.autocast casts under the op's policy: those whose dtype is a dtype variable."""
+        if self.spec.autocast == "none":
+            return ()
+        return tuple(a for a in self.spec.args if a.dtype in self.spec.dtype_vars)
+
+    @property
+    def autocast_positions(self) -> tuple[int, ...]:
+        """Where the ``autocast_args`` sit in the op's schema."""
+        return tuple(i for i, a in enumerate(self.spec.args) if a in self.autocast_args)
+
+    @property
     def variable_outputs(self) -> tuple[Output, ...]:
         """Outputs whose dtype is only known at run time (a dtype variable, or float32_if)."""
         return tuple(o for o in self.spec.outputs if o.float32_if is not None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,8 +40,29 @@ SIZES = {
 }
 
 
+# The devices the chain test runs on: the CPU, and those RLK_CHAIN_DEVICES names (make gpu-check
+# sets "cpu,cuda", with RLK_CHAIN_PACKAGE naming its CUDA build, which carries both platforms' kernels).
+CHAIN_DEVICES = [d for d in os.environ.get("RLK_CHAIN_DEVICES", "cpu").split(",") if d]
+
+
+def _device_param(device: str):
+    present = device == "cpu" or (device == "cuda" and torch.cuda.is_available())
+    why = f"no {device.upper()} device: torch.cuda.is_available() is False" if device == "cuda" else f"unknown device {device!r}"
+    return pytest.param(device, id=device, marks=pytest.mark.skipif(not present, reason=why))
+
+
 @pytest.fixture(scope="module")
 def rlkernels(request):
+    package = os.environ.get("RLK_CHAIN_PACKAGE")
+    if package:  # a package built elsewhere (make gpu-check's CUDA build), imported as it is
+        sys.path.insert(0, package)
+        request.addfinalizer(lambda: sys.path.remove(package))
+        for name in [m for m in sys.modules if m == "rlkernels" or m.startswith("rlkernels.")]:
+            del sys.modules[name]
+        import rlkernels as module
+
+        assert module.NATIVE_ERROR is None, module.NATIVE_ERROR
+        return module
     return import_built("cpu", request)
 
 
@@ -51,7 +73,7 @@ def rlkt(rlkernels):
     return module
 
 
-def make_model(family: str, dtype: torch.dtype, **overrides):
+def make_model(family: str, dtype: torch.dtype, device: str = "cpu", **overrides):
     """A 2-layer decoder, hidden 64, 4 heads over 2 KV heads (GQA), vocabulary 512, random weights
     large enough that attention is far from uniform."""
     if family == "qwen2":
@@ -61,7 +83,7 @@ def make_model(family: str, dtype: torch.dtype, **overrides):
         config = transformers.LlamaConfig(**{**SIZES, "tie_word_embeddings": True, **overrides})  # tied LM head
         cls = transformers.LlamaForCausalLM
     torch.manual_seed(0)
-    return cls(config).to(dtype).eval()
+    return cls(config).to(dtype).to(device).eval()
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -86,8 +108,8 @@ def padded(target: torch.Tensor, others: list[torch.Tensor], row: int, side: str
     seqs = list(others)
     seqs.insert(row, target)
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.int64)
-    mask = torch.zeros(len(seqs), width, dtype=torch.int64)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.int64, device=target.device)
+    mask = torch.zeros(len(seqs), width, dtype=torch.int64, device=target.device)
     for i, s in enumerate(seqs):
         start = 0 if side == "right" else width - len(s)
         ids[i, start : start + len(s)] = s
@@ -107,13 +129,13 @@ def grpo_step(rlkernels, model, lp: torch.Tensor) -> Step:
     The loss reads only the target's log-probs, so another row's tokens add exact zeros."""
     n = lp.shape[0]
     g = torch.Generator().manual_seed(2)
-    old = (-6.2 + 0.3 * torch.randn(2, n, generator=g)).to(lp.dtype)
-    ref = (-6.2 + 0.3 * torch.randn(2, n, generator=g)).to(lp.dtype)
+    old = (-6.2 + 0.3 * torch.randn(2, n, generator=g)).to(lp.dtype).to(lp.device)
+    ref = (-6.2 + 0.3 * torch.randn(2, n, generator=g)).to(lp.dtype).to(lp.device)
     lp2 = torch.stack([lp, torch.zeros_like(lp)])
-    mask = torch.zeros(2, n, dtype=torch.bool)
+    mask = torch.zeros(2, n, dtype=torch.bool, device=lp.device)
     mask[0] = True
     ratio, kl = rlkernels.ratio_kl(lp2, old, ref, mask)
-    rewards = torch.tensor([[1.0, 0.0]])
+    rewards = torch.tensor([[1.0, 0.0]], device=lp.device)
     loss, _ = rlkernels.grpo_loss(ratio.view(1, 2, n), kl.view(1, 2, n), mask.view(1, 2, n), rewards)
     params = [p for _, p in model.named_parameters()]
     return Step(lp.detach(), tuple(torch.autograd.grad(loss, params)))
@@ -131,11 +153,13 @@ def assert_same_step(got: Step, want: Step, model, what: str) -> None:
     assert not differing, f"{what}: gradients of {differing} differ"
 
 
+@pytest.mark.parametrize("device", [_device_param(d) for d in CHAIN_DEVICES])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("family", FAMILIES)
-def test_chain_is_bitwise_batch_invariant(rlkernels, rlkt, family, dtype):
-    model = rlkt.patch(make_model(family, DTYPES[dtype]))
+def test_chain_is_bitwise_batch_invariant(rlkernels, rlkt, family, dtype, device):
+    model = rlkt.patch(make_model(family, DTYPES[dtype], device))
     target, others = sequences(model.config.vocab_size)
+    target, others = target.to(device), [o.to(device) for o in others]
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -157,7 +181,7 @@ def test_chain_is_bitwise_batch_invariant(rlkernels, rlkt, family, dtype):
     # Packed: one row holding three sequences, positions restarting at 0 at each.
     before, after = others[2], others[0]
     ids = torch.cat([before, target, after]).unsqueeze(0)
-    positions = torch.cat([torch.arange(len(before)), torch.arange(TARGET), torch.arange(len(after))]).unsqueeze(0)
+    positions = torch.cat([torch.arange(len(before)), torch.arange(TARGET), torch.arange(len(after))]).unsqueeze(0).to(device)
     lp = rlkt.token_logprobs(model, ids, position_ids=positions)
     assert lp[0, len(before) - 1] == 0, "no label across the end of a packed sequence"
     got = grpo_step(rlkernels, model, lp[0, len(before) : len(before) + TARGET - 1])
@@ -176,6 +200,32 @@ def test_chain_is_bitwise_batch_invariant(rlkernels, rlkt, family, dtype):
             ]
             lp = torch.cat(parts, dim=1)[0, :-1]
             assert same_bits(lp, want.lp), f"{what}: log-probs differ in {int((bits(lp) != bits(want.lp)).sum())} tokens"
+
+
+def test_chain_under_autocast_is_bitwise_batch_invariant(rlkernels, rlkt):
+    """A float32 Qwen2 under torch.autocast(bfloat16): every linear layer computes in bfloat16, as
+    unpatched under autocast; a sequence's log-probs and GRPO gradients keep their bits alone and
+    in padded batches; and the model traces under autocast without graph breaks."""
+    model = rlkt.patch(make_model("qwen2", torch.float32))
+    target, others = sequences(model.config.vocab_size)
+    linear_dtypes: set[torch.dtype] = set()
+    hooks = [m.register_forward_hook(lambda _m, _i, out: linear_dtypes.add(out.dtype)) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = alone(rlkernels, rlkt, model, target)
+        for hook in hooks:
+            hook.remove()
+        for side, row in (("right", 7), ("left", 3)):
+            ids, mask, start = padded(target, others, row, side)
+            lp = rlkt.token_logprobs(model, ids, mask)
+            got = grpo_step(rlkernels, model, lp[row, start : start + TARGET - 1])
+            assert_same_step(got, want, model, f"autocast, {side}-padded batch of 8, row {row}")
+        explained = torch._dynamo.explain(model.model)(ids, attention_mask=mask)
+    assert linear_dtypes == {torch.bfloat16}, f"linear layers gave {linear_dtypes} under autocast(bfloat16)"
+    assert want.lp.dtype == torch.float32 and all(g.dtype == torch.float32 for g in want.grads), "float32 log-probs, gradients in the parameters' dtype"
+    with torch.no_grad():
+        full = rlkt.token_logprobs(model, target.unsqueeze(0))[0, :-1]
+    assert not same_bits(full, want.lp), "autocast changed nothing: the ops ran in float32"
+    assert explained.graph_break_count == 0, [str(b.reason) for b in explained.break_reasons]
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

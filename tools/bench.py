@@ -1,6 +1,6 @@
 """Benchmarks, as ratios against baselines measured in the same process.
 
-    python tools/bench.py [kernel] [model] [generator]      (make bench: all three)
+    python tools/bench.py [kernel] [model] [transformers] [generator]   (make bench: all four)
     python tools/bench.py model --op swiglu --op logp       (some rows of the model table)
 
 Prints, and writes to docs/performance.md:
@@ -10,6 +10,8 @@ Prints, and writes to docs/performance.md:
   * logp and rms_norm against the PyTorch code they replace, the same way;
   * model: every op of one layer of a small model (det_linear projections, swiglu, silu,
     rms_norm, logp) at its shapes, against the PyTorch code it replaces;
+  * transformers: a tiny but realistic Qwen2 patched with rlkernels.transformers against the same
+    model unpatched (sdpa, full logits, log_softmax), forward and forward+backward;
   * the generator: a full generate of the catalog, a no-op generate (which must write
     nothing), and synthetic catalogs of 100, 300 and 1,000 copies of det_gemm.
 
@@ -297,6 +299,158 @@ OP_NOTES = """\
 * rlkernels: the CPU kernels, whose bits equal the device kernels' (the ops declare
   `portable`); threads split rows, never a row's reduction.  Speed ratio and columns as above.
 * logp also returns the log-sum-exp (for its backward), which the baseline does not compute."""
+
+
+# ---------------------------------------------------------------- a patched transformers model
+
+
+@dataclass(frozen=True)
+class DecoderSize:
+    """A small Qwen2 built from a config in code: hidden H, layers, heads over KV heads, MLP width I
+    (ModelSize's 2.75 H), vocabulary V; ``batch`` rows of ``length`` tokens."""
+
+    hidden: int
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    vocab: int = 32000
+    batch: int = 4
+    length: int = 128
+
+    @property
+    def intermediate(self) -> int:
+        return ModelSize(tokens=self.batch * self.length, hidden=self.hidden).intermediate
+
+
+# H = 1024 takes several seconds a forward+backward per model on one core of a shared 2-core
+# machine, past the minutes this section may take there; add it where the cores allow.
+DECODER_SIZES = [DecoderSize(hidden=256)]
+DECODER_DTYPES = ["float32", "bfloat16"]
+DECODER_PASSES = ["forward", "fwd+bwd"]
+
+
+@dataclass
+class DecoderRow:
+    size: DecoderSize
+    dtype: str
+    step: str
+    threads: int
+    patched_ms: float
+    unpatched_ms: float
+    ratio: float
+    reps: int
+    deterministic: bool
+    invariant: bool
+
+    # write_doc's and main's names for the columns every table shares
+    @property
+    def op(self) -> str:
+        return f"Qwen2 H={self.size.hidden} {self.step}"
+
+    @property
+    def shape(self) -> str:
+        return f"{self.size.batch}×{self.size.length}"
+
+
+def make_decoder(size: DecoderSize, dtype):
+    import torch
+    import transformers
+
+    config = transformers.Qwen2Config(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads, num_key_value_heads=size.kv_heads,
+        intermediate_size=size.intermediate, vocab_size=size.vocab, max_position_embeddings=size.length, attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    return transformers.Qwen2ForCausalLM(config).to(dtype).eval()
+
+
+def unpatched_logprobs(model, ids):
+    """What a training loop writes without this package: the full logits, log_softmax in float32, gather."""
+    import torch
+
+    logits = model(ids).logits[:, :-1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+
+
+def bench_decoder(rlkernels, threads: int, size: DecoderSize, dtype_name: str, step: str) -> DecoderRow:
+    import copy
+
+    import rlkernels.transformers as rlkt
+    import torch
+
+    unpatched = make_decoder(size, getattr(torch, dtype_name))
+    patched = rlkt.patch(copy.deepcopy(unpatched))
+    ids = torch.randint(0, size.vocab, (size.batch, size.length), generator=torch.Generator().manual_seed(1))
+
+    def patched_lp(x):
+        return rlkt.token_logprobs(patched, x)[:, :-1]
+
+    def timed(model, logprobs):
+        if step == "forward":
+            def run():
+                with torch.no_grad():
+                    return logprobs(ids)
+        else:
+            def run():
+                model.zero_grad(set_to_none=True)
+                lp = logprobs(ids)
+                lp.sum().backward()
+                return lp.detach()
+        return run
+
+    patched_s, unpatched_s, first, differing = time_alternately(
+        timed(patched, patched_lp), timed(unpatched, lambda x: unpatched_logprobs(unpatched, x)), min_reps=DECODER_MIN_REPS, budget_s=DECODER_ROW_BUDGET_S
+    )
+    with torch.no_grad():
+        alone = patched_lp(ids[:1])
+    return DecoderRow(
+        size=size, dtype=dtype_name, step=step, threads=threads,
+        patched_ms=statistics.median(patched_s) * 1e3, unpatched_ms=statistics.median(unpatched_s) * 1e3,
+        ratio=statistics.median(t / s for s, t in zip(patched_s, unpatched_s)), reps=len(patched_s),
+        deterministic=differing == 0, invariant=same_bits(alone[0], first[0]),
+    )
+
+
+DECODER_MIN_REPS, DECODER_ROW_BUDGET_S = 3, 4.0
+
+
+def run_decoder(rlkernels) -> list[DecoderRow]:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        sys.exit("bench: the transformers section needs transformers (pip install 'rlkernels[transformers]')")
+    cases = [(size, dtype_name, step) for size in DECODER_SIZES for dtype_name in DECODER_DTYPES for step in DECODER_PASSES]
+    return on_each_thread_count(cases, lambda threads, size, d, step: bench_decoder(rlkernels, threads, size, d, step), format_decoder_row)
+
+
+DECODER_HEADER = (
+    "| model | inputs | step | batch | threads | patched ms | unpatched ms | patched / unpatched speed | same bits every repeat | row 0 alone = in batch |\n"
+    "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- |"
+)
+
+
+def format_decoder_row(r: DecoderRow) -> str:
+    return (
+        f"| Qwen2 H={r.size.hidden} | {r.dtype} | {r.step} | {r.shape} | {r.threads} | {r.patched_ms:.1f} | {r.unpatched_ms:.1f} | **{r.ratio:.2f}** | "
+        f"{'yes' if r.deterministic else '**no**'} ({r.reps} runs) | {'yes' if r.invariant else '**no**'} |"
+    )
+
+
+def decoder_notes() -> str:
+    sizes = "; ".join(
+        f"H = {m.hidden}, {m.layers} layers, {m.heads} heads over {m.kv_heads} KV heads, I = {m.intermediate}, V = {m.vocab}, "
+        f"{m.batch} rows of {m.length} tokens" for m in DECODER_SIZES
+    )
+    return f"""\
+* A transformers Qwen2 built from a config ({sizes}), random weights, in the row's dtype.
+* Patched: `rlkernels.transformers.patch(model)` and `token_logprobs(model, ids)` (linear_logp on the
+  LM head, no logits). Unpatched: a copy of the same model with sdpa attention, its logits, then
+  `log_softmax(logits.float()).gather(...)`. forward: under `torch.no_grad()`; fwd+bwd: the sum of the
+  log-probs, backward to every parameter.
+* Speed ratio: median of the paired ratios (below 1 means slower than the unpatched model; the goal
+  on CPU is within 1.5×, a ratio of at least 0.67); at least {DECODER_MIN_REPS} pairs, more while the row
+  has run under {DECODER_ROW_BUDGET_S} s. Last column: row 0's log-probs computed alone have the bits
+  they have in the batch."""
 
 
 # ---------------------------------------------------------------- a small model's shapes
@@ -799,6 +953,7 @@ SECTION_TITLES = {
     "gemm": "det_gemm on CPU vs torch.matmul",
     "ops": "logp and rms_norm on CPU vs PyTorch",
     "model": "A small model's ops on CPU vs PyTorch",
+    "transformers": "A patched transformers model on CPU vs the unpatched model",
     "generator": "Generator",
 }
 
@@ -817,7 +972,9 @@ def previous_sections() -> tuple[dict[str, str], str]:
     return sections, date
 
 
-def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], model_rows: list[ModelRow], gen_rows: list[GenRow]) -> None:
+def write_doc(
+    machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], model_rows: list[ModelRow], gen_rows: list[GenRow], decoder_rows: list[DecoderRow]
+) -> None:
     """A section this run did not measure keeps the previous run's table, marked with that run's date."""
     parts = [
         "# Performance\n",
@@ -832,6 +989,7 @@ def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow]
         "gemm": [GEMM_HEADER, *map(format_gemm_row, gemm_rows), "", GEMM_NOTES] if gemm_rows else None,
         "ops": [OP_HEADER, *map(format_op_row, op_rows), "", OP_NOTES] if op_rows else None,
         "model": [MODEL_HEADER, *map(format_model_row, model_rows), "", model_notes()] if model_rows else None,
+        "transformers": [DECODER_HEADER, *map(format_decoder_row, decoder_rows), "", decoder_notes()] if decoder_rows else None,
         "generator": [GEN_HEADER, *map(format_gen_row, gen_rows), "", GEN_NOTES] if gen_rows else None,
     }
     for key, title in SECTION_TITLES.items():
@@ -851,17 +1009,17 @@ def write_doc(machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sections", nargs="*", metavar="kernel|model|generator", help="what to run (default: all)")
+    parser.add_argument("sections", nargs="*", metavar="kernel|model|transformers|generator", help="what to run (default: all)")
     parser.add_argument("--op", action="append", metavar="NAME", help="model section only, this op only (repeatable); writes no report")
     args = parser.parse_args()
-    sections = args.sections or ["kernel", "model", "generator"]
-    if not set(sections) <= {"kernel", "model", "generator"}:
-        parser.error(f"unknown section in {sections}; expected kernel, model and/or generator")
+    sections = args.sections or ["kernel", "model", "transformers", "generator"]
+    if not set(sections) <= {"kernel", "model", "transformers", "generator"}:
+        parser.error(f"unknown section in {sections}; expected kernel, model, transformers and/or generator")
     command = " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
-    machine = machine_lines(command, with_torch=bool({"kernel", "model"} & set(sections)))
+    machine = machine_lines(command, with_torch=bool({"kernel", "model", "transformers"} & set(sections)))
     print("\n".join(machine))
-    gemm_rows, op_rows, model_rows, gen_rows = [], [], [], []
-    if {"kernel", "model"} & set(sections):
+    gemm_rows, op_rows, model_rows, gen_rows, decoder_rows = [], [], [], [], []
+    if {"kernel", "model", "transformers"} & set(sections):
         rlkernels = build_cpu_package()
     if "kernel" in sections:
         print("\n" + GEMM_HEADER)
@@ -871,14 +1029,17 @@ def main() -> int:
     if "model" in sections:
         print("\n" + MODEL_HEADER)
         model_rows = run_model(rlkernels, set(args.op) if args.op else None)
+    if "transformers" in sections and not args.op:
+        print("\n" + DECODER_HEADER)
+        decoder_rows = run_decoder(rlkernels)
     if "generator" in sections:
         print("\n" + GEN_HEADER)
         gen_rows = run_generator()
     if args.op:
         print(f"(--op: a partial model table; {DOC.relative_to(ROOT)} left as it was)")
     else:
-        write_doc(machine, gemm_rows, op_rows, model_rows, gen_rows)
-    failed = [r for r in [*gemm_rows, *op_rows, *model_rows] if not (r.deterministic and r.invariant)]
+        write_doc(machine, gemm_rows, op_rows, model_rows, gen_rows, decoder_rows)
+    failed = [r for r in [*gemm_rows, *op_rows, *model_rows, *decoder_rows] if not (r.deterministic and r.invariant)]
     for r in failed:
         print(f"bench: {getattr(r, 'op', 'det_gemm')} {r.dtype} {r.shape} on {r.threads} threads was not bitwise stable", file=sys.stderr)
     return 1 if failed else 0

@@ -3,6 +3,9 @@
   env         what the machine has (GPU, driver, torch, nvcc)
   build       generated/cuda built in place (a synced copy in .build/gpu-check-cuda/)
   tests       the package's generated tests, now with the device present
+  chain       tests/test_transformers_chain.py's chain test (a patched tiny Qwen2 and Llama:
+              log-probs and GRPO gradients bitwise alone vs in padded and packed batches) on the
+              device, with this build (transformers needed)
   compare     CUDA results vs CPU results, bit for bit, for det_gemm: several shapes, every dtype
   invariance  batch invariance (1 row vs 512 rows at K=N=4096) and determinism on the device
   bench       every native kernel of det_gemm, det_gemm_nt and det_gemm_tn vs torch.matmul
@@ -71,6 +74,7 @@ STAGES = [
     Stage("env", "Environment", 60),
     Stage("build", "Build (setup.py build_ext --inplace)", 360),
     Stage("tests", "Generated tests (pytest)", 180),
+    Stage("chain", "Chain test of a patched transformers model on the device", 240),
     Stage("compare", "Device vs CPU, bit for bit", 120),
     Stage("invariance", "Batch invariance and determinism on the device", 90),
     Stage("bench", "Benchmark vs torch.matmul (cuBLAS)", 180),
@@ -279,6 +283,42 @@ def stage_tests(args) -> tuple[bool, str]:
         # Per kernel and dtype: only outcomes with tests passed and none failed become records.
         body.append(record_evidence(args, saved))
     return rc == 0 and not failed and device_ran > 0, "\n".join(body)
+
+
+def stage_chain(args) -> tuple[bool, str]:
+    """The chain gate on the device: test_chain_is_bitwise_batch_invariant with RLK_CHAIN_DEVICES set
+    to this run's device and RLK_CHAIN_PACKAGE to this build; it must run there, not skip."""
+    import importlib.util
+
+    missing = [m for m in ("pytest", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        return False, f"- not installed for {sys.executable}: {', '.join(missing)} (the chain test needs both)"
+    junit = args.work / "chain.xml"
+    junit.unlink(missing_ok=True)
+    test = "tests/test_transformers_chain.py::test_chain_is_bitwise_batch_invariant"
+    # The dry run keeps to one model and dtype: the CPU runs the full chain in make test already.
+    select = ["-k", "qwen2 and float32"] if args.dry_run else []
+    # --noconftest: tests/conftest.py imports the generator, which this machine need not have.
+    command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", "--noconftest", f"--junitxml={junit}", test, *select]
+    env = dict(os.environ, PATH=tool_path(), RLK_CHAIN_DEVICES=args.device, RLK_CHAIN_PACKAGE=str(args.pkg))
+    rc = run_logged(command, cwd=ROOT, env=env)
+    if not junit.exists():
+        return False, f"- pytest exited {rc} without a report; see the log"
+    ran, skipped, failed = [], [], []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = case.get("name", "")
+        outcome = next((child for child in case if child.tag in ("failure", "error", "skipped")), None)
+        if outcome is None:
+            ran.append(name)
+        elif outcome.tag == "skipped":
+            skipped.append(f"`{name}`: {outcome.get('message', '')}")
+        else:
+            failed.append(f"{outcome.tag.upper()} `{name}`: {(outcome.get('message') or '').splitlines()[0][:300] if outcome.get('message') else ''}")
+    body = [f"- `{test}` on {args.device}: {len(ran)} passed, {len(failed)} failed, {len(skipped)} skipped"]
+    body += [f"- {line}" for line in failed + skipped]
+    if not ran:
+        body.append(f"- **the chain test did not run on {args.device}**")
+    return rc == 0 and not failed and not skipped and bool(ran), "\n".join(body)
 
 
 def load_package(args):
@@ -647,6 +687,7 @@ BODIES = {
     "env": stage_env,
     "build": stage_build,
     "tests": stage_tests,
+    "chain": stage_chain,
     "compare": stage_compare,
     "invariance": stage_invariance,
     "bench": stage_bench,

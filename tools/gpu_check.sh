@@ -2,7 +2,8 @@
 # The one script for a machine with an NVIDIA GPU (what `make gpu-check` runs).
 #
 # In one run (a few minutes on an H200): build generated/cuda in place, run its generated
-# tests on the GPU, compare CUDA with CPU bit for bit, check batch invariance on the
+# tests on the GPU, run the chain test of a patched transformers model on the GPU (needs
+# transformers), compare CUDA with CPU bit for bit, check batch invariance on the
 # device, benchmark the det_gemm family against torch.matmul (cuBLAS), and rebuild det_gemm's
 # tensor-core kernel with other tile configurations to time them.  Writes gpu_report.md and
 # gpu_check.log to $OUT if set, else to the current directory.  Every stage runs even

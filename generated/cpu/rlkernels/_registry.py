@@ -37,6 +37,10 @@ class Op:
     reference: str
     tolerance: str
     dtypes: tuple[str, ...]
+    autocast: str = "none"
+    """Under torch.autocast: "lower_precision" casts the arguments of ``autocast_args`` to the
+    autocast dtype, "float32" to float32, "none" leaves them as they are."""
+    autocast_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,8 @@ OPS = {
         reference="torch_attention",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("q", "k", "v"),
     ),
     "attention_backward": Op(
         name="attention_backward",
@@ -173,6 +179,8 @@ OPS = {
         reference="torch_attention_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "column_sum": Op(
         name="column_sum",
@@ -199,6 +207,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("x",),
     ),
     "det_gemm": Op(
         name="det_gemm",
@@ -238,6 +248,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("a", "b"),
     ),
     "det_gemm_ktree": Op(
         name="det_gemm_ktree",
@@ -264,6 +276,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("bfloat16",),
+        autocast="none",
+        autocast_args=(),
     ),
     "det_gemm_nt": Op(
         name="det_gemm_nt",
@@ -296,6 +310,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("a", "b", "bias"),
     ),
     "det_gemm_tn": Op(
         name="det_gemm_tn",
@@ -328,6 +344,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("a", "b"),
     ),
     "embedding": Op(
         name="embedding",
@@ -354,6 +372,8 @@ OPS = {
         reference="torch_embedding",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "embedding_backward": Op(
         name="embedding_backward",
@@ -380,6 +400,8 @@ OPS = {
         reference="torch_embedding_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "grpo_loss": Op(
         name="grpo_loss",
@@ -406,6 +428,8 @@ OPS = {
         reference="torch_grpo_loss",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("ratio", "kl"),
     ),
     "grpo_loss_backward": Op(
         name="grpo_loss_backward",
@@ -432,6 +456,8 @@ OPS = {
         reference="torch_grpo_loss_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "linear_logp": Op(
         name="linear_logp",
@@ -458,6 +484,8 @@ OPS = {
         reference="torch_linear_logp",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("h", "weight"),
     ),
     "linear_logp_backward": Op(
         name="linear_logp_backward",
@@ -484,6 +512,8 @@ OPS = {
         reference="torch_linear_logp_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "logp": Op(
         name="logp",
@@ -510,6 +540,8 @@ OPS = {
         reference="torch_logp",
         tolerance="logprob",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("logits",),
     ),
     "logp_backward": Op(
         name="logp_backward",
@@ -536,6 +568,8 @@ OPS = {
         reference="torch_logp_backward",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "pack": Op(
         name="pack",
@@ -562,6 +596,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "ratio_kl": Op(
         name="ratio_kl",
@@ -588,6 +624,8 @@ OPS = {
         reference="torch_ratio_kl",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("lp", "old_lp", "ref_lp"),
     ),
     "ratio_kl_backward": Op(
         name="ratio_kl_backward",
@@ -614,6 +652,8 @@ OPS = {
         reference="torch_ratio_kl_backward",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "rms_norm": Op(
         name="rms_norm",
@@ -640,6 +680,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("x", "w"),
     ),
     "rms_norm_backward": Op(
         name="rms_norm_backward",
@@ -666,6 +708,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "rope": Op(
         name="rope",
@@ -692,6 +736,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "rope_backward": Op(
         name="rope_backward",
@@ -718,6 +764,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "silu": Op(
         name="silu",
@@ -744,6 +792,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "silu_backward": Op(
         name="silu_backward",
@@ -770,6 +820,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "swiglu": Op(
         name="swiglu",
@@ -796,6 +848,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "swiglu_backward": Op(
         name="swiglu_backward",
@@ -822,6 +876,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "unpack": Op(
         name="unpack",
@@ -848,5 +904,7 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
 }

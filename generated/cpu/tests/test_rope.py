@@ -423,6 +423,44 @@ def test_native_op_matches_public_function(device):
     assert_bitwise_equal(native, run(*inputs), "torch.ops vs public function")
 
 
+def _autocast_case(policy, autocast_dtype):
+    """The dtype case to start from: float32 inputs for a policy that lowers them (and for none),
+    inputs in the autocast dtype for one that widens them to float32; the first case the op allows
+    otherwise."""
+    start = autocast_dtype if policy == "float32" else "float32"
+    case = "/".join([start] * len(DTYPE_VARS))
+    return case if case in DTYPES else DTYPES[0]
+
+
+def _cast_by_hand(inputs, dtype):
+    """The inputs as the op's policy casts them: the arguments it names, to ``dtype``."""
+    return [t.to(dtype) if t is not None and name in OP.autocast_args else t for (name, *_), t in zip(ARGS, inputs)]
+
+
+# With two arguments or more to cast, they also come in mixed dtypes (a float32 weight with a
+# bfloat16 activation), which only the cast lets through the op's dtype checks.
+MIXED = [pytest.param(False, id="same")] + ([pytest.param(True, id="mixed")] if len(OP.autocast_args) > 1 else [])
+
+
+@pytest.mark.parametrize("mixed", MIXED)
+@pytest.mark.parametrize("autocast_dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("device, kernel", [*TARGETS, pytest.param("cpu", "default", id="cpu-default"), pytest.param("cpu", None, id="public")])
+def test_autocast_follows_the_declared_policy(device, kernel, autocast_dtype, mixed):
+    """Under torch.autocast the op casts as its spec declares (none):
+    the public function and every overload give the outputs, bits and dtypes, of the op called
+    outside autocast on the inputs cast by hand."""
+    policy = OP.autocast
+    inputs = make_inputs(SHAPES[0], _autocast_case(policy, autocast_dtype), device, seed=6)
+    cast_to = {"lower_precision": getattr(torch, autocast_dtype), "float32": torch.float32, "none": None}[policy]
+    if mixed:  # every cast argument after the first in the dtype the policy casts to
+        first = OP.autocast_args[0]
+        inputs = [t.to(cast_to) if t is not None and name != first and name in OP.autocast_args else t for (name, *_), t in zip(ARGS, inputs)]
+    want = run(*(inputs if cast_to is None else _cast_by_hand(inputs, cast_to)))
+    with torch.autocast(device, dtype=getattr(torch, autocast_dtype)):
+        got = run(*inputs) if kernel is None else run_kernel(kernel, *inputs)
+    assert_bitwise_equal(got, want, f"{kernel or 'public function'} under autocast({autocast_dtype}) vs inputs cast by hand ({policy})")
+
+
 def test_fake_kernel_under_torch_compile():
     inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=5)
     torch._dynamo.reset()  # every op's test compiles afresh, within dynamo's recompile limit

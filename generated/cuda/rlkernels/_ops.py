@@ -5,10 +5,18 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from . import _checks, _runtime
-from ._registry import OPS
+from ._registry import CARRIED_PLATFORMS, OPS, PACKAGE, PLATFORMS
+
+# The device types whose torch.autocast the ops follow: those of the platforms this build carries
+# that torch can autocast (a vendor plugin registers its device type when it loads).
+_AUTOCAST_DEVICE_TYPES = tuple(
+    p.device_type for p in PLATFORMS if p.name in CARRIED_PLATFORMS and torch._C._is_autocast_available(p.device_type)
+)
 
 
 def _leading(tensor: torch.Tensor, rank: int) -> tuple[int, ...] | None:
@@ -42,12 +50,46 @@ def _no_gradient_for(op: str, needs: dict[str, bool], given: tuple[str, ...]) ->
         )
 
 
+def _autocast_dtype(policy: str, device_type: str) -> torch.dtype | None:
+    """The dtype torch.autocast gives the inputs of an op with ``policy`` on ``device_type``; None when
+    autocast is off there.  torch.compile reads the autocast state as a constant and guards on it."""
+    if device_type not in _AUTOCAST_DEVICE_TYPES or not torch.is_autocast_enabled(device_type):
+        return None
+    return torch.get_autocast_dtype(device_type) if policy == "lower_precision" else torch.float32
+
+
+def _autocast(tensor: torch.Tensor | None, dtype: torch.dtype, device_type: str) -> torch.Tensor | None:
+    """``tensor`` cast as torch.autocast casts an input: floating tensors on the autocast's device
+    only, float64 never (torch leaves it too); the cast is differentiable, so gradients reach the
+    original dtype."""
+    if tensor is None or not tensor.is_floating_point() or tensor.device.type != device_type or tensor.dtype == torch.float64:
+        return tensor
+    return tensor.to(dtype)
+
+
+def _autocast_off() -> contextlib.ExitStack:
+    """torch.autocast switched off where it is on.  A backward pass runs where ``.backward()`` is
+    called, possibly inside autocast; it must compute in the dtypes the forward saved, as torch's
+    own backward formulas do, not cast them again."""
+    stack = contextlib.ExitStack()
+    for device_type in _AUTOCAST_DEVICE_TYPES:
+        if torch.is_autocast_enabled(device_type):
+            stack.enter_context(torch.autocast(device_type, enabled=False))
+    return stack
+
+
 def _grad_or_zeros(grad: torch.Tensor | None, output: torch.Tensor) -> torch.Tensor:
     """Autograd passes None for outputs that did not reach the loss; the kernels want zeros."""
     return torch.zeros_like(output) if grad is None else grad.contiguous()
 
 
 def _run_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, scale: float = 0.0, causal: bool = True, window: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    # Autocast policy lower_precision: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("lower_precision", q.device.type)
+    if _cast_to is not None:
+        q = _autocast(q, _cast_to, q.device.type)
+        k = _autocast(k, _cast_to, q.device.type)
+        v = _autocast(v, _cast_to, q.device.type)
     _checks.check_attention(q, k, v, cu_seqlens_q, cu_seqlens_k)
     if q.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.attention.default(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, causal, window)
@@ -66,8 +108,13 @@ def _setup_attention(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(lse)
 
 
-def _backward_attention(ctx, grad_o, grad_lse):
-    """Differentiates attention with the catalog's own kernels (attention_backward)."""
+def _backward_attention(ctx, *grads):
+    """Differentiates attention with the catalog's own kernels (attention_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_attention(ctx, *grads)
+
+
+def _differentiate_attention(ctx, grad_o, grad_lse):
     q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse = ctx.saved_tensors
     needs = dict(zip(("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"), ctx.needs_input_grad))
     _no_gradient_for("attention", needs, ("q", "k", "v"))
@@ -172,6 +219,10 @@ def _fake_attention_backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Ten
 
 
 def _run_column_sum(x: torch.Tensor) -> torch.Tensor:
+    # Autocast policy float32: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("float32", x.device.type)
+    if _cast_to is not None:
+        x = _autocast(x, _cast_to, x.device.type)
     _checks.check_column_sum(x)
     if x.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.column_sum.default(x)
@@ -209,6 +260,11 @@ def _fake_column_sum(x: torch.Tensor) -> torch.Tensor:
 
 
 def _run_det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
+    # Autocast policy lower_precision: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("lower_precision", a.device.type)
+    if _cast_to is not None:
+        a = _autocast(a, _cast_to, a.device.type)
+        b = _autocast(b, _cast_to, a.device.type)
     _checks.check_det_gemm(a, b)
     if a.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.det_gemm.default(a, b, out_fp32)
@@ -225,8 +281,13 @@ def _setup_det_gemm(ctx, inputs, output) -> None:
     ctx.c_dtype = a.dtype
 
 
-def _backward_det_gemm(ctx, grad_c):
-    """Differentiates det_gemm with the catalog's own kernels (det_gemm_nt, det_gemm_tn)."""
+def _backward_det_gemm(ctx, *grads):
+    """Differentiates det_gemm with the catalog's own kernels (det_gemm_nt, det_gemm_tn), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_det_gemm(ctx, *grads)
+
+
+def _differentiate_det_gemm(ctx, grad_c):
     a, b, c = ctx.saved_tensors
     needs = dict(zip(("a", "b"), ctx.needs_input_grad))
     _no_gradient_for("det_gemm", needs, ("a", "b"))
@@ -311,6 +372,12 @@ def _fake_det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _run_det_gemm_nt(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_fp32: bool = False) -> torch.Tensor:
+    # Autocast policy lower_precision: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("lower_precision", a.device.type)
+    if _cast_to is not None:
+        a = _autocast(a, _cast_to, a.device.type)
+        b = _autocast(b, _cast_to, a.device.type)
+        bias = _autocast(bias, _cast_to, a.device.type)
     _checks.check_det_gemm_nt(a, b, bias)
     if a.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.det_gemm_nt.default(a, b, bias, out_fp32)
@@ -327,8 +394,13 @@ def _setup_det_gemm_nt(ctx, inputs, output) -> None:
     ctx.c_dtype = a.dtype
 
 
-def _backward_det_gemm_nt(ctx, grad_c):
-    """Differentiates det_gemm_nt with the catalog's own kernels (det_gemm, det_gemm_tn, column_sum)."""
+def _backward_det_gemm_nt(ctx, *grads):
+    """Differentiates det_gemm_nt with the catalog's own kernels (det_gemm, det_gemm_tn, column_sum), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_det_gemm_nt(ctx, *grads)
+
+
+def _differentiate_det_gemm_nt(ctx, grad_c):
     a, b, c = ctx.saved_tensors
     needs = dict(zip(("a", "b", "bias"), ctx.needs_input_grad))
     _no_gradient_for("det_gemm_nt", needs, ("a", "b", "bias"))
@@ -387,6 +459,11 @@ def _fake_det_gemm_nt(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | Non
 
 
 def _run_det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
+    # Autocast policy lower_precision: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("lower_precision", a.device.type)
+    if _cast_to is not None:
+        a = _autocast(a, _cast_to, a.device.type)
+        b = _autocast(b, _cast_to, a.device.type)
     _checks.check_det_gemm_tn(a, b)
     if a.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.det_gemm_tn.default(a, b, out_fp32)
@@ -403,8 +480,13 @@ def _setup_det_gemm_tn(ctx, inputs, output) -> None:
     ctx.c_dtype = a.dtype
 
 
-def _backward_det_gemm_tn(ctx, grad_c):
-    """Differentiates det_gemm_tn with the catalog's own kernels (det_gemm_nt, det_gemm)."""
+def _backward_det_gemm_tn(ctx, *grads):
+    """Differentiates det_gemm_tn with the catalog's own kernels (det_gemm_nt, det_gemm), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_det_gemm_tn(ctx, *grads)
+
+
+def _differentiate_det_gemm_tn(ctx, grad_c):
     a, b, c = ctx.saved_tensors
     needs = dict(zip(("a", "b"), ctx.needs_input_grad))
     _no_gradient_for("det_gemm_tn", needs, ("a", "b"))
@@ -464,8 +546,13 @@ def _setup_embedding(ctx, inputs, output) -> None:
     ctx.save_for_backward(weight, ids, y)
 
 
-def _backward_embedding(ctx, grad_y):
-    """Differentiates embedding with the catalog's own kernels (embedding_backward)."""
+def _backward_embedding(ctx, *grads):
+    """Differentiates embedding with the catalog's own kernels (embedding_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_embedding(ctx, *grads)
+
+
+def _differentiate_embedding(ctx, grad_y):
     weight, ids, y = ctx.saved_tensors
     needs = dict(zip(("weight", "ids"), ctx.needs_input_grad))
     _no_gradient_for("embedding", needs, ("weight",))
@@ -558,6 +645,11 @@ def _fake_embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: to
 
 
 def _run_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2, beta: float = 0.04) -> tuple[torch.Tensor, torch.Tensor]:
+    # Autocast policy float32: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("float32", ratio.device.type)
+    if _cast_to is not None:
+        ratio = _autocast(ratio, _cast_to, ratio.device.type)
+        kl = _autocast(kl, _cast_to, ratio.device.type)
     _checks.check_grpo_loss(ratio, kl, mask, rewards)
     if ratio.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.grpo_loss.default(ratio, kl, mask, rewards, eps_low, eps_high, beta)
@@ -576,8 +668,13 @@ def _setup_grpo_loss(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(adv)
 
 
-def _backward_grpo_loss(ctx, grad_loss, grad_adv):
-    """Differentiates grpo_loss with the catalog's own kernels (grpo_loss_backward)."""
+def _backward_grpo_loss(ctx, *grads):
+    """Differentiates grpo_loss with the catalog's own kernels (grpo_loss_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_grpo_loss(ctx, *grads)
+
+
+def _differentiate_grpo_loss(ctx, grad_loss, grad_adv):
     ratio, mask, loss, adv = ctx.saved_tensors
     needs = dict(zip(("ratio", "kl", "mask", "rewards"), ctx.needs_input_grad))
     _no_gradient_for("grpo_loss", needs, ("ratio", "kl"))
@@ -672,6 +769,11 @@ def _fake_grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask:
 
 
 def _run_linear_logp(h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # Autocast policy lower_precision: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("lower_precision", h.device.type)
+    if _cast_to is not None:
+        h = _autocast(h, _cast_to, h.device.type)
+        weight = _autocast(weight, _cast_to, h.device.type)
     _checks.check_linear_logp(h, weight, ids)
     if h.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.linear_logp.default(h, weight, ids, ignore_index)
@@ -688,8 +790,13 @@ def _setup_linear_logp(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(lse)
 
 
-def _backward_linear_logp(ctx, grad_lp, grad_entropy, grad_lse):
-    """Differentiates linear_logp with the catalog's own kernels (linear_logp_backward)."""
+def _backward_linear_logp(ctx, *grads):
+    """Differentiates linear_logp with the catalog's own kernels (linear_logp_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_linear_logp(ctx, *grads)
+
+
+def _differentiate_linear_logp(ctx, grad_lp, grad_entropy, grad_lse):
     h, weight, ids, lp, entropy, lse = ctx.saved_tensors
     needs = dict(zip(("h", "weight", "ids"), ctx.needs_input_grad))
     _no_gradient_for("linear_logp", needs, ("h", "weight"))
@@ -799,6 +906,10 @@ def _fake_linear_logp_backward(grad_lp: torch.Tensor, grad_entropy: torch.Tensor
 
 
 def _run_logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
+    # Autocast policy float32: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("float32", logits.device.type)
+    if _cast_to is not None:
+        logits = _autocast(logits, _cast_to, logits.device.type)
     _checks.check_logp(logits, ids)
     if logits.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.logp.default(logits, ids, ignore_index)
@@ -815,8 +926,13 @@ def _setup_logp(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(lse)
 
 
-def _backward_logp(ctx, grad_lp, grad_lse):
-    """Differentiates logp with the catalog's own kernels (logp_backward)."""
+def _backward_logp(ctx, *grads):
+    """Differentiates logp with the catalog's own kernels (logp_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_logp(ctx, *grads)
+
+
+def _differentiate_logp(ctx, grad_lp, grad_lse):
     logits, ids, lp, lse = ctx.saved_tensors
     needs = dict(zip(("logits", "ids"), ctx.needs_input_grad))
     _no_gradient_for("logp", needs, ("logits",))
@@ -930,8 +1046,13 @@ def _setup_pack(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(cu_seqlens)
 
 
-def _backward_pack(ctx, grad_packed, grad_cu_seqlens):
-    """Differentiates pack with the catalog's own kernels (unpack)."""
+def _backward_pack(ctx, *grads):
+    """Differentiates pack with the catalog's own kernels (unpack), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_pack(ctx, *grads)
+
+
+def _differentiate_pack(ctx, grad_packed, grad_cu_seqlens):
     mask, packed = ctx.saved_tensors
     needs = dict(zip(("x", "mask"), ctx.needs_input_grad))
     _no_gradient_for("pack", needs, ("x",))
@@ -976,6 +1097,12 @@ def _fake_pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def _run_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # Autocast policy float32: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("float32", lp.device.type)
+    if _cast_to is not None:
+        lp = _autocast(lp, _cast_to, lp.device.type)
+        old_lp = _autocast(old_lp, _cast_to, lp.device.type)
+        ref_lp = _autocast(ref_lp, _cast_to, lp.device.type)
     _checks.check_ratio_kl(lp, old_lp, ref_lp, mask)
     if lp.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.ratio_kl.default(lp, old_lp, ref_lp, mask)
@@ -990,8 +1117,13 @@ def _setup_ratio_kl(ctx, inputs, output) -> None:
     ctx.save_for_backward(lp, old_lp, ref_lp, mask, ratio, kl)
 
 
-def _backward_ratio_kl(ctx, grad_ratio, grad_kl):
-    """Differentiates ratio_kl with the catalog's own kernels (ratio_kl_backward)."""
+def _backward_ratio_kl(ctx, *grads):
+    """Differentiates ratio_kl with the catalog's own kernels (ratio_kl_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_ratio_kl(ctx, *grads)
+
+
+def _differentiate_ratio_kl(ctx, grad_ratio, grad_kl):
     lp, old_lp, ref_lp, mask, ratio, kl = ctx.saved_tensors
     needs = dict(zip(("lp", "old_lp", "ref_lp", "mask"), ctx.needs_input_grad))
     _no_gradient_for("ratio_kl", needs, ("lp",))
@@ -1079,6 +1211,11 @@ def _fake_ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp:
 
 
 def _run_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple[torch.Tensor, torch.Tensor]:
+    # Autocast policy float32: cast before the checks, which hold the cast dtypes.
+    _cast_to = _autocast_dtype("float32", x.device.type)
+    if _cast_to is not None:
+        x = _autocast(x, _cast_to, x.device.type)
+        w = _autocast(w, _cast_to, x.device.type)
     _checks.check_rms_norm(x, w)
     if x.device.type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.rms_norm.default(x, w, eps)
@@ -1095,8 +1232,13 @@ def _setup_rms_norm(ctx, inputs, output) -> None:
     ctx.mark_non_differentiable(rstd)
 
 
-def _backward_rms_norm(ctx, grad_y, grad_rstd):
-    """Differentiates rms_norm with the catalog's own kernels (rms_norm_backward)."""
+def _backward_rms_norm(ctx, *grads):
+    """Differentiates rms_norm with the catalog's own kernels (rms_norm_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_rms_norm(ctx, *grads)
+
+
+def _differentiate_rms_norm(ctx, grad_y, grad_rstd):
     x, w, y, rstd = ctx.saved_tensors
     needs = dict(zip(("x", "w"), ctx.needs_input_grad))
     _no_gradient_for("rms_norm", needs, ("x", "w"))
@@ -1211,8 +1353,13 @@ def _setup_rope(ctx, inputs, output) -> None:
     ctx.interleaved = interleaved
 
 
-def _backward_rope(ctx, grad_y):
-    """Differentiates rope with the catalog's own kernels (rope_backward)."""
+def _backward_rope(ctx, *grads):
+    """Differentiates rope with the catalog's own kernels (rope_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_rope(ctx, *grads)
+
+
+def _differentiate_rope(ctx, grad_y):
     position_ids, y = ctx.saved_tensors
     needs = dict(zip(("x", "position_ids"), ctx.needs_input_grad))
     _no_gradient_for("rope", needs, ("x",))
@@ -1324,8 +1471,13 @@ def _setup_silu(ctx, inputs, output) -> None:
     ctx.save_for_backward(x, y)
 
 
-def _backward_silu(ctx, grad_y):
-    """Differentiates silu with the catalog's own kernels (silu_backward)."""
+def _backward_silu(ctx, *grads):
+    """Differentiates silu with the catalog's own kernels (silu_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_silu(ctx, *grads)
+
+
+def _differentiate_silu(ctx, grad_y):
     x, y = ctx.saved_tensors
     needs = dict(zip(("x",), ctx.needs_input_grad))
     _no_gradient_for("silu", needs, ("x",))
@@ -1429,8 +1581,13 @@ def _setup_swiglu(ctx, inputs, output) -> None:
     ctx.save_for_backward(g, u, y)
 
 
-def _backward_swiglu(ctx, grad_y):
-    """Differentiates swiglu with the catalog's own kernels (swiglu_backward)."""
+def _backward_swiglu(ctx, *grads):
+    """Differentiates swiglu with the catalog's own kernels (swiglu_backward), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_swiglu(ctx, *grads)
+
+
+def _differentiate_swiglu(ctx, grad_y):
     g, u, y = ctx.saved_tensors
     needs = dict(zip(("g", "u"), ctx.needs_input_grad))
     _no_gradient_for("swiglu", needs, ("g", "u"))
@@ -1540,8 +1697,13 @@ def _setup_unpack(ctx, inputs, output) -> None:
     ctx.save_for_backward(mask, x)
 
 
-def _backward_unpack(ctx, grad_x):
-    """Differentiates unpack with the catalog's own kernels (pack)."""
+def _backward_unpack(ctx, *grads):
+    """Differentiates unpack with the catalog's own kernels (pack), in the forward's dtypes."""
+    with _autocast_off():
+        return _differentiate_unpack(ctx, *grads)
+
+
+def _differentiate_unpack(ctx, grad_x):
     mask, x = ctx.saved_tensors
     needs = dict(zip(("packed", "mask"), ctx.needs_input_grad))
     _no_gradient_for("unpack", needs, ("packed",))
@@ -1668,8 +1830,64 @@ def _register_fakes() -> None:
         torch.library.register_autograd(f"rlkernels::unpack{overload}", _backward_unpack, setup_context=_setup_unpack)
 
 
+# Kept for the life of the process: the autocast kernels live as long as this library object.
+_AUTOCAST_LIBRARY = torch.library.Library(PACKAGE, "IMPL")
+
+
+def _autocast_kernel(overload: torch._ops.OpOverload, device_type: str, policy: str, positions: frozenset[int]):
+    """The op's autocast kernel: cast the floating inputs at ``positions`` as the policy says, then
+    run the op with this autocast key excluded, as torch's own autocast kernels do."""
+    key = torch._C.DispatchKey.__members__["Autocast" + torch._C._dispatch_key_for_device(device_type)]
+
+    def kernel(*args, **kwargs):
+        cast_to = torch.get_autocast_dtype(device_type) if policy == "lower_precision" else torch.float32
+        cast = tuple(_autocast(a, cast_to, device_type) if i in positions else a for i, a in enumerate(args))
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
+            return overload(*cast, **kwargs)
+
+    return key, kernel
+
+
+def _register_autocast() -> None:
+    """Autocast kernels at each carried platform's autocast dispatch key (AutocastCPU, AutocastCUDA,
+    AutocastPrivateUse1), for every overload of every op whose spec declares a policy, so that
+    torch.ops.rlkernels.<op> called directly casts as the public functions do."""
+    for overload in ("default", "blocks"):
+        _register_autocast_kernel("attention", overload, "lower_precision", frozenset([0, 1, 2]))
+    for overload in ("default", "columns"):
+        _register_autocast_kernel("column_sum", overload, "float32", frozenset([0]))
+    for overload in ("default", "mma", "simt"):
+        _register_autocast_kernel("det_gemm", overload, "lower_precision", frozenset([0, 1]))
+    for overload in ("default", "mma", "simt"):
+        _register_autocast_kernel("det_gemm_nt", overload, "lower_precision", frozenset([0, 1, 2]))
+    for overload in ("default", "mma", "simt"):
+        _register_autocast_kernel("det_gemm_tn", overload, "lower_precision", frozenset([0, 1]))
+    for overload in ("default", "block"):
+        _register_autocast_kernel("grpo_loss", overload, "float32", frozenset([0, 1]))
+    for overload in ("default", "rows"):
+        _register_autocast_kernel("linear_logp", overload, "lower_precision", frozenset([0, 1]))
+    for overload in ("default", "rows"):
+        _register_autocast_kernel("logp", overload, "float32", frozenset([0]))
+    for overload in ("default", "elementwise"):
+        _register_autocast_kernel("ratio_kl", overload, "float32", frozenset([0, 1, 2]))
+    for overload in ("default", "rows"):
+        _register_autocast_kernel("rms_norm", overload, "float32", frozenset([0, 1]))
+
+
+def _register_autocast_kernel(op: str, overload_name: str, policy: str, positions: frozenset[int]) -> None:
+    overload = getattr(getattr(torch.ops.rlkernels, op), overload_name)
+    name = op if overload_name == "default" else f"{op}.{overload_name}"
+    for device_type in _AUTOCAST_DEVICE_TYPES:
+        key, kernel = _autocast_kernel(overload, device_type, policy, positions)
+        # The Python dispatcher (torch.compile's tracing) reads py_kernels; eager calls the library's.
+        overload.py_kernels.pop(key, None)
+        overload.py_impl(key)(kernel)
+        _AUTOCAST_LIBRARY.impl(name, lambda _keys, *args, _kernel=kernel, **kwargs: _kernel(*args, **kwargs), key.name, with_keyset=True)
+
+
 if _runtime.NATIVE_ERROR is None:
     _register_fakes()
+    _register_autocast()
 
 __all__ = ["attention", "attention_backward", "column_sum", "det_gemm", "det_gemm_ktree", "det_gemm_nt", "det_linear", "det_gemm_tn", "embedding", "embedding_backward", "grpo_loss", "grpo_loss_backward", "linear_logp", "linear_logp_backward", "logp", "logp_backward", "pack", "ratio_kl", "ratio_kl_backward", "rms_norm", "rms_norm_backward", "rope", "rope_backward", "silu", "silu_backward", "swiglu", "swiglu_backward", "unpack", ]
 assert set(OPS) <= set(__all__)

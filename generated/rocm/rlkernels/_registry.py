@@ -37,6 +37,10 @@ class Op:
     reference: str
     tolerance: str
     dtypes: tuple[str, ...]
+    autocast: str = "none"
+    """Under torch.autocast: "lower_precision" casts the arguments of ``autocast_args`` to the
+    autocast dtype, "float32" to float32, "none" leaves them as they are."""
+    autocast_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,8 @@ OPS = {
         reference="torch_attention",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("q", "k", "v"),
     ),
     "attention_backward": Op(
         name="attention_backward",
@@ -175,6 +181,8 @@ OPS = {
         reference="torch_attention_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "column_sum": Op(
         name="column_sum",
@@ -202,6 +210,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("x",),
     ),
     "det_gemm": Op(
         name="det_gemm",
@@ -242,6 +252,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("a", "b"),
     ),
     "det_gemm_ktree": Op(
         name="det_gemm_ktree",
@@ -269,6 +281,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("bfloat16",),
+        autocast="none",
+        autocast_args=(),
     ),
     "det_gemm_nt": Op(
         name="det_gemm_nt",
@@ -302,6 +316,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("a", "b", "bias"),
     ),
     "det_gemm_tn": Op(
         name="det_gemm_tn",
@@ -335,6 +351,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("a", "b"),
     ),
     "embedding": Op(
         name="embedding",
@@ -362,6 +380,8 @@ OPS = {
         reference="torch_embedding",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "embedding_backward": Op(
         name="embedding_backward",
@@ -389,6 +409,8 @@ OPS = {
         reference="torch_embedding_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "grpo_loss": Op(
         name="grpo_loss",
@@ -416,6 +438,8 @@ OPS = {
         reference="torch_grpo_loss",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("ratio", "kl"),
     ),
     "grpo_loss_backward": Op(
         name="grpo_loss_backward",
@@ -443,6 +467,8 @@ OPS = {
         reference="torch_grpo_loss_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "linear_logp": Op(
         name="linear_logp",
@@ -470,6 +496,8 @@ OPS = {
         reference="torch_linear_logp",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="lower_precision",
+        autocast_args=("h", "weight"),
     ),
     "linear_logp_backward": Op(
         name="linear_logp_backward",
@@ -497,6 +525,8 @@ OPS = {
         reference="torch_linear_logp_backward",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "logp": Op(
         name="logp",
@@ -524,6 +554,8 @@ OPS = {
         reference="torch_logp",
         tolerance="logprob",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("logits",),
     ),
     "logp_backward": Op(
         name="logp_backward",
@@ -551,6 +583,8 @@ OPS = {
         reference="torch_logp_backward",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "pack": Op(
         name="pack",
@@ -578,6 +612,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "ratio_kl": Op(
         name="ratio_kl",
@@ -605,6 +641,8 @@ OPS = {
         reference="torch_ratio_kl",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("lp", "old_lp", "ref_lp"),
     ),
     "ratio_kl_backward": Op(
         name="ratio_kl_backward",
@@ -632,6 +670,8 @@ OPS = {
         reference="torch_ratio_kl_backward",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "rms_norm": Op(
         name="rms_norm",
@@ -659,6 +699,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="float32",
+        autocast_args=("x", "w"),
     ),
     "rms_norm_backward": Op(
         name="rms_norm_backward",
@@ -686,6 +728,8 @@ OPS = {
         reference="torch_reference",
         tolerance="reduction",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "rope": Op(
         name="rope",
@@ -713,6 +757,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "rope_backward": Op(
         name="rope_backward",
@@ -740,6 +786,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "silu": Op(
         name="silu",
@@ -767,6 +815,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "silu_backward": Op(
         name="silu_backward",
@@ -794,6 +844,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "swiglu": Op(
         name="swiglu",
@@ -821,6 +873,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "swiglu_backward": Op(
         name="swiglu_backward",
@@ -848,6 +902,8 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
     "unpack": Op(
         name="unpack",
@@ -875,5 +931,7 @@ OPS = {
         reference="torch_reference",
         tolerance="elementwise",
         dtypes=("float32", "float16", "bfloat16"),
+        autocast="none",
+        autocast_args=(),
     ),
 }
