@@ -91,7 +91,7 @@ class _NoAliasLoader(_SpecComposer, yaml.SafeLoader):
 # carriage return, byte-order mark or U+0085 / U+2028 / U+2029 line break, nothing YAML forbids),
 # where the two parsers agree; other text, and any text this reading finds fault with, goes to the
 # reference reader, so that errors and edge cases read exactly as they always have.
-_FAST_TEXT = re.compile("[\n\x20-\x7e\xa0-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]*")
+_FAST_TEXT = re.compile("[\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]*")
 
 try:
     from yaml._yaml import CParser
