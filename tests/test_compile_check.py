@@ -29,8 +29,10 @@ PRAGMA = "#pragma clang fp contract(off)"
 
 
 def compile_check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # A bound against a hung compiler, not a speed goal: the full check takes about 7 minutes on
+    # two free cores, and twice that where other builds share them.
     return subprocess.run(
-        [sys.executable, str(TOOL), *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=900
+        [sys.executable, str(TOOL), *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=2400
     )
 
 
