@@ -94,6 +94,8 @@ def runs(tmp_path_factory) -> dict[str, object]:
     for world in LAYOUTS:
         for reduce in ("tree", "all_reduce") if world == max(LAYOUTS) else ("tree",):
             results[(world, reduce)] = whole(world, out, reduce)
+    for world in LAYOUTS:
+        results[(world, "helpers")] = [torch.load(out / f"tp{world}-helpers-rank{rank}.pt") for rank in range(world)]
     results["refusals"] = torch.load(out / "refusals.pt")
     results["single"] = torch.load(out / "single.pt")
     return results
@@ -130,6 +132,17 @@ def test_linear_logp_agrees_with_the_single_device_op(runs):
     torch.testing.assert_close(ours["entropy"], theirs["entropy"], atol=1e-4, rtol=1e-5)
     for name in ("grad h", "grad weight"):
         torch.testing.assert_close(ours[name].float(), theirs[name].float(), atol=2e-2, rtol=2e-2, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("world", LAYOUTS)
+def test_scatter_and_gather_move_parts_and_gradients(runs, world):
+    x = torch.arange(4 * 64, dtype=torch.float32).view(4, 64)
+    grad = 3 * torch.linspace(-1, 1, 64).expand(4, 64)
+    size = 64 // world
+    for rank, got in enumerate(runs[(world, "helpers")]):
+        assert torch.equal(got["part"], x[:, rank * size : (rank + 1) * size]), f"rank {rank}: scatter_last_dim's part"
+        assert torch.equal(got["back"], 3 * x), f"rank {rank}: gather_last_dim"
+        assert torch.equal(got["grad"], grad), f"rank {rank}: the gradient through both"
 
 
 @pytest.mark.parametrize(

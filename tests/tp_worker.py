@@ -86,6 +86,15 @@ def grpo_step(torch: Any, rlk: Any, rlkd: Any, params: dict[str, Any], reduce: s
     }
 
 
+def helpers(torch: Any, rlkd: Any, group: Any) -> dict[str, Any]:
+    """scatter_last_dim then gather_last_dim, forward and backward, on a replicated tensor."""
+    x = torch.arange(4 * 64, dtype=torch.float32).view(4, 64).requires_grad_(True)
+    part = rlkd.scatter_last_dim(x, group=group)
+    back = rlkd.gather_last_dim(part * 3, group=group)
+    (back * torch.linspace(-1, 1, 64)).sum().backward()
+    return {"part": part.detach(), "back": back.detach(), "grad": x.grad}
+
+
 def refusals(torch: Any, rlkd: Any, group: Any, three: Any) -> dict[str, str]:
     """The messages of inputs the layers refuse."""
     out = {}
@@ -149,6 +158,7 @@ def main(rank: int, world: int, init_file: str, package: str, out: str, layouts:
                 if rank >= size:
                     continue
                 group = groups[size]
+                torch.save(helpers(torch, rlkd, group), Path(out) / f"tp{size}-helpers-rank{rank}.pt")
                 for reduce in ("tree", "all_reduce") if size == max(layouts) else ("tree",):
                     params = {}
                     for name, weight in full.items():
