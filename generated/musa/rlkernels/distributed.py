@@ -42,8 +42,8 @@ LEAF = 32
 """Width of a K-tree leaf (det_gemm_ktree's ``reduction.leaf``): every rank's part of a split
 dimension is a whole number of leaves, so it is a whole subtree."""
 VOCAB_LEAF = 32
-"""Vocabulary entries per leaf of linear_logp's sums (and per call of exp, so its bits never
-depend on a tensor's length): a rank's part of the vocabulary is a whole number of them."""
+"""Vocabulary entries per leaf of linear_logp's sums and per call of exp: a rank's part of the
+vocabulary is a whole number of them."""
 
 Reduce = Literal["tree", "all_reduce"]
 """``tree``: the fixed-order combine (layout-invariant).  ``all_reduce``: torch.distributed's
@@ -319,12 +319,25 @@ class RowParallelLinear(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
+# torch does not promise that its elementwise exp and log give an element the same bits in the
+# vectorised loop and in a scalar tail (they are different code), and threads split a long call
+# into ranges with tails of their own.  So every call here has a shape that does not depend on the
+# number of ranks, and at most BLOCK elements, below torch's grain: no thread count splits it.
+# (torch 2.13 on x86 was seen to agree in both cases; this does not rely on it.)
+BLOCK = 16384
+
+
+def _blocked(fn: Any, x: torch.Tensor) -> torch.Tensor:
+    """``fn`` over ``x`` in fixed blocks of BLOCK elements (row-major), each its own call."""
+    flat = x.contiguous().reshape(-1)
+    return torch.cat([fn(part) for part in flat.split(BLOCK)]).reshape(x.shape) if flat.numel() else fn(x)
+
+
 def _exp_leaves(z: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """exp(z - shift) over [N, L * VOCAB_LEAF], one call of torch.exp per leaf: a vectorised loop
-    and its scalar tail may round exp differently, so every call has the same shape [N, VOCAB_LEAF]
-    whatever the number of ranks."""
+    """exp(z - shift) over [N, L * VOCAB_LEAF], one leaf's [N, VOCAB_LEAF] at a time: the same calls
+    on the same values whatever the number of ranks."""
     column = shift.unsqueeze(1)
-    return torch.cat([torch.exp(z[:, i : i + VOCAB_LEAF].contiguous() - column) for i in range(0, z.shape[1], VOCAB_LEAF)], dim=1)
+    return torch.cat([_blocked(torch.exp, z[:, i : i + VOCAB_LEAF] - column) for i in range(0, z.shape[1], VOCAB_LEAF)], dim=1)
 
 
 def _leaf_tree(values: torch.Tensor) -> torch.Tensor:
@@ -356,7 +369,7 @@ class _VocabParallelLogp(torch.autograd.Function):
         else:
             total = _pairwise(_all_gather(sums, group))
         s, zs = total[0], total[1]
-        lse = shift + torch.log(s)
+        lse = shift + _blocked(torch.log, s)
         # The selected logit: its owner's, by rank, never a sum of zeros from the others.
         local = (ids >= start) & (ids < start + part)
         picked = torch.where(local, z.gather(1, (ids - start).clamp(0, max(part - 1, 0)).unsqueeze(1)).squeeze(1), torch.zeros_like(lse))
