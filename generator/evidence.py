@@ -22,6 +22,7 @@ show.  It writes no generated file; ``generator.record`` adds records and re-ren
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -296,19 +297,56 @@ class Evidence:
     platforms: tuple[str, ...]
     ops: tuple[OpView, ...] = field(default=())
 
+    # -- indexes, built on first use: the templates ask per op, kernel and platform, and a scan of
+    # every status or record per question grows with the square of the catalog.  Built from the
+    # frozen fields only, so they are never out of date.
+
+    @functools.cached_property
+    def _sorted(self) -> list[Status]:
+        """Every status, in contract order (op, kernel, platform, dtype)."""
+        return [self.statuses[c] for c in sorted(self.statuses, key=lambda c: (c.op, c.kernel, c.platform, c.dtype))]
+
+    @functools.cached_property
+    def _by_kernel(self) -> dict[tuple[str, str, str], list[Status]]:
+        index: dict[tuple[str, str, str], list[Status]] = {}
+        for s in self._sorted:
+            index.setdefault((s.contract.op, s.contract.platform, s.contract.kernel), []).append(s)
+        return index
+
+    @functools.cached_property
+    def _by_platform(self) -> dict[str, list[Status]]:
+        index: dict[str, list[Status]] = {}
+        for s in self._sorted:
+            index.setdefault(s.contract.platform, []).append(s)
+        return index
+
+    @functools.cached_property
+    def _records_by_contract(self) -> dict[Contract, list[Record]]:
+        index: dict[Contract, list[Record]] = {}
+        for r in self.ledger.records:
+            index.setdefault(r.contract, []).append(r)
+        return index
+
+    @functools.cached_property
+    def _op_views(self) -> dict[str, OpView]:
+        index: dict[str, OpView] = {}
+        for v in self.ops:
+            index.setdefault(v.name, v)  # the first of a name, as a scan would find
+        return index
+
     # -- single contracts and kernels
 
     def status(self, op: str, kernel: str, platform: str, dtype: str) -> Status:
         return self.statuses[Contract(op, kernel, platform, dtype)]
 
     def kernel_statuses(self, op: str, platform: str, kernel: str) -> list[Status]:
-        return [s for c, s in sorted(self.statuses.items()) if (c.op, c.platform, c.kernel) == (op, platform, kernel)]
+        return list(self._by_kernel.get((op, platform, kernel), ()))
 
     def kernel_text(self, op: str, platform: str, kernel: str, where: bool = False) -> str:
         return _grouped([(s.contract.dtype, s.text(where)) for s in self._in_dtype_order(op, platform, kernel)])
 
     def _in_dtype_order(self, op: str, platform: str, kernel: str) -> list[Status]:
-        view = next((v for v in self.ops if v.name == op), None)
+        view = self._op_views.get(op)
         order = list(view.dtypes) if view is not None else []
         found = self.kernel_statuses(op, platform, kernel)
         return sorted(found, key=lambda s: order.index(s.contract.dtype) if s.contract.dtype in order else len(order))
@@ -340,7 +378,7 @@ class Evidence:
         return _md("; ".join(f"{what} (commit {', '.join(commits)})" for what, commits in by.items())) or "—"
 
     def contracts(self, platform: str) -> list[Status]:
-        return [s for c, s in sorted(self.statuses.items()) if c.platform == platform]
+        return list(self._by_platform.get(platform, ()))
 
     def summary(self, platform: str, level: Level) -> str:
         """The verification table's cell: how many of the platform's contracts a current record of
@@ -371,16 +409,16 @@ class Evidence:
         return None
 
     def _records_of(self, contract: Contract) -> list[Record]:
-        return [r for r in self.ledger.records if r.contract == contract]
+        return list(self._records_by_contract.get(contract, ()))
 
     @property
     def stale_contracts(self) -> list[Status]:
-        return [s for _, s in sorted(self.statuses.items()) if s.stale]
+        return [s for s in self._sorted if s.stale]
 
     def explain_lines(self, op: str, platform: str) -> list[str]:
         """``explain``'s evidence lines for one op on one platform: per kernel, the dtypes that share a verdict together."""
         lines = []
-        kernels = list(dict.fromkeys(c.kernel for c in sorted(self.statuses) if (c.op, c.platform) == (op, platform)))
+        kernels = list(dict.fromkeys(s.contract.kernel for s in self._sorted if (s.contract.op, s.contract.platform) == (op, platform)))
         for kernel in kernels:
             verdicts: dict[str, list[str]] = {}
             for status in self._in_dtype_order(op, platform, kernel):

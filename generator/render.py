@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -65,8 +66,15 @@ def _md_cell(value: object) -> str:
 
 
 def make_environment(templates_dir: Path) -> jinja2.Environment:
+    """The environment for ``templates_dir``, one per directory and process: compiling the templates
+    is most of a small generate's time.  Jinja reloads a template whose file has changed since."""
+    return _environment(str(templates_dir.resolve()))
+
+
+@functools.lru_cache(maxsize=8)
+def _environment(templates_dir: str) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        loader=jinja2.FileSystemLoader(templates_dir),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -195,3 +195,41 @@ def test_packed_sequence_specs_that_mean_nothing_are_refused(bare_project: Proje
     bare_project.edit(ATTENTION, old, new)
     err = errors_of(bare_project, capsys)
     assert f"{ATTENTION}:" in err and message in err, err
+
+
+# --------------------------------------------------------------------------- the two YAML readers
+
+
+def test_libyaml_reads_every_spec_exactly_as_the_reference_reader():
+    """Specs are read by libyaml where PyYAML has it; values and lines must be the reference's."""
+    from generator import load
+
+    if not load._HAVE_LIBYAML:
+        pytest.skip("PyYAML was built without libyaml: only the reference reader exists")
+    files = sorted((REPO / "specs").rglob("*.yaml"))
+    assert files
+    for file in files:
+        text = file.read_text(encoding="utf-8")
+        src = load.SourceMap(file.name)
+        fast = load._read_fast(text, src)
+        assert fast is not None, f"{file.name} was not read by libyaml"
+        assert fast == load._read_reference(text, file.name, src), file.name
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\n\tb: 2\n",  # a tab
+        "a: x\u2029y\n",  # line breaks only Unicode knows
+        "a: x \u2028 y\n",
+        "a: 1\r\nb: 2\r\n",  # carriage returns
+        "a: &x 1\nb: *x\n",  # an alias (refused)
+        "a: 1\na: 2\n",  # a duplicate key (refused)
+        "a: [1, 2\n",  # a syntax error
+    ],
+)
+def test_text_libyaml_does_not_take_goes_to_the_reference_reader(text):
+    from generator import load
+
+    src = load.SourceMap("x.yaml")
+    assert load._read_fast(text, src) is None

@@ -12,11 +12,19 @@ import torch
 from . import _checks, _runtime
 from ._registry import CARRIED_PLATFORMS, OPS, PACKAGE, PLATFORMS
 
+
+def _can_autocast(device_type: str) -> bool:
+    """Whether torch can autocast ``device_type``; a device type whose plugin is not loaded is not
+    one torch knows at all, and asking about it raises."""
+    try:
+        return bool(torch._C._is_autocast_available(device_type))
+    except RuntimeError:
+        return False
+
+
 # The device types whose torch.autocast the ops follow: those of the platforms this build carries
 # that torch can autocast (a vendor plugin registers its device type when it loads).
-_AUTOCAST_DEVICE_TYPES = tuple(
-    p.device_type for p in PLATFORMS if p.name in CARRIED_PLATFORMS and torch._C._is_autocast_available(p.device_type)
-)
+_AUTOCAST_DEVICE_TYPES = tuple(p.device_type for p in PLATFORMS if p.name in CARRIED_PLATFORMS and _can_autocast(p.device_type))
 
 
 def _leading(tensor: torch.Tensor, rank: int) -> tuple[int, ...] | None:

@@ -242,7 +242,7 @@ def _log_softmax_verdict(self: torch.Tensor, dim: int, half_to_float: bool) -> _
         return verdict
     if not -max(self.dim(), 1) <= dim < max(self.dim(), 1):
         return _TORCH
-    # half_to_float is CUDA's fused upcast: torch refuses it for other dtypes and on the host.
+    # half_to_float is a device kernel's fused float16 upcast: torch refuses it for other dtypes and on the host.
     if half_to_float and (self.dtype != torch.float16 or self.device.type == "cpu"):
         return _TORCH
     return None
