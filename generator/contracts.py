@@ -91,6 +91,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
             if attr not in {a.name for a in op.attrs} or attr not in {a.name for a in target.attrs}:
                 problems.append(src.problem(("backward", index, "attrs", attr_index), f"attribute {attr} is not shared by {op.name} and {step.op}"))
     problems += _autocast_problems(src, op)
+    problems += _layout_problems(src, op)
     # Batch invariance is defined on the outputs that carry the batch dimension; without one
     # the promise means nothing and no test could hold a kernel to it.
     # For packed sequences (tests.sequences) it is defined on the outputs whose rows belong to them.
@@ -130,6 +131,30 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         if isinstance(kernel, NativeKernel) and not any(name in names for names in op.backends.values()):
             problems.append(src.problem(("kernels", name), f"native kernel {name} is used by no platform; add it to a backends list or remove it"))
     return problems, violations
+
+
+def _layout_problems(src: SourceMap, op: OpSpec) -> list[SpecProblem]:
+    """Layout invariance is defined on a k_tree reduction: its parts are the tree's own subtrees,
+    combined by the tree's own adds.  Any other order (one accumulator, lanes, online blocks) sums
+    a split's parts in another order than the whole, so the claim could not hold or be tested."""
+    reduction = op.reduction
+    if reduction is not None and reduction.order == "k_tree":
+        return []
+    why = (
+        f"{op.name} declares no reduction"
+        if reduction is None
+        else f"{op.name} reduces over {reduction.dim} in order {reduction.order}"
+    )
+    why += "; only a k_tree reduction's parts combine into the whole (reduction: {dim: ..., order: k_tree, leaf: ...})"
+    problems = []
+    if Guarantee.layout_invariant in op.requires:
+        index = op.requires.index(Guarantee.layout_invariant)
+        problems.append(src.problem(("requires", index), f"layout_invariant is required, but {why}"))
+    for name, kernel in op.kernels.items():
+        if Guarantee.layout_invariant in kernel.guarantees:
+            index = kernel.guarantees.index(Guarantee.layout_invariant)
+            problems.append(src.problem(("kernels", name, "guarantees", index), f"kernel {name} declares layout_invariant, but {why}"))
+    return problems
 
 
 def _autocast_problems(src: SourceMap, op: OpSpec) -> list[SpecProblem]:

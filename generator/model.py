@@ -171,9 +171,19 @@ class StrictModel(BaseModel):
 
 
 class Guarantee(str, Enum):
+    """What a kernel promises about its bits.
+
+    layout_invariant: the reduction dimension cut into 2, 4, 8, ... equal contiguous parts, each
+    part reduced by the kernel on its own and the parts' results combined pairwise by mid-split
+    (((p0 + p1) + (p2 + p3)) ...) with adds in the output dtype, gives the whole reduction's bits
+    -- what a tensor-parallel split of that dimension needs to give every parallel layout the
+    same bits.  Only the k_tree order has this property (its top splits are whole subtrees).
+    """
+
     deterministic = "deterministic"
     batch_invariant = "batch_invariant"
     portable = "portable"
+    layout_invariant = "layout_invariant"
 
 
 class Dtype(str, Enum):

@@ -27,6 +27,7 @@ PACKAGE_TEMPLATES = {
     "rlkernels/_references.py": "package/_references.py.j2",
     "rlkernels/transformers.py": "package/transformers.py.j2",
     "rlkernels/aten.py": "package/aten.py.j2",
+    "rlkernels/distributed.py": "package/distributed.py.j2",
     "pyproject.toml": "package/pyproject.toml.j2",
     "setup.py": "package/setup.py.j2",
     "README.md": "package/README.md.j2",

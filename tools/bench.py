@@ -1,6 +1,6 @@
 """Benchmarks, as ratios against baselines measured in the same process.
 
-    python tools/bench.py [kernel] [model] [transformers] [generator]   (make bench: all four)
+    python tools/bench.py [kernel] [model] [transformers] [tp] [generator]   (make bench: all five)
     python tools/bench.py model --op swiglu --op logp       (some rows of the model table)
 
 Prints, and writes to docs/performance.md:
@@ -12,6 +12,8 @@ Prints, and writes to docs/performance.md:
     rms_norm, logp) at its shapes, against the PyTorch code it replaces;
   * transformers: a tiny but realistic Qwen2 patched with rlkernels.transformers against the same
     model unpatched (sdpa, full logits, log_softmax), forward and forward+backward;
+  * tp: rlkernels.distributed's fixed-order combine against torch.distributed's all_reduce, on 2
+    and 4 gloo ranks spawned on this machine, alone and inside a row-parallel linear;
   * the generator: a full generate of the catalog, a no-op generate (which must write
     nothing), and synthetic catalogs of 100, 300 and 1,000 copies of det_gemm.
 
@@ -451,6 +453,160 @@ def decoder_notes() -> str:
   on CPU is within 1.5×, a ratio of at least 0.67); at least {DECODER_MIN_REPS} pairs, more while the row
   has run under {DECODER_ROW_BUDGET_S} s. Last column: row 0's log-probs computed alone have the bits
   they have in the batch."""
+
+
+# ---------------------------------------------------------------- tensor parallelism
+
+TP_WORLDS = [2, 4]
+TP_SHAPE = (256, 1024, 1024)  # tokens M, input features K (split across ranks), output features N
+# Pairs per row, the same count on every rank (the collectives pair up call by call): the combine
+# alone takes milliseconds and is noisy, the linear about a second.
+TP_REPS = {"combine": 40, "row-parallel linear": 6}
+
+
+@dataclass
+class TpRow:
+    what: str
+    world: int
+    tree_ms: float
+    reduce_ms: float
+    ratio: float
+    reps: int
+    tree_bytes: int
+    reduce_bytes: int
+    deterministic: bool
+    invariant: bool
+    reduce_invariant: bool
+    dtype: str = "bfloat16"
+    threads: int = 1
+
+    @property
+    def op(self) -> str:
+        return f"{self.what} at {self.world} ranks"
+
+    @property
+    def shape(self) -> str:
+        return "×".join(map(str, TP_SHAPE))
+
+
+def _tp_rank(rank: int, world: int, init: str, package: str, out: str) -> None:
+    """One rank of the tensor-parallel section (spawned): times the fixed-order combine and
+    all_reduce alternately, the same number of calls on every rank; rank 0 writes the rows."""
+    import datetime as dt
+    import json
+
+    sys.path.insert(0, package)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ["RLK_NUM_THREADS"] = "1"
+    import rlkernels
+    import rlkernels.distributed as rlkd
+
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world, timeout=dt.timedelta(seconds=600))
+    m, k, n = TP_SHAPE
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=g) * k**-0.5).to(torch.bfloat16)
+    xs, ws = rlkd.shard(x, 1), rlkd.shard(w, 1)
+    partial = rlkernels.det_gemm_ktree(xs, ws.t().contiguous())
+    one_device = rlkernels.det_gemm_ktree(x, w.t().contiguous()) if rank == 0 else None
+    cases = {
+        "combine": lambda reduce: rlkd._combine(partial, None, reduce),
+        "row-parallel linear": lambda reduce: rlkd.row_parallel_linear(xs, ws, reduce=reduce),
+    }
+    rows = []
+    for what, fn in cases.items():
+        first = {reduce: fn(reduce) for reduce in ("tree", "all_reduce")}  # warm-up
+        times: dict[str, list[float]] = {"tree": [], "all_reduce": []}
+        differing = 0
+        for rep in range(TP_REPS[what]):
+            for reduce in ("tree", "all_reduce") if rep % 2 == 0 else ("all_reduce", "tree"):
+                dist.barrier()
+                t = time.perf_counter()
+                y = fn(reduce)
+                times[reduce].append(time.perf_counter() - t)
+                if reduce == "tree":
+                    differing += not same_bits(y, first["tree"])
+        if rank == 0:
+            size = m * n * 2  # one partial, bfloat16
+            rows.append({
+                "what": what, "world": world,
+                "tree_ms": statistics.median(times["tree"]) * 1e3, "reduce_ms": statistics.median(times["all_reduce"]) * 1e3,
+                "ratio": statistics.median(a / t for t, a in zip(times["tree"], times["all_reduce"])), "reps": TP_REPS[what],
+                # received per rank: every other rank's partial; a ring all_reduce's reduce-scatter + all_gather
+                "tree_bytes": (world - 1) * size, "reduce_bytes": 2 * (world - 1) * size // world,
+                "deterministic": differing == 0,
+                "invariant": what == "combine" or same_bits(first["tree"], one_device),
+                "reduce_invariant": what == "combine" or same_bits(first["all_reduce"], one_device),
+            })
+    if rank == 0:
+        Path(out).write_text(json.dumps(rows))
+    dist.destroy_process_group()
+
+
+def bench_tp(world: int) -> list[TpRow]:
+    import json
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        context = torch.multiprocessing.get_context("spawn")
+        procs = [context.Process(target=_tp_rank, args=(rank, world, f"{tmp}/rendezvous", str(BUILD), f"{tmp}/rows.json")) for rank in range(world)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(900)
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+        if [proc.exitcode for proc in procs] != [0] * world:
+            sys.exit(f"bench: the tensor-parallel ranks at world size {world} failed (exit codes {[proc.exitcode for proc in procs]})")
+        return [TpRow(**row) for row in json.loads(Path(f"{tmp}/rows.json").read_text())]
+
+
+def run_tp() -> list[TpRow]:
+    rows = []
+    for world in TP_WORLDS:
+        for row in bench_tp(world):
+            print(format_tp_row(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+TP_HEADER = (
+    "| what | M×K×N | ranks | fixed-order ms | all_reduce ms | fixed-order / all_reduce speed | bytes received per rank (fixed order / all_reduce) | "
+    "same bits every repeat | fixed order = one device | all_reduce = one device |\n"
+    "| --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- |"
+)
+
+
+def format_tp_row(r: TpRow) -> str:
+    yes = {True: "yes", False: "**no**"}
+    same = "—" if r.what == "combine" else yes[r.invariant]
+    reduce_same = "—" if r.what == "combine" else yes[r.reduce_invariant]
+    return (
+        f"| {r.what} | {r.shape} | {r.world} | {r.tree_ms:.2f} | {r.reduce_ms:.2f} | **{r.ratio:.2f}** | "
+        f"{r.tree_bytes / 2**20:.2f} MiB / {r.reduce_bytes / 2**20:.2f} MiB | {yes[r.deterministic]} ({r.reps} runs) | {same} | {reduce_same} |"
+    )
+
+
+def tp_notes() -> str:
+    m, k, n = TP_SHAPE
+    return f"""\
+* `rlkernels.distributed` on gloo, ranks spawned on this machine, one thread each. Row-parallel
+  linear: x [{m}, {k}] and a weight [{n}, {k}] split along K, each rank's det_gemm_ktree partial then
+  the combine; combine: the combine alone on one [{m}, {n}] bf16 partial. Fixed order: all_gather,
+  then the K-tree's pairwise adds; all_reduce: torch.distributed.all_reduce (the backend's order).
+* Speed ratio: median of the paired ratios (all_reduce time / fixed-order time; below 1 means the
+  fixed order is slower); {TP_REPS["combine"]} pairs for the combine, {TP_REPS["row-parallel linear"]} for the linear, alternating,
+  each call after a barrier.
+* Bytes received per rank: the gather receives every other rank's partial, (ranks − 1) × M N × 2;
+  a ring all_reduce receives 2 (ranks − 1) / ranks × M N × 2 -- ranks / 2 times less, and a
+  reduce-scatter alone (ranks − 1) / ranks × M N × 2, ranks times less.
+* "= one device": the row-parallel output compared bitwise with det_gemm_ktree over the whole of K
+  on one process."""
 
 
 # ---------------------------------------------------------------- a small model's shapes
@@ -954,6 +1110,7 @@ SECTION_TITLES = {
     "ops": "logp and rms_norm on CPU vs PyTorch",
     "model": "A small model's ops on CPU vs PyTorch",
     "transformers": "A patched transformers model on CPU vs the unpatched model",
+    "tp": "Tensor parallelism on CPU: fixed-order combine vs all_reduce",
     "generator": "Generator",
 }
 
@@ -973,7 +1130,8 @@ def previous_sections() -> tuple[dict[str, str], str]:
 
 
 def write_doc(
-    machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], model_rows: list[ModelRow], gen_rows: list[GenRow], decoder_rows: list[DecoderRow]
+    machine: list[str], gemm_rows: list[GemmRow], op_rows: list[OpRow], model_rows: list[ModelRow], gen_rows: list[GenRow], decoder_rows: list[DecoderRow],
+    tp_rows: list[TpRow],
 ) -> None:
     """A section this run did not measure keeps the previous run's table, marked with that run's date."""
     parts = [
@@ -990,6 +1148,7 @@ def write_doc(
         "ops": [OP_HEADER, *map(format_op_row, op_rows), "", OP_NOTES] if op_rows else None,
         "model": [MODEL_HEADER, *map(format_model_row, model_rows), "", model_notes()] if model_rows else None,
         "transformers": [DECODER_HEADER, *map(format_decoder_row, decoder_rows), "", decoder_notes()] if decoder_rows else None,
+        "tp": [TP_HEADER, *map(format_tp_row, tp_rows), "", tp_notes()] if tp_rows else None,
         "generator": [GEN_HEADER, *map(format_gen_row, gen_rows), "", GEN_NOTES] if gen_rows else None,
     }
     for key, title in SECTION_TITLES.items():
@@ -1009,17 +1168,17 @@ def write_doc(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sections", nargs="*", metavar="kernel|model|transformers|generator", help="what to run (default: all)")
+    parser.add_argument("sections", nargs="*", metavar="kernel|model|transformers|tp|generator", help="what to run (default: all)")
     parser.add_argument("--op", action="append", metavar="NAME", help="model section only, this op only (repeatable); writes no report")
     args = parser.parse_args()
-    sections = args.sections or ["kernel", "model", "transformers", "generator"]
-    if not set(sections) <= {"kernel", "model", "transformers", "generator"}:
-        parser.error(f"unknown section in {sections}; expected kernel, model, transformers and/or generator")
+    sections = args.sections or ["kernel", "model", "transformers", "tp", "generator"]
+    if not set(sections) <= {"kernel", "model", "transformers", "tp", "generator"}:
+        parser.error(f"unknown section in {sections}; expected kernel, model, transformers, tp and/or generator")
     command = " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
-    machine = machine_lines(command, with_torch=bool({"kernel", "model", "transformers"} & set(sections)))
+    machine = machine_lines(command, with_torch=bool({"kernel", "model", "transformers", "tp"} & set(sections)))
     print("\n".join(machine))
-    gemm_rows, op_rows, model_rows, gen_rows, decoder_rows = [], [], [], [], []
-    if {"kernel", "model", "transformers"} & set(sections):
+    gemm_rows, op_rows, model_rows, gen_rows, decoder_rows, tp_rows = [], [], [], [], [], []
+    if {"kernel", "model", "transformers", "tp"} & set(sections):
         rlkernels = build_cpu_package()
     if "kernel" in sections:
         print("\n" + GEMM_HEADER)
@@ -1032,14 +1191,17 @@ def main() -> int:
     if "transformers" in sections and not args.op:
         print("\n" + DECODER_HEADER)
         decoder_rows = run_decoder(rlkernels)
+    if "tp" in sections and not args.op:
+        print("\n" + TP_HEADER)
+        tp_rows = run_tp()
     if "generator" in sections:
         print("\n" + GEN_HEADER)
         gen_rows = run_generator()
     if args.op:
         print(f"(--op: a partial model table; {DOC.relative_to(ROOT)} left as it was)")
     else:
-        write_doc(machine, gemm_rows, op_rows, model_rows, gen_rows, decoder_rows)
-    failed = [r for r in [*gemm_rows, *op_rows, *model_rows, *decoder_rows] if not (r.deterministic and r.invariant)]
+        write_doc(machine, gemm_rows, op_rows, model_rows, gen_rows, decoder_rows, tp_rows)
+    failed = [r for r in [*gemm_rows, *op_rows, *model_rows, *decoder_rows, *tp_rows] if not (r.deterministic and r.invariant)]
     for r in failed:
         print(f"bench: {getattr(r, 'op', 'det_gemm')} {r.dtype} {r.shape} on {r.threads} threads was not bitwise stable", file=sys.stderr)
     return 1 if failed else 0

@@ -355,7 +355,7 @@ def _backward_det_gemm_ktree(ctx, *grads):
 def det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Deterministic batch-invariant matrix product C = A @ B in bf16 with the K-tree reduction order.
 
-    Contract: deterministic, batch_invariant.  Runs the first backend in
+    Contract: deterministic, batch_invariant, layout_invariant.  Runs the first backend in
     the registry's order for the inputs' platform whose guarantees cover the contract,
     and raises ``UnsupportedError`` rather than fall back to one that does not.
 

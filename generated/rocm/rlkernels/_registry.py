@@ -258,7 +258,7 @@ OPS = {
     "det_gemm_ktree": Op(
         name="det_gemm_ktree",
         summary="Deterministic batch-invariant matrix product C = A @ B in bf16 with the K-tree reduction order",
-        requires=frozenset({"batch_invariant", "deterministic"}),
+        requires=frozenset({"batch_invariant", "deterministic", "layout_invariant"}),
         kernels={
             "torch_reference": Kernel(
                 name="torch_reference",
@@ -270,7 +270,7 @@ OPS = {
             "tree": Kernel(
                 name="tree",
                 kind="native",
-                guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
+                guarantees=frozenset({"batch_invariant", "deterministic", "layout_invariant", "portable"}),
                 doc="One output element per thread (device) or per loop step (host), same tree everywhere",
             ),
         },

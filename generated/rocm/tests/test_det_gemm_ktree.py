@@ -56,7 +56,7 @@ BATCH_DIM = "M"
 KERNELS = {
     "rocm": {
         "tree": {
-            "guarantees": ["batch_invariant", "deterministic", "portable"],
+            "guarantees": ["batch_invariant", "deterministic", "layout_invariant", "portable"],
             "batch_sizes": [1, 2, 256],
             "chunks": [2],
             "pad_by": 2,
@@ -65,7 +65,7 @@ KERNELS = {
     },
     "cpu": {
         "tree": {
-            "guarantees": ["batch_invariant", "deterministic", "portable"],
+            "guarantees": ["batch_invariant", "deterministic", "layout_invariant", "portable"],
             "batch_sizes": [1, 2, 256],
             "chunks": [2],
             "pad_by": 2,
@@ -382,6 +382,45 @@ def test_batch_invariant(device, kernel, dtype, attrs):
         for t, axis in zip(inputs, _batch_axes())
     ]
     assert_bitwise_equal(_out_take(run_kernel(kernel, *padded_inputs, **attrs), 0, total), full, f"{kernel}: {total} rows padded by {pad}")
+
+
+# ---------------------------------------------------------------- layout invariance
+# The reduction dimension cut into 2, 4 and 8 equal parts (tensor-parallel shards), each part
+# reduced on its own and the parts combined pairwise by mid-split with adds in the output dtype,
+# must give the whole reduction's bits.  The parts hold 12, 6 and 3 leaves: subtrees that are
+# not powers of two are covered too.
+REDUCTION_DIM = "K"
+LEAF = 32
+PARTS = (2, 4, 8)
+
+
+def _part(tensors, index, size):
+    """Part ``index`` (``size`` elements of the reduction dimension) of every argument that has it."""
+    return [
+        t if REDUCTION_DIM not in shape else t.narrow(shape.index(REDUCTION_DIM), index * size, size).contiguous()
+        for t, (_, _, shape, _, _) in zip(tensors, ARGS)
+    ]
+
+
+def _pairwise(results):
+    """((p0 + p1) + (p2 + p3)) ...: the mid-split tree over the parts, each add in the outputs' dtype."""
+    if len(results) == 1:
+        return results[0]
+    mid = len(results) // 2
+    return tuple(left + right for left, right in zip(_pairwise(results[:mid]), _pairwise(results[mid:])))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("device, kernel", TARGETS)
+def test_layout_invariant(device, kernel, dtype):
+    needs(device, kernel, "layout_invariant")
+    extent = LEAF * max(PARTS) * 3
+    inputs = make_inputs({**SHAPES[0], REDUCTION_DIM: extent}, dtype, device, seed=4)
+    whole = run_kernel(kernel, *inputs)
+    for parts in PARTS:
+        size = extent // parts
+        combined = _pairwise([run_kernel(kernel, *_part(inputs, index, size)) for index in range(parts)])
+        assert_bitwise_equal(combined, whole, f"{kernel}: {REDUCTION_DIM} = {extent} in {parts} parts of {size}, combined pairwise")
 
 
 @pytest.mark.parametrize("attrs", [pytest.param({}, id="defaults"), *FLAGS])

@@ -1,0 +1,166 @@
+"""Tensor-parallel layers whose bits do not depend on the layout: rlkernels.distributed on gloo.
+
+A tiny bf16 decoder (tp_worker: 2 layers, hidden 64, 4 heads, FFN 256, vocabulary 512) runs one
+GRPO step -- linear_logp → ratio_kl → grpo_loss → backward -- on 1, 2 and 4 ranks (process groups
+of one launch of 4 spawned processes on this machine, gloo), its linears column- and row-parallel, its LM head vocabulary-parallel.  The log-probs,
+the entropy, the loss and every weight's gradient (the parts gathered back into whole weights)
+must have the same bits at every world size: the integer views of the bits are compared.  The
+same layers with torch.distributed's all_reduce in place of the fixed-order combine give other
+bits at 4 ranks, which shows the comparison can fail.  Every launch is bounded: a hang fails.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the tensor-parallel tests need torch (make test installs it)")
+dist = pytest.importorskip("torch.distributed", reason="the tensor-parallel tests need torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with the gloo backend is not available in this torch build", allow_module_level=True)
+
+import tp_worker
+from package_build import build_inplace
+
+pytestmark = pytest.mark.slow
+
+LAYOUTS = (1, 2, 4)  # tensor-parallel sizes: process groups of ranks 0, 0-1 and 0-3 of one launch
+LAUNCH_TIMEOUT_S = 180.0  # the whole launch; each collective also times out after 120 s
+
+
+def launch(root: Path, out: Path) -> float:
+    """tp_worker.main on 4 spawned processes (rendezvous through a file in ``out``), joined by a
+    deadline; a rank that fails, or one still running then (a hang), fails the test with the
+    ranks' tracebacks.  Returns the wall time."""
+    context = torch.multiprocessing.get_context("spawn")
+    world = max(LAYOUTS)
+    began = time.monotonic()
+    procs = [context.Process(target=tp_worker.main, args=(rank, world, str(out / "rendezvous"), str(root), str(out), LAYOUTS)) for rank in range(world)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(max(0.0, began + LAUNCH_TIMEOUT_S - time.monotonic()))
+    hung = [rank for rank, proc in enumerate(procs) if proc.is_alive()]
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(10)
+    codes = [proc.exitcode for proc in procs]
+    errors = "\n".join(p.read_text() for p in sorted(out.glob("error-rank*.txt")))
+    assert not hung, f"ranks {hung} still running after {LAUNCH_TIMEOUT_S:.0f} s (a hang)\n{errors}"
+    assert codes == [0] * world, f"exit codes {codes}\n{errors}"
+    return time.monotonic() - began
+
+
+def whole(world: int, out: Path, reduce: str) -> dict[str, torch.Tensor]:
+    """The ranks' results as one model's: log-probs, entropy, loss, and every weight's gradient
+    with the parts concatenated along their split; replicated gradients must agree across ranks."""
+    ranks = [torch.load(out / f"tp{world}-{reduce}-rank{rank}.pt") for rank in range(world)]
+    result = {name: ranks[0][name] for name in ("lp", "entropy", "loss")}
+    for name in ranks[0]["grads"]:
+        parts = [r["grads"][name] for r in ranks]
+        dim = tp_worker.split_of(name)
+        if dim is None:
+            for rank, part in enumerate(parts[1:], 1):
+                assert torch.equal(bits(part), bits(parts[0])), f"replicated gradient {name}: rank {rank} differs from rank 0"
+            result[f"grad {name}"] = parts[0]
+        else:
+            result[f"grad {name}"] = torch.cat(parts, dim=dim)
+    for name in ("lp", "entropy", "loss"):
+        for rank, r in enumerate(ranks[1:], 1):
+            assert torch.equal(bits(r[name]), bits(result[name])), f"{name}: rank {rank} differs from rank 0"
+    return result
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({torch.bfloat16: torch.int16, torch.float32: torch.int32}[t.dtype])
+
+
+def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Per result, how many elements' bits differ (only those that differ)."""
+    assert a.keys() == b.keys()
+    counts = {name: int((bits(a[name]) != bits(b[name])).sum()) for name in a}
+    return {name: n for name, n in counts.items() if n}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, object]:
+    root = build_inplace("cpu")
+    out = tmp_path_factory.mktemp("tp")
+    results: dict[object, object] = {"seconds": round(launch(root, out), 1)}
+    results["ranks"] = [(out / f"seconds-rank{rank}.txt").read_text() for rank in range(max(LAYOUTS))]
+    for world in LAYOUTS:
+        for reduce in ("tree", "all_reduce") if world == max(LAYOUTS) else ("tree",):
+            results[(world, reduce)] = whole(world, out, reduce)
+    for world in LAYOUTS:
+        results[(world, "helpers")] = [torch.load(out / f"tp{world}-helpers-rank{rank}.pt") for rank in range(world)]
+    results["refusals"] = torch.load(out / "refusals.pt")
+    results["single"] = torch.load(out / "single.pt")
+    return results
+
+
+def test_results_are_finite_and_nontrivial(runs):
+    one = runs[(1, "tree")]
+    assert torch.isfinite(one["lp"]).all() and (one["lp"] < 0).all()
+    assert torch.isfinite(one["loss"]) and one["loss"] != 0
+    for name, value in one.items():
+        if name.startswith("grad "):
+            assert torch.isfinite(value.float()).all(), name
+            assert value.abs().sum() > 0, f"{name} is all zeros"
+
+
+@pytest.mark.parametrize("world", [w for w in LAYOUTS if w > 1])
+def test_grpo_step_is_bitwise_layout_invariant(runs, world):
+    assert differing(runs[(world, "tree")], runs[(1, "tree")]) == {}
+
+
+def test_plain_all_reduce_is_not_layout_invariant(runs):
+    """The same layers and partial products, combined by the backend's all_reduce: other bits."""
+    diff = differing(runs[(max(LAYOUTS), "all_reduce")], runs[(1, "tree")])
+    assert diff, "all_reduce gave the fixed-order combine's bits everywhere: the comparison shows nothing"
+    assert "lp" in diff, f"the log-probs kept their bits under all_reduce (differing: {diff})"
+
+
+def test_linear_logp_agrees_with_the_single_device_op(runs):
+    """The vocabulary-parallel log-probs, entropy and gradients are linear_logp's, within rounding
+    (not bitwise: other summation orders, and bf16 K-tree products in the backward)."""
+    ours, theirs = runs["single"]["distributed"], runs["single"]["single"]
+    assert ours["lp"][3] == 0 and ours["entropy"][3] == 0 and (ours["grad h"][3] == 0).all()  # ignore_index
+    torch.testing.assert_close(ours["lp"], theirs["lp"], atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(ours["entropy"], theirs["entropy"], atol=1e-4, rtol=1e-5)
+    for name in ("grad h", "grad weight"):
+        torch.testing.assert_close(ours[name].float(), theirs[name].float(), atol=2e-2, rtol=2e-2, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("world", LAYOUTS)
+def test_scatter_and_gather_move_parts_and_gradients(runs, world):
+    x = torch.arange(4 * 64, dtype=torch.float32).view(4, 64)
+    grad = 3 * torch.linspace(-1, 1, 64).expand(4, 64)
+    size = 64 // world
+    for rank, got in enumerate(runs[(world, "helpers")]):
+        assert torch.equal(got["part"], x[:, rank * size : (rank + 1) * size]), f"rank {rank}: scatter_last_dim's part"
+        assert torch.equal(got["back"], 3 * x), f"rank {rank}: gather_last_dim"
+        assert torch.equal(got["grad"], grad), f"rank {rank}: the gradient through both"
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("float32", "LayoutError: x: expected dtype torch.bfloat16"),
+        ("ragged", "LayoutError: weight: this rank's columns (in / world) must be a positive multiple of 32 (whole leaves of the tree), got 48"),
+        ("features", "LayoutError: x: expected a last dimension of 96, got shape (4, 64)"),
+        ("reduce", "ValueError: reduce: expected 'tree' or 'all_reduce', got 'ring'"),
+        ("vocab", "LayoutError: weight: this rank's rows (V / world) must be a positive multiple of 32 (whole leaves of the tree), got 40"),
+        ("group", "LayoutError: group: expected a power-of-two number of ranks (1, 2, 4, 8, ...: the K-tree's pairwise combine), got 3"),
+        ("ids", "LayoutError: ids: expected an int64 tensor, got torch.int32"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_argument(runs, case, message):
+    assert runs["refusals"][case].startswith(message), runs["refusals"][case]
+
+
+def test_launch_times(runs, capsys):
+    with capsys.disabled():
+        print(f"\ntensor-parallel launch of 4 processes (spawn, import, GRPO steps at 1, 2 and 4 ranks): {runs['seconds']} s; per rank: {runs['ranks']}")

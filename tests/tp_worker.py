@@ -1,0 +1,179 @@
+"""One rank of the tensor-parallel tests: a tiny bf16 decoder on rlkernels.distributed.
+
+Every rank builds the same full weights from one seed and keeps its part: q/k/v, gate and up
+column-parallel (split by output rows: heads, FFN columns), o and down row-parallel (split by
+input columns), the LM head vocabulary-parallel; embedding and RMS norms replicated.  One GRPO
+step runs on the package's ops: embedding → (RMSNorm → q/k/v → RoPE → attention → o → RMSNorm →
+gate/up → SwiGLU → down) x layers → RMSNorm → linear_logp → ratio_kl → grpo_loss → backward.
+One launch of 4 processes holds the layouts as process groups of 1, 2 and 4 ranks (ranks 0, 0-1,
+0-3), so each process imports torch and the package once; each rank writes its log-probs, loss
+and gradients to ``out/tp<size>-<reduce>-rank<r>.pt``.
+Kept free of pytest: spawned processes import it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+VOCAB, HIDDEN, HEADS, HEAD_DIM, FFN, LAYERS = 512, 64, 4, 32, 256, 2
+GROUPS, SEQUENCES, TOKENS = 1, 2, 16  # GRPO: 1 group of 2 completions, 16 tokens each
+
+
+def full_weights(torch: Any) -> dict[str, Any]:
+    """The whole model's weights, the same on every rank and at every world size."""
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int, scale: float) -> Any:
+        return (torch.randn(*shape, generator=gen) * scale).to(torch.bfloat16)
+
+    w: dict[str, Any] = {"embed": randn(VOCAB, HIDDEN, scale=1.0), "head": randn(VOCAB, HIDDEN, scale=0.2), "norm": 1 + randn(HIDDEN, scale=0.1)}
+    for layer in range(LAYERS):
+        for name, shape in (("q", (HEADS * HEAD_DIM, HIDDEN)), ("k", (HEADS * HEAD_DIM, HIDDEN)), ("v", (HEADS * HEAD_DIM, HIDDEN)),
+                            ("o", (HIDDEN, HEADS * HEAD_DIM)), ("gate", (FFN, HIDDEN)), ("up", (FFN, HIDDEN)), ("down", (HIDDEN, FFN))):
+            w[f"{layer}.{name}"] = randn(*shape, scale=shape[1] ** -0.5 * 1.5)
+        w[f"{layer}.norm1"] = 1 + randn(HIDDEN, scale=0.1)
+        w[f"{layer}.norm2"] = 1 + randn(HIDDEN, scale=0.1)
+    return w
+
+
+# How each weight is split: 0 by rows (column-parallel, vocabulary-parallel), 1 by columns
+# (row-parallel), None replicated.
+SPLIT = {"q": 0, "k": 0, "v": 0, "gate": 0, "up": 0, "o": 1, "down": 1, "head": 0}
+
+
+def split_of(name: str) -> int | None:
+    return SPLIT.get(name.split(".")[-1])
+
+
+def grpo_step(torch: Any, rlk: Any, rlkd: Any, params: dict[str, Any], reduce: str, group: Any) -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(1)
+    n = SEQUENCES * TOKENS
+    ids = torch.randint(0, VOCAB, (SEQUENCES, TOKENS), generator=gen)
+    targets = torch.randint(0, VOCAB, (SEQUENCES, TOKENS), generator=gen)
+    old_lp = -torch.rand(SEQUENCES, TOKENS, generator=gen) * 8
+    ref_lp = -torch.rand(SEQUENCES, TOKENS, generator=gen) * 8
+    mask = torch.rand(SEQUENCES, TOKENS, generator=gen) > 0.2
+    rewards = torch.tensor([[1.0, -0.5]])
+    positions = torch.arange(TOKENS).repeat(SEQUENCES)
+    cu = torch.arange(0, n + 1, TOKENS, dtype=torch.int32)
+
+    x = rlk.embedding(params["embed"], ids.reshape(-1))
+    for layer in range(LAYERS):
+        p = {name: params[f"{layer}.{name}"] for name in ("q", "k", "v", "o", "gate", "up", "down", "norm1", "norm2")}
+        h = rlk.rms_norm(x, p["norm1"], 1e-6)[0]
+        q, k, v = (rlkd.column_parallel_linear(h, p[name], reduce=reduce, group=group).view(n, -1, HEAD_DIM) for name in "qkv")
+        q, k = rlk.rope(q, positions), rlk.rope(k, positions)
+        attn = rlk.attention(q, k, v, cu, cu)[0]
+        x = x + rlkd.row_parallel_linear(attn.reshape(n, -1), p["o"], reduce=reduce, group=group)
+        h = rlk.rms_norm(x, p["norm2"], 1e-6)[0]
+        g = rlkd.column_parallel_linear(h, p["gate"], reduce=reduce, group=group)
+        u = rlkd.column_parallel_linear(h, p["up"], reduce=reduce, group=group)
+        x = x + rlkd.row_parallel_linear(rlk.swiglu(g, u), p["down"], reduce=reduce, group=group)
+    h = rlk.rms_norm(x, params["norm"], 1e-6)[0]
+    lp, entropy = rlkd.linear_logp(h.view(SEQUENCES, TOKENS, HIDDEN), params["head"], targets, reduce=reduce, group=group)
+    ratio, kl = rlk.ratio_kl(lp, old_lp, ref_lp, mask)
+    shape = (GROUPS, SEQUENCES, TOKENS)
+    loss = rlk.grpo_loss(ratio.view(shape), kl.view(shape), mask.view(shape), rewards)[0]
+    loss.backward()
+    return {
+        "lp": lp.detach(), "entropy": entropy.detach(), "loss": loss.detach(),
+        "grads": {name: t.grad for name, t in params.items()},
+    }
+
+
+def helpers(torch: Any, rlkd: Any, group: Any) -> dict[str, Any]:
+    """scatter_last_dim then gather_last_dim, forward and backward, on a replicated tensor."""
+    x = torch.arange(4 * 64, dtype=torch.float32).view(4, 64).requires_grad_(True)
+    part = rlkd.scatter_last_dim(x, group=group)
+    back = rlkd.gather_last_dim(part * 3, group=group)
+    (back * torch.linspace(-1, 1, 64)).sum().backward()
+    return {"part": part.detach(), "back": back.detach(), "grad": x.grad}
+
+
+def refusals(torch: Any, rlkd: Any, group: Any, three: Any) -> dict[str, str]:
+    """The messages of inputs the layers refuse."""
+    out = {}
+    x = torch.zeros(4, 64, dtype=torch.bfloat16)
+    cases = {
+        "float32": lambda: rlkd.row_parallel_linear(x.float(), torch.zeros(8, 64), group=group),
+        "ragged": lambda: rlkd.row_parallel_linear(torch.zeros(4, 48, dtype=torch.bfloat16), torch.zeros(8, 48, dtype=torch.bfloat16), group=group),
+        "features": lambda: rlkd.column_parallel_linear(x, torch.zeros(32, 96, dtype=torch.bfloat16), group=group),
+        "reduce": lambda: rlkd.row_parallel_linear(x, torch.zeros(8, 64, dtype=torch.bfloat16), reduce="ring", group=group),
+        "vocab": lambda: rlkd.linear_logp(x, torch.zeros(40, 64, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.int64), group=group),
+        "group": lambda: rlkd.row_parallel_linear(x, torch.zeros(8, 64, dtype=torch.bfloat16), group=three),
+        "ids": lambda: rlkd.linear_logp(x, torch.zeros(64, 64, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.int32), group=group),
+    }
+    for name, call in cases.items():
+        try:
+            call()
+        except (ValueError, TypeError) as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+        else:
+            out[name] = "accepted"
+    return out
+
+
+def against_single_device(torch: Any, rlk: Any, rlkd: Any, group: Any) -> dict[str, Any]:
+    """linear_logp at world size 1 and the single-device op on the same inputs: values and gradients."""
+    gen = torch.Generator().manual_seed(2)
+    h = (torch.randn(40, HIDDEN, generator=gen)).to(torch.bfloat16)
+    head = (torch.randn(VOCAB, HIDDEN, generator=gen) * 0.3).to(torch.bfloat16)
+    ids = torch.randint(0, VOCAB, (40,), generator=gen)
+    ids[3] = -100
+    out = {}
+    for name, fn in (("distributed", lambda *a: rlkd.linear_logp(*a, group=group)), ("single", lambda *a: rlk.linear_logp(*a)[:2])):
+        hh, ww = h.clone().requires_grad_(True), head.clone().requires_grad_(True)
+        lp, entropy = fn(hh, ww, ids)
+        (lp.sum() + 0.5 * entropy.sum()).backward()
+        out[name] = {"lp": lp.detach(), "entropy": entropy.detach(), "grad h": hh.grad, "grad weight": ww.grad}
+    return out
+
+
+def main(rank: int, world: int, init_file: str, package: str, out: str, layouts: tuple[int, ...]) -> None:
+    """Rank ``rank`` of ``world``; for each tensor-parallel size in ``layouts``, ranks [0, size) form a
+    process group and run the GRPO step on it, with the fixed-order combine and, at the largest
+    size, with all_reduce.  Every rank joins every group's creation, as torch.distributed requires."""
+    began = time.monotonic()
+    try:
+        sys.path.insert(0, package)
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        import rlkernels as rlk
+        import rlkernels.distributed as rlkd
+
+        timings = {"import": time.monotonic() - began}
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+        try:
+            groups = {size: dist.new_group(list(range(size))) for size in layouts}
+            three = dist.new_group([0, 1, 2])  # not a power of two: refused
+            full = full_weights(torch)
+            for size in layouts:
+                if rank >= size:
+                    continue
+                group = groups[size]
+                torch.save(helpers(torch, rlkd, group), Path(out) / f"tp{size}-helpers-rank{rank}.pt")
+                for reduce in ("tree", "all_reduce") if size == max(layouts) else ("tree",):
+                    params = {}
+                    for name, weight in full.items():
+                        dim = split_of(name)
+                        params[name] = (weight.clone() if dim is None else rlkd.shard(weight, dim, group=group)).requires_grad_(True)
+                    step = time.monotonic()
+                    torch.save(grpo_step(torch, rlk, rlkd, params, reduce, group), Path(out) / f"tp{size}-{reduce}-rank{rank}.pt")
+                    timings[f"tp{size} {reduce}"] = time.monotonic() - step
+            if rank == 0:
+                torch.save(refusals(torch, rlkd, groups[min(layouts)], three), Path(out) / "refusals.pt")
+                torch.save(against_single_device(torch, rlk, rlkd, groups[min(layouts)]), Path(out) / "single.pt")
+            (Path(out) / f"seconds-rank{rank}.txt").write_text(repr({k: round(v, 2) for k, v in timings.items()}))
+            dist.barrier()
+        finally:
+            dist.destroy_process_group()
+    except BaseException:
+        (Path(out) / f"error-rank{rank}.txt").write_text(traceback.format_exc())
+        raise
