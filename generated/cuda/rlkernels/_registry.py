@@ -508,7 +508,7 @@ OPS = {
                 name="rows",
                 kind="native",
                 guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
-                doc="grad_h: a block per row and 256 columns, chunks of 256 logits; grad_weight: a block per 16 vocabulary rows and 256 columns, rows ascending; the host runs the same sums over register tiles",
+                doc="grad_h: a block per row and 256 columns, chunks of 256 logits; grad_weight: a block per 16 vocabulary rows and 256 columns, rows ascending; the host computes each chunk of dz once for every row and runs both sums over it in register tiles, in the same orders",
             ),
             "torch_linear_logp_backward": Kernel(
                 name="torch_linear_logp_backward",
