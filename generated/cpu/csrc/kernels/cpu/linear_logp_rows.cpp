@@ -64,7 +64,7 @@ RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum
 // hold different logits side by side, so every logit sees exactly the scalar sequence of
 // logit() above, whatever vector width or thread computes it.
 constexpr int64_t kCols = 16;
-constexpr int kStripRows = 4;
+constexpr int kStripRows = 6;
 
 #if defined(__GNUC__)
 #define RLK_HOST_INLINE inline __attribute__((always_inline))

@@ -73,7 +73,7 @@ RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
 // hold different logits side by side, so every logit sees exactly the scalar sequence of
 // logit() above, whatever vector width or thread computes it.
 constexpr int64_t kCols = 16;
-constexpr int kStripRows = 4;
+constexpr int kStripRows = 6;
 
 #if defined(__GNUC__)
 #define RLK_HOST_INLINE inline __attribute__((always_inline))
