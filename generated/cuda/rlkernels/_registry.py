@@ -479,7 +479,7 @@ OPS = {
                 name="rows",
                 kind="native",
                 guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
-                doc="One block of 256 threads per row on devices, lanes over the vocabulary; register tiles of 4 rows x 16 logits on the host; the same order on both",
+                doc="One block of 256 threads per row on devices, lanes over the vocabulary; register tiles of 6 rows x 16 logits on the host; the same order on both",
             ),
             "torch_linear_logp": Kernel(
                 name="torch_linear_logp",
@@ -508,7 +508,7 @@ OPS = {
                 name="rows",
                 kind="native",
                 guarantees=frozenset({"batch_invariant", "deterministic", "portable"}),
-                doc="grad_h: a block per row and 256 columns, chunks of 256 logits; grad_weight: a block per 16 vocabulary rows and 256 columns, rows ascending; the host runs the same sums over register tiles",
+                doc="grad_h: a block per row and 256 columns, chunks of 256 logits; grad_weight: a block per 16 vocabulary rows and 256 columns, rows ascending; the host computes each chunk of dz once for every row and runs both sums over it in register tiles, in the same orders",
             ),
             "torch_linear_logp_backward": Kernel(
                 name="torch_linear_logp_backward",

@@ -61,18 +61,18 @@ KERNELS = {
     "musa": {
         "rows": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 2, 3, 4, 5, 31, 32, 33, 256],
-            "chunks": [2, 3, 5, 31, 33],
-            "pad_by": 33,
+            "batch_sizes": [1, 2, 5, 6, 7, 47, 48, 49, 256],
+            "chunks": [2, 5, 7, 47, 49],
+            "pad_by": 49,
             "extents": {"V": 897},
         },
     },
     "cpu": {
         "rows": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 2, 3, 4, 5, 31, 32, 33, 256],
-            "chunks": [2, 3, 5, 31, 33],
-            "pad_by": 33,
+            "batch_sizes": [1, 2, 5, 6, 7, 47, 48, 49, 256],
+            "chunks": [2, 5, 7, 47, 49],
+            "pad_by": 49,
             "extents": {"V": 897},
         },
     },

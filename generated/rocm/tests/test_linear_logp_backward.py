@@ -63,18 +63,18 @@ KERNELS = {
     "rocm": {
         "rows": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 2, 3, 4, 5, 31, 32, 33, 256],
-            "chunks": [2, 3, 5, 31, 33],
-            "pad_by": 33,
+            "batch_sizes": [1, 2, 5, 6, 7, 127, 128, 129, 259],
+            "chunks": [2, 5, 7, 127, 129],
+            "pad_by": 129,
             "extents": {"V": 897},
         },
     },
     "cpu": {
         "rows": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 2, 3, 4, 5, 31, 32, 33, 256],
-            "chunks": [2, 3, 5, 31, 33],
-            "pad_by": 33,
+            "batch_sizes": [1, 2, 5, 6, 7, 127, 128, 129, 259],
+            "chunks": [2, 5, 7, 127, 129],
+            "pad_by": 129,
             "extents": {"V": 897},
         },
     },

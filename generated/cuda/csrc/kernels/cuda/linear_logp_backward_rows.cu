@@ -13,7 +13,8 @@
 // once to T at the store.  Rows whose id is ignore_index add nothing (their grad_h row is 0);
 // any other id outside [0, V) makes every dz of its row NaN.  The device computes grad_h
 // with a block per row and 256 columns, grad_weight with a block per 16 vocabulary
-// rows and 256 columns; the host computes the logits in register tiles and runs the same sums.
+// rows and 256 columns; the host computes each chunk of dz once, in register tiles, for both
+// sums (see run below).
 // No atomics anywhere: the op is deterministic, and grad_h's rows do not depend on the batch.
 
 #include "linear_logp_backward_rows.h"
@@ -23,9 +24,6 @@
 namespace rlk {
 namespace cuda {
 namespace {
-
-// Vocabulary rows per chunk of logits, and columns of h per device block.
-constexpr int kChunk = 256;
 
 // z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, a rounding
 // after each multiply and each add -- det_gemm_nt's order, so z is det_linear's float32
@@ -49,14 +47,21 @@ RLK_ARITH RowFactors row_factors(const float* grad_lp, const float* grad_entropy
   return {grad_lp[row], grad_entropy[row], lse[row], add_rn(lse[row], -entropy[row]), id, id >= 0 && id < V};
 }
 
-// dz of logit z of vocabulary row v; NaN in a row whose id is outside [0, V).
-RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
+// dz of logit z in a row whose id is inside [0, V), given the one-hot term (1 at the id, else 0).
+RLK_ARITH float dz_of(const RowFactors& f, float onehot, float z) {
   const float p = exp_f32(add_rn(z, -f.lse));
-  const float onehot = v == f.id ? 1.0f : 0.0f;
   const float from_lp = mul_rn(f.grad_lp, add_rn(onehot, -p));
   const float from_entropy = mul_rn(f.grad_entropy, mul_rn(p, add_rn(z, -f.mean_logit)));
-  return f.valid ? add_rn(from_lp, -from_entropy) : bits_float(kCanonicalNan);
+  return add_rn(from_lp, -from_entropy);
 }
+
+// dz of logit z of vocabulary row v; NaN in a row whose id is outside [0, V).
+RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
+  return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, z) : bits_float(kCanonicalNan);
+}
+
+// Vocabulary rows per chunk of logits, and columns of h per device block.
+constexpr int kChunk = 192;
 
 // Vocabulary rows per grad_weight block: each thread keeps one accumulator per row.
 constexpr int kVocabTile = 16;

@@ -64,7 +64,7 @@ RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum
 // hold different logits side by side, so every logit sees exactly the scalar sequence of
 // logit() above, whatever vector width or thread computes it.
 constexpr int64_t kCols = 16;
-constexpr int kStripRows = 4;
+constexpr int kStripRows = 6;
 
 #if defined(__GNUC__)
 #define RLK_HOST_INLINE inline __attribute__((always_inline))
@@ -95,23 +95,56 @@ inline void load_lanes(Lanes& v, const float* p) { std::memcpy(v.lane, p, sizeof
 inline void store_lanes(float* p, const Lanes& v) { std::memcpy(p, v.lane, sizeof v.lane); }
 #endif
 
-// out[i * ld + j] = logit of strip row i and panel column j, for i < kStripRows, j < kCols.
-RLK_HOST_INLINE void logits_tile(const float* strip, const float* panel, int64_t H, float* out, int64_t ld) {
-  constexpr int kVecs = static_cast<int>(kCols) / 8;
-  Lanes acc[kStripRows][kVecs] = {};
-  for (int64_t k = 0; k < H; ++k) {
-    Lanes wv[kVecs];
-    for (int v = 0; v < kVecs; ++v) load_lanes(wv[v], panel + k * kCols + v * 8);
-    for (int i = 0; i < kStripRows; ++i) {
-      const float hv = strip[k * kStripRows + i];
-      for (int v = 0; v < kVecs; ++v) {
-        const Lanes product = hv * wv[v];  // mul_rn in every lane
-        acc[i][v] = acc[i][v] + product;   // add_rn in every lane
-      }
+// A register tile: R x kCols float32 accumulators, kVecs vectors per row.
+constexpr int kVecs = static_cast<int>(kCols) / 8;
+
+// The tile from c[i * ldc + j] (i < R, j < kCols), or from 0.
+template <int R>
+RLK_HOST_INLINE void tile_load(Lanes (&acc)[R][kVecs], const float* c, int64_t ldc, bool from_zero) {
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < kVecs; ++v) {
+      if (from_zero)
+        acc[i][v] = Lanes{};
+      else
+        load_lanes(acc[i][v], c + i * ldc + v * 8);
+    }
+}
+
+template <int R>
+RLK_HOST_INLINE void tile_store(const Lanes (&acc)[R][kVecs], float* c, int64_t ldc) {
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < kVecs; ++v) store_lanes(c + i * ldc + v * 8, acc[i][v]);
+}
+
+// One step of a tile: acc[i][j] += a[i * a_stride] * b[j], the product rounded, then the sum.
+template <int R>
+RLK_HOST_INLINE void tile_step(Lanes (&acc)[R][kVecs], const float* a, int64_t a_stride, const float* b) {
+  Lanes bv[kVecs];
+  for (int v = 0; v < kVecs; ++v) load_lanes(bv[v], b + v * 8);
+  for (int i = 0; i < R; ++i) {
+    const float av = a[i * a_stride];
+    for (int v = 0; v < kVecs; ++v) {
+      const Lanes product = av * bv[v];  // mul_rn in every lane
+      acc[i][v] = acc[i][v] + product;   // add_rn in every lane
     }
   }
-  for (int i = 0; i < kStripRows; ++i)
-    for (int v = 0; v < kVecs; ++v) store_lanes(out + i * ld + v * 8, acc[i][v]);
+}
+
+// c[i * ldc + j] for i < R, j < kCols: from 0 (from_zero) or from c's own value, plus
+// a[p * R + i] * b[p * kCols + j] for each p in [0, P) ascending -- one float32 accumulator
+// per output, as the scalar loops of this file.  a is R values per step (a strip, k-major),
+// b kCols values per step (a panel).
+template <int R>
+RLK_HOST_INLINE void tile_sum(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
+  Lanes acc[R][kVecs];
+  tile_load<R>(acc, c, ldc, from_zero);
+  for (int64_t p = 0; p < P; ++p) tile_step<R>(acc, a + p * R, 1, b + p * kCols);
+  tile_store<R>(acc, c, ldc);
+}
+
+// out[i * ld + j] = logit of strip row i and panel column j, for i < kStripRows, j < kCols.
+RLK_HOST_INLINE void logits_tile(const float* strip, const float* panel, int64_t H, float* out, int64_t ld) {
+  tile_sum<kStripRows>(strip, panel, H, out, ld, true);
 }
 
 // float32 scratch aligned to a cache line, left uninitialised.

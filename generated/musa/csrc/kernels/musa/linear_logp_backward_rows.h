@@ -3,7 +3,7 @@
 // Template: templates/package/launcher.h.j2
 #pragma once
 // Launcher of kernel rows for op linear_logp_backward on Moore Threads MUSA.
-// grad_h: a block per row and 256 columns, chunks of 256 logits; grad_weight: a block per 16 vocabulary rows and 256 columns, rows ascending; the host runs the same sums over register tiles
+// grad_h: a block per row and 256 columns, chunks of 256 logits; grad_weight: a block per 16 vocabulary rows and 256 columns, rows ascending; the host computes each chunk of dz once for every row and runs both sums over it in register tiles, in the same orders
 
 #include <cstdint>
 

@@ -13,7 +13,8 @@
 // once to T at the store.  Rows whose id is ignore_index add nothing (their grad_h row is 0);
 // any other id outside [0, V) makes every dz of its row NaN.  The device computes grad_h
 // with a block per row and 256 columns, grad_weight with a block per 16 vocabulary
-// rows and 256 columns; the host computes the logits in register tiles and runs the same sums.
+// rows and 256 columns; the host computes each chunk of dz once, in register tiles, for both
+// sums (see run below).
 // No atomics anywhere: the op is deterministic, and grad_h's rows do not depend on the batch.
 
 #include "linear_logp_backward_rows.h"
@@ -22,16 +23,13 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <type_traits>
+#include <vector>
 
 #include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
 namespace {
-
-// Vocabulary rows per chunk of logits, and columns of h per device block.
-constexpr int kChunk = 256;
 
 // z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, a rounding
 // after each multiply and each add -- det_gemm_nt's order, so z is det_linear's float32
@@ -55,13 +53,17 @@ RLK_ARITH RowFactors row_factors(const float* grad_lp, const float* grad_entropy
   return {grad_lp[row], grad_entropy[row], lse[row], add_rn(lse[row], -entropy[row]), id, id >= 0 && id < V};
 }
 
-// dz of logit z of vocabulary row v; NaN in a row whose id is outside [0, V).
-RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
+// dz of logit z in a row whose id is inside [0, V), given the one-hot term (1 at the id, else 0).
+RLK_ARITH float dz_of(const RowFactors& f, float onehot, float z) {
   const float p = exp_f32(add_rn(z, -f.lse));
-  const float onehot = v == f.id ? 1.0f : 0.0f;
   const float from_lp = mul_rn(f.grad_lp, add_rn(onehot, -p));
   const float from_entropy = mul_rn(f.grad_entropy, mul_rn(p, add_rn(z, -f.mean_logit)));
-  return f.valid ? add_rn(from_lp, -from_entropy) : bits_float(kCanonicalNan);
+  return add_rn(from_lp, -from_entropy);
+}
+
+// dz of logit z of vocabulary row v; NaN in a row whose id is outside [0, V).
+RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
+  return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, z) : bits_float(kCanonicalNan);
 }
 
 // Host register tiles.  Operands are converted to float32 (exactly) and packed k-major: h
@@ -71,7 +73,7 @@ RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
 // hold different logits side by side, so every logit sees exactly the scalar sequence of
 // logit() above, whatever vector width or thread computes it.
 constexpr int64_t kCols = 16;
-constexpr int kStripRows = 4;
+constexpr int kStripRows = 6;
 
 #if defined(__GNUC__)
 #define RLK_HOST_INLINE inline __attribute__((always_inline))
@@ -102,23 +104,56 @@ inline void load_lanes(Lanes& v, const float* p) { std::memcpy(v.lane, p, sizeof
 inline void store_lanes(float* p, const Lanes& v) { std::memcpy(p, v.lane, sizeof v.lane); }
 #endif
 
-// out[i * ld + j] = logit of strip row i and panel column j, for i < kStripRows, j < kCols.
-RLK_HOST_INLINE void logits_tile(const float* strip, const float* panel, int64_t H, float* out, int64_t ld) {
-  constexpr int kVecs = static_cast<int>(kCols) / 8;
-  Lanes acc[kStripRows][kVecs] = {};
-  for (int64_t k = 0; k < H; ++k) {
-    Lanes wv[kVecs];
-    for (int v = 0; v < kVecs; ++v) load_lanes(wv[v], panel + k * kCols + v * 8);
-    for (int i = 0; i < kStripRows; ++i) {
-      const float hv = strip[k * kStripRows + i];
-      for (int v = 0; v < kVecs; ++v) {
-        const Lanes product = hv * wv[v];  // mul_rn in every lane
-        acc[i][v] = acc[i][v] + product;   // add_rn in every lane
-      }
+// A register tile: R x kCols float32 accumulators, kVecs vectors per row.
+constexpr int kVecs = static_cast<int>(kCols) / 8;
+
+// The tile from c[i * ldc + j] (i < R, j < kCols), or from 0.
+template <int R>
+RLK_HOST_INLINE void tile_load(Lanes (&acc)[R][kVecs], const float* c, int64_t ldc, bool from_zero) {
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < kVecs; ++v) {
+      if (from_zero)
+        acc[i][v] = Lanes{};
+      else
+        load_lanes(acc[i][v], c + i * ldc + v * 8);
+    }
+}
+
+template <int R>
+RLK_HOST_INLINE void tile_store(const Lanes (&acc)[R][kVecs], float* c, int64_t ldc) {
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < kVecs; ++v) store_lanes(c + i * ldc + v * 8, acc[i][v]);
+}
+
+// One step of a tile: acc[i][j] += a[i * a_stride] * b[j], the product rounded, then the sum.
+template <int R>
+RLK_HOST_INLINE void tile_step(Lanes (&acc)[R][kVecs], const float* a, int64_t a_stride, const float* b) {
+  Lanes bv[kVecs];
+  for (int v = 0; v < kVecs; ++v) load_lanes(bv[v], b + v * 8);
+  for (int i = 0; i < R; ++i) {
+    const float av = a[i * a_stride];
+    for (int v = 0; v < kVecs; ++v) {
+      const Lanes product = av * bv[v];  // mul_rn in every lane
+      acc[i][v] = acc[i][v] + product;   // add_rn in every lane
     }
   }
-  for (int i = 0; i < kStripRows; ++i)
-    for (int v = 0; v < kVecs; ++v) store_lanes(out + i * ld + v * 8, acc[i][v]);
+}
+
+// c[i * ldc + j] for i < R, j < kCols: from 0 (from_zero) or from c's own value, plus
+// a[p * R + i] * b[p * kCols + j] for each p in [0, P) ascending -- one float32 accumulator
+// per output, as the scalar loops of this file.  a is R values per step (a strip, k-major),
+// b kCols values per step (a panel).
+template <int R>
+RLK_HOST_INLINE void tile_sum(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
+  Lanes acc[R][kVecs];
+  tile_load<R>(acc, c, ldc, from_zero);
+  for (int64_t p = 0; p < P; ++p) tile_step<R>(acc, a + p * R, 1, b + p * kCols);
+  tile_store<R>(acc, c, ldc);
+}
+
+// out[i * ld + j] = logit of strip row i and panel column j, for i < kStripRows, j < kCols.
+RLK_HOST_INLINE void logits_tile(const float* strip, const float* panel, int64_t H, float* out, int64_t ld) {
+  tile_sum<kStripRows>(strip, panel, H, out, ld, true);
 }
 
 // float32 scratch aligned to a cache line, left uninitialised.
@@ -165,38 +200,72 @@ void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst) {
   parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols); });
 }
 
-// Rows of one grad_h work item (kStripsPerItem strips); vocabulary rows of one grad_weight
-// item (a chunk).  Only the speed depends on them.
-constexpr int64_t kStripsPerItem = 8;
-constexpr int64_t kItemRows = kStripsPerItem * kStripRows;
-constexpr int64_t kChunkPanels = kChunk / kCols;
-static_assert(kChunk % kCols == 0, "a chunk is whole panels");
+// The host computes each chunk of dz once, for every row, and uses it for both gradients:
+//   grad_h     [M, H] += dz [M, chunk] weight[chunk, H]   (the chunk's v ascending, after the
+//                                                          previous chunks: v ascending overall)
+//   grad_weight[chunk, H] = dz^T [chunk, M] h [M, H]       (rows ascending)
+// over the M rows whose id is not ignore_index (the others add nothing).  The logits and both
+// products run in register tiles of kTileRows x kCols; a sum that spans several tiles keeps
+// its float32 accumulator in memory in between, which rounds nothing, so every output is still
+// one accumulator from 0 in the order above.  Threads split a chunk's row strips, then its
+// vocabulary panels; never a sum.
 
-// x [rows, H] as float32 rows: the tensor itself for float32, else a converted copy.
-template <typename T>
-class FloatRows {
- public:
-  FloatRows(const T* x, int64_t rows, int64_t H, int threads) : copy_(std::is_same<T, float>::value ? 0 : rows * H) {
-    if (std::is_same<T, float>::value) {
-      data_ = reinterpret_cast<const float*>(x);
-      return;
-    }
-    float* dst = copy_.data();
-    parallel_for(rows, threads, [&](int64_t r) {
-      for (int64_t k = 0; k < H; ++k) dst[r * H + k] = to_float(x[r * H + k]);
-    });
-    data_ = dst;
+// Rows of a register tile (12 accumulator registers with AVX2).
+constexpr int kTileRows = 6;
+// Vocabulary rows per host chunk: whole panels of kCols.
+constexpr int64_t kHostChunk = 192;
+static_assert(kHostChunk % kCols == 0, "a chunk is whole panels");
+constexpr int64_t kChunkPanels = kHostChunk / kCols;
+// grad_weight's rows per pass over a block of h, so that the block stays in the L2 cache.
+constexpr int64_t kRowBlock = 128;
+
+// tile_sum with its left operand in panels of kCols steps, as a logits tile leaves dz: step p
+// of tile row i at a[(p / kCols) * R * kCols + i * kCols + p % kCols].
+template <int R>
+RLK_HOST_INLINE void tile_sum_panels(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
+  Lanes acc[R][kVecs];
+  tile_load<R>(acc, c, ldc, from_zero);
+  for (int64_t p0 = 0; p0 < P; p0 += kCols) {
+    const float* a_panel = a + p0 * R;
+    const int steps = static_cast<int>(std::min<int64_t>(kCols, P - p0));
+    for (int j = 0; j < steps; ++j) tile_step<R>(acc, a_panel + j, kCols, b + (p0 + j) * kCols);
   }
-  const float* data() const { return data_; }
+  tile_store<R>(acc, c, ldc);
+}
 
- private:
-  Scratch copy_;
-  const float* data_;
-};
+// dz of the logits z[0, kCols) of vocabulary rows v0, v0 + 1, ... of one row, in place: the
+// formula of logit_grad, with the one-hot term's 0 everywhere but at the id.
+RLK_HOST_INLINE void grads_in_place(const RowFactors& f, int64_t v0, float* z) {
+  if (!f.valid) {
+    for (int j = 0; j < kCols; ++j) z[j] = bits_float(kCanonicalNan);
+    return;
+  }
+  const int64_t at = f.id - v0;
+  const bool has_id = at >= 0 && at < kCols;
+  const float z_id = has_id ? z[at] : 0.0f;
+  for (int j = 0; j < kCols; ++j) z[j] = dz_of(f, 0.0f, z[j]);
+  if (has_id) z[at] = dz_of(f, 1.0f, z_id);
+}
 
-// acc[k] += d * x[k] for k < H, each a rounded multiply then a rounded add.
-inline void add_scaled(float* acc, float d, const float* x, int64_t H) {
-  for (int64_t k = 0; k < H; ++k) acc[k] = add_rn(acc[k], mul_rn(d, x[k]));
+// Rows [0, rows) of x [rows, cols] as float32 in panels of `width` columns, zeros past the
+// ends: dst [panel][padded_rows][width].
+template <typename T, typename Row>
+void pack_columns(const T* x, int64_t rows, int64_t cols, int64_t padded_rows, int width, const Row& row_of, int threads,
+                  float* dst) {
+  const int64_t panels = (cols + width - 1) / width;
+  constexpr int64_t kBlock = 64;
+  parallel_for((padded_rows + kBlock - 1) / kBlock, threads, [&](int64_t b) {
+    for (int64_t r = b * kBlock; r < std::min(padded_rows, (b + 1) * kBlock); ++r) {
+      const T* in = r < rows ? x + row_of(r) * cols : nullptr;
+      for (int64_t p = 0; p < panels; ++p) {
+        float* out = dst + (p * padded_rows + r) * width;
+        const int64_t k0 = p * width;
+        const int64_t n = in != nullptr ? std::min<int64_t>(width, cols - k0) : 0;
+        for (int64_t j = 0; j < n; ++j) out[j] = to_float(in[k0 + j]);
+        for (int64_t j = n; j < width; ++j) out[j] = 0.0f;
+      }
+    }
+  });
 }
 
 template <typename T>
@@ -213,79 +282,105 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
   const float* entropy = static_cast<const float*>(entropy_ptr);
   T* grad_h = static_cast<T*>(grad_h_ptr);
   T* grad_weight = static_cast<T*>(grad_weight_ptr);
-  const int pack_threads = thread_count((N + V) * H, int64_t{1} << 20, num_threads);
 
-  const int64_t panels = (V + kCols - 1) / kCols;
-  const Scratch packed_weight(panels * H * kCols);
-  pack_weight(weight, V, H, pack_threads, packed_weight.data());
-  const float* panel_data = packed_weight.data();
-  const int64_t strip_count = (N + kStripRows - 1) / kStripRows;
-  const Scratch packed_h(strip_count * H * kStripRows);
-  parallel_for(strip_count, pack_threads, [&](int64_t s) { pack_strip(h, N, H, s * kStripRows, packed_h.data() + s * H * kStripRows); });
-  const float* strip_data = packed_h.data();
-  const FloatRows<T> weight_rows(weight, V, H, pack_threads);
-  const FloatRows<T> h_rows(h, N, H, pack_threads);
-
-  // dz of strip s and the panels of chunk c0, into dz [kStripRows][kChunk].
-  const auto chunk_grads = [&](int64_t s, int64_t c0, float* dz) {
-    const int64_t q0 = c0 / kCols;
-    const int64_t q1 = std::min(panels, q0 + kChunkPanels);
-    for (int64_t q = q0; q < q1; ++q)
-      logits_tile(strip_data + s * H * kStripRows, panel_data + q * H * kCols, H, dz + (q - q0) * kCols, kChunk);
-    const int n = static_cast<int>(std::min<int64_t>(kChunk, V - c0));
-    for (int i = 0; i < kStripRows; ++i) {
-      const int64_t row = s * kStripRows + i;
-      if (row >= N) break;
-      const RowFactors f = row_factors(grad_lp, grad_entropy, lse, entropy, ids[row], row, V);
-      float* d = dz + i * kChunk;
-      for (int j = 0; j < n; ++j) d[j] = logit_grad(f, c0 + j, d[j]);
+  // The rows that add something, in ascending order; grad_h is 0 in the others.
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < N; ++r) {
+    if (ids[r] != ignore_index) {
+      rows.push_back(r);
+    } else {
+      for (int64_t k = 0; k < H; ++k) grad_h[r * H + k] = from_float<T>(0.0f);
     }
-  };
+  }
+  const int64_t M = static_cast<int64_t>(rows.size());
+  if (M == 0 || V == 0) {
+    // No terms: every sum is its accumulator's 0.
+    for (int64_t r : rows)
+      for (int64_t k = 0; k < H; ++k) grad_h[r * H + k] = from_float<T>(0.0f);
+    for (int64_t i = 0; i < V * H; ++i) grad_weight[i] = from_float<T>(0.0f);
+    return;
+  }
+  std::vector<RowFactors> factors;
+  for (int64_t r : rows) factors.push_back(row_factors(grad_lp, grad_entropy, lse, entropy, ids[r], r, V));
 
-  // grad_h: items of kItemRows rows; chunks ascending, v ascending within each.
-  const int64_t row_items = (N + kItemRows - 1) / kItemRows;
-  parallel_rows(row_items, kItemRows * std::max<int64_t>(V, 1) * H * 4, num_threads, [&](int64_t begin, int64_t end) {
-    const Scratch dz(kStripsPerItem * kStripRows * kChunk);
-    const Scratch acc(kItemRows * H);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t first = item * kItemRows;
-      const int64_t rows = std::min(kItemRows, N - first);
-      const int64_t strips = (rows + kStripRows - 1) / kStripRows;
-      std::fill(acc.data(), acc.data() + rows * H, 0.0f);
-      for (int64_t c0 = 0; c0 < V; c0 += kChunk) {
-        const int64_t n = std::min<int64_t>(kChunk, V - c0);
-        for (int64_t s = 0; s < strips; ++s) chunk_grads(first / kStripRows + s, c0, dz.data() + s * kStripRows * kChunk);
-        for (int64_t i = 0; i < rows; ++i) {
-          if (ids[first + i] == ignore_index) continue;
-          const float* d = dz.data() + i * kChunk;
-          for (int64_t j = 0; j < n; ++j) add_scaled(acc.data() + i * H, d[j], weight_rows.data() + (c0 + j) * H, H);
-        }
-      }
-      for (int64_t i = 0; i < rows * H; ++i) grad_h[first * H + i] = from_float<T>(acc.data()[i]);
+  // Operands as float32 (exact), zeros past their ends:
+  //   h_strips  [strips][H][kTileRows]         the logits' strips of h (its rows that add)
+  //   w_panels  [panels][H][kCols]             the logits' panels of the weight
+  //   h_cols    [column strips][Mp][kTileRows] h by strips of columns, for grad_weight
+  //   w_cols    [column panels][V][kCols]      the weight by panels of columns, for grad_h
+  const int64_t strips = (M + kTileRows - 1) / kTileRows;
+  const int64_t Mp = strips * kTileRows;
+  const int64_t panels = (V + kCols - 1) / kCols;
+  const int64_t col_strips = (H + kTileRows - 1) / kTileRows;
+  const int64_t col_panels = (H + kCols - 1) / kCols;
+  const int64_t Hp = col_panels * kCols;
+  const int pack_threads = thread_count((M + V) * H, int64_t{1} << 20, num_threads);
+  const Scratch h_strips(strips * H * kTileRows);
+  const Scratch w_panels(panels * H * kCols);
+  const Scratch h_cols(col_strips * Mp * kTileRows);
+  const Scratch w_cols(col_panels * V * kCols);
+  pack_weight(weight, V, H, pack_threads, w_panels.data());
+  const auto row_of = [&](int64_t j) { return rows[j]; };
+  parallel_for(strips, pack_threads, [&](int64_t s) {
+    float* dst = h_strips.data() + s * H * kTileRows;
+    for (int i = 0; i < kTileRows; ++i) {
+      const int64_t j = s * kTileRows + i;
+      const T* x = j < M ? h + rows[j] * H : nullptr;
+      for (int64_t k = 0; k < H; ++k) dst[k * kTileRows + i] = x != nullptr ? to_float(x[k]) : 0.0f;
     }
   });
+  pack_columns(h, M, H, Mp, kTileRows, row_of, pack_threads, h_cols.data());
+  pack_columns(weight, V, H, V, static_cast<int>(kCols), [](int64_t v) { return v; }, pack_threads, w_cols.data());
 
-  // grad_weight: items of one chunk of vocabulary rows; rows ascending.
-  const int64_t chunk_items = (V + kChunk - 1) / kChunk;
-  parallel_rows(chunk_items, std::max<int64_t>(N, 1) * kChunk * H * 4, num_threads, [&](int64_t begin, int64_t end) {
-    const Scratch dz(kStripRows * kChunk);
-    const Scratch acc(kChunk * H);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t c0 = item * kChunk;
-      const int64_t n = std::min<int64_t>(kChunk, V - c0);
-      std::fill(acc.data(), acc.data() + n * H, 0.0f);
-      for (int64_t s = 0; s < strip_count; ++s) {
-        chunk_grads(s, c0, dz.data());
-        for (int i = 0; i < kStripRows; ++i) {
-          const int64_t row = s * kStripRows + i;
-          if (row >= N) break;
-          if (ids[row] == ignore_index) continue;
-          const float* d = dz.data() + i * kChunk;
-          for (int64_t j = 0; j < n; ++j) add_scaled(acc.data() + j * H, d[j], h_rows.data() + row * H, H);
+  // grad_h's accumulators [Mp][Hp], from 0; the chunk's dz, [panel][Mp][kCols], for
+  // grad_weight; grad_weight's accumulators between row blocks, [column strip][panel] tiles.
+  const Scratch acc_h(Mp * Hp);
+  std::fill(acc_h.data(), acc_h.data() + Mp * Hp, 0.0f);
+  const Scratch dz_cols(kChunkPanels * Mp * kCols);
+  const Scratch acc_w(col_strips * kChunkPanels * kTileRows * kCols);
+  const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
+
+  for (int64_t c0 = 0; c0 < V; c0 += kHostChunk) {
+    const int64_t n = std::min<int64_t>(kHostChunk, V - c0);
+    const int64_t chunk_panels = (n + kCols - 1) / kCols;
+    // A row strip per index: its dz for the chunk, then its grad_h terms.
+    parallel_rows(strips, kTileRows * n * (6 * H + 40), num_threads, [&](int64_t begin, int64_t end) {
+      float dz[kChunkPanels * kTileRows * kCols];
+      for (int64_t s = begin; s < end; ++s) {
+        for (int64_t q = 0; q < chunk_panels; ++q) {
+          float* tile = dz + q * kTileRows * kCols;
+          tile_sum<kTileRows>(h_strips.data() + s * H * kTileRows, w_panels.data() + (c0 / kCols + q) * H * kCols, H, tile, kCols, true);
+          for (int i = 0; i < kTileRows; ++i) {
+            const int64_t j = s * kTileRows + i;
+            if (j < M) grads_in_place(factors[j], c0 + q * kCols, tile + i * kCols);
+            std::memcpy(dz_cols.data() + (q * Mp + j) * kCols, tile + i * kCols, sizeof(float) * kCols);
+          }
+        }
+        for (int64_t kp = 0; kp < col_panels; ++kp)
+          tile_sum_panels<kTileRows>(dz, w_cols.data() + (kp * V + c0) * kCols, n, acc_h.data() + s * kTileRows * Hp + kp * kCols, Hp, false);
+      }
+    });
+    // A vocabulary panel per index: grad_weight of its kCols rows, row blocks ascending.
+    parallel_rows(chunk_panels, kCols * M * H * 2, num_threads, [&](int64_t begin, int64_t end) {
+      for (int64_t q = begin; q < end; ++q) {
+        float* acc = acc_w.data() + q * col_strips * kTileRows * kCols;
+        for (int64_t b = 0; b < row_blocks; ++b) {
+          const int64_t j0 = b * kRowBlock;
+          const int64_t block_rows = std::min(kRowBlock, M - j0);
+          for (int64_t t = 0; t < col_strips; ++t)
+            tile_sum<kTileRows>(h_cols.data() + (t * Mp + j0) * kTileRows, dz_cols.data() + (q * Mp + j0) * kCols, block_rows,
+                                acc + t * kTileRows * kCols, kCols, b == 0);
+        }
+        // acc [column strip][kTileRows columns][kCols vocabulary rows]: grad_weight transposed.
+        for (int64_t j = 0; j < kCols && q * kCols + j < n; ++j) {
+          const int64_t v = c0 + q * kCols + j;
+          for (int64_t k = 0; k < H; ++k) grad_weight[v * H + k] = from_float<T>(acc[k * kCols + j]);
         }
       }
-      for (int64_t i = 0; i < n * H; ++i) grad_weight[c0 * H + i] = from_float<T>(acc.data()[i]);
-    }
+    });
+  }
+  parallel_for(M, pack_threads, [&](int64_t j) {
+    for (int64_t k = 0; k < H; ++k) grad_h[rows[j] * H + k] = from_float<T>(acc_h.data()[j * Hp + k]);
   });
 }
 
