@@ -1,6 +1,6 @@
 """Compile every generated kernel source with its platform's compiler.
 
-    python tools/compile_check.py [--root DIR] [--generated DIR] [--skip-missing] [--no-evidence] [--op NAME ...]
+    python tools/compile_check.py [--root DIR] [--generated DIR] [--skip-missing] [--no-evidence] [--first-arch] [--op NAME ...]
 
 Kernel sources are torch-free, so each compiles in seconds with the vendor compiler alone:
 `.cu` with nvcc, `.hip` with hipcc (once per arch), `.cpp` with g++, and `.mu` with nvcc
@@ -23,7 +23,9 @@ Exit status: 0 all compiled, 1 a compile or contraction check failed, 2 a compil
 Checking the project's own generated/ writes `compiled` evidence records (evidence/<platform>/
 compiled.json) for each kernel whose every compile succeeded, for every dtype of its op (one
 compile instantiates them all), with the compiler's version and targets; a kernel that failed or
-was skipped gets none.  `--no-evidence` writes nothing.
+was skipped gets none.  `--no-evidence` writes nothing, and neither does `--first-arch`, which
+compiles each device source for its platform's first spec arch only: the quick check `make test`
+runs, which catches a source that does not compile at all in a third of the time.
 """
 
 from __future__ import annotations
@@ -163,11 +165,11 @@ def checked_flags(platform: PlatformSpec, flags: tuple[str, ...], compiler: str,
     return flags
 
 
-def nvcc_gencodes(platform: PlatformSpec) -> tuple[list[str], str]:
+def nvcc_gencodes(platform: PlatformSpec, first_arch: bool = False) -> tuple[list[str], str]:
     """`-gencode` flags for archs written as torch writes them ("8.0", "9.0a", "12.0+PTX") and a label."""
     flags: list[str] = []
     shown: list[str] = []
-    for arch in platform.build.archs:
+    for arch in platform.build.archs[:1] if first_arch else platform.build.archs:
         code, _, extra = arch.partition("+")
         code = code.replace(".", "")
         ptx = extra == "PTX"  # also the PTX, for the driver to JIT on newer GPUs (as torch does)
@@ -211,9 +213,10 @@ def uses_explicit_fma(source: Path) -> bool:
     return "fma_rn(" in text or '"rlk_math.h"' in text
 
 
-def plan(catalog: Catalog, generated: Path, hip_problems: dict[str, str] | None = None) -> list[Job]:
-    """One job per compile: every source under generated/*/csrc/kernels, for every arch the specs list.
-    ``hip_problems`` (arch -> why) turns an arch the local hipcc lacks into a SKIPPED job, or into its stand-in."""
+def plan(catalog: Catalog, generated: Path, hip_problems: dict[str, str] | None = None, first_arch: bool = False) -> list[Job]:
+    """One job per compile: every source under generated/*/csrc/kernels, for every arch the specs list
+    (``first_arch``: each platform's first only).  ``hip_problems`` (arch -> why) turns an arch the
+    local hipcc lacks into a SKIPPED job, or into its stand-in."""
     hip_problems = hip_problems or {}
     by_suffix = {p.source_suffix: p for p in catalog.platforms}
     nvcc_platform = next((p for p in catalog.platforms if p.compiler == "nvcc"), None)
@@ -227,14 +230,14 @@ def plan(catalog: Catalog, generated: Path, hip_problems: dict[str, str] | None 
             # Fail closed: a source the check does not know how to compile must not pass unseen.
             raise GeneratorError(f"{shown}: no platform spec has source_suffix {source.suffix!r}; cannot compile-check it")
         if platform.compiler == "nvcc":
-            gencodes, archs = nvcc_gencodes(platform)
+            gencodes, archs = nvcc_gencodes(platform, first_arch)
             flags = checked_flags(platform, platform.build.device_flags, "nvcc", "device_flags")
             jobs.append(Job(source, shown, "nvcc", f"nvcc {archs}", (*flags, *gencodes, "-c", str(source))))
         elif platform.compiler == "mcc":
             # No mcc here: nvcc with the CUDA platform's flags and archs, the MUSA names mapped by the shim.
             if nvcc_platform is None:
                 raise GeneratorError(f"{shown}: MUSA sources are checked with nvcc, but no platform spec uses nvcc")
-            gencodes, archs = nvcc_gencodes(nvcc_platform)
+            gencodes, archs = nvcc_gencodes(nvcc_platform, first_arch)
             flags = checked_flags(nvcc_platform, nvcc_platform.build.device_flags, "nvcc", "device_flags")
             shim = ("-I", str(MUSA_SHIM), "-include", "musa_shim.h")
             args = ("-x", "cu", *flags, *shim, *gencodes, "-c", str(source))
@@ -243,7 +246,7 @@ def plan(catalog: Catalog, generated: Path, hip_problems: dict[str, str] | None 
             flags = checked_flags(platform, platform.build.device_flags, "hipcc", "device_flags")
             # Without HIP_PLATFORM=amd, hipcc drives nvcc when it finds one; these are AMD sources.
             env = {"HIP_PLATFORM": "amd"}
-            for arch in platform.build.archs:
+            for arch in platform.build.archs[:1] if first_arch else platform.build.archs:
                 target, label, skip = arch, f"hipcc {arch}", hip_problems.get(arch)
                 stand_in = HIP_STAND_INS.get(arch)
                 if skip is not None and stand_in is not None and stand_in not in hip_problems:
@@ -427,6 +430,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-evidence", action="store_true", help="write no compiled records to evidence/ (only ROOT/generated is ever recorded)"
     )
     parser.add_argument(
+        "--first-arch",
+        action="store_true",
+        help="compile each device source for its platform's first spec arch only (the quick check make test runs); records no evidence",
+    )
+    parser.add_argument(
         "--op", action="append", default=[], metavar="NAME", help="compile only this op's kernels (repeatable); records no evidence"
     )
     args = parser.parse_args(argv)
@@ -438,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         hip_archs = tuple(sorted({arch for p in catalog.platforms if p.compiler == "hipcc" and any(generated.glob(f"*/csrc/kernels/**/*{p.source_suffix}"))
                                   for arch in p.build.archs}))
         hip_problems = hip_arch_problems(find_compiler("hipcc"), hip_archs) if hip_archs else {}
-        jobs = plan(catalog, generated, hip_problems)
+        jobs = plan(catalog, generated, hip_problems, args.first_arch)
+        args.no_evidence = args.no_evidence or args.first_arch
         if args.op:
             unknown = sorted(set(args.op) - {op.name for op in catalog.ops})
             if unknown:
