@@ -200,6 +200,11 @@ TORCH_TAG, TORCH_REQUIREMENT = torch_tag()
 # torch's cpp_extension picks when none is given (C++20 from torch 2.14, whose ATen
 # rejects C++17).  The spec's -std still governs the torch-free kernel compile checks.
 extra_compile_args = {"cxx": [flag for flag in HOST_FLAGS if not flag.startswith("-std=")]}
+# The host kernels' threads come from at::parallel_for (bindings.cpp).  Where torch uses OpenMP,
+# that is an OpenMP region compiled into this extension, and without -fopenmp it runs its whole
+# range on the calling thread.  Nothing is linked: the runtime is the one torch already loads.
+if torch.backends.openmp.is_available():
+    extra_compile_args["cxx"].append("-fopenmp")
 extra_compile_args["mcc"] = list(DEVICE_FLAGS)
 extension = Extension(
     name="rlkernels._C",
