@@ -106,13 +106,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
             why = "the op names no batch dimension (tests.batch_dim) or packed sequences (tests.sequences)"
         else:
             why = f"no output's first dimension is one of the packed dimensions {', '.join(op.tests.sequences.offsets)}"
-        if Guarantee.batch_invariant in op.requires:
-            index = op.requires.index(Guarantee.batch_invariant)
-            problems.append(src.problem(("requires", index), f"batch_invariant is required, but {why}, so nothing defines or tests it"))
-        for name, kernel in op.kernels.items():
-            if Guarantee.batch_invariant in kernel.guarantees:
-                index = kernel.guarantees.index(Guarantee.batch_invariant)
-                problems.append(src.problem(("kernels", name, "guarantees", index), f"kernel {name} declares batch_invariant, but {why}, so nothing defines or tests it"))
+        problems += _undefined_claims(src, op, Guarantee.batch_invariant, f"{why}, so nothing defines or tests it")
     for name, kernel in op.kernels.items():
         if isinstance(kernel, ReferenceKernel) and kernel.guarantees:
             problems.append(
@@ -146,14 +140,18 @@ def _layout_problems(src: SourceMap, op: OpSpec) -> list[SpecProblem]:
         else f"{op.name} reduces over {reduction.dim} in order {reduction.order}"
     )
     why += "; only a k_tree reduction's parts combine into the whole (reduction: {dim: ..., order: k_tree, leaf: ...})"
+    return _undefined_claims(src, op, Guarantee.layout_invariant, why)
+
+
+def _undefined_claims(src: SourceMap, op: OpSpec, guarantee: Guarantee, why: str) -> list[SpecProblem]:
+    """A problem at each place ``op`` requires ``guarantee`` or a kernel declares it, saying ``why`` it cannot hold."""
     problems = []
-    if Guarantee.layout_invariant in op.requires:
-        index = op.requires.index(Guarantee.layout_invariant)
-        problems.append(src.problem(("requires", index), f"layout_invariant is required, but {why}"))
+    if guarantee in op.requires:
+        problems.append(src.problem(("requires", op.requires.index(guarantee)), f"{guarantee.value} is required, but {why}"))
     for name, kernel in op.kernels.items():
-        if Guarantee.layout_invariant in kernel.guarantees:
-            index = kernel.guarantees.index(Guarantee.layout_invariant)
-            problems.append(src.problem(("kernels", name, "guarantees", index), f"kernel {name} declares layout_invariant, but {why}"))
+        if guarantee in kernel.guarantees:
+            index = kernel.guarantees.index(guarantee)
+            problems.append(src.problem(("kernels", name, "guarantees", index), f"kernel {name} declares {guarantee.value}, but {why}"))
     return problems
 
 
