@@ -209,8 +209,9 @@ TORCH_TAG, TORCH_REQUIREMENT = torch_tag()
 extra_compile_args = {"cxx": [flag for flag in HOST_FLAGS if not flag.startswith("-std=")]}
 # The host kernels' threads come from at::parallel_for (bindings.cpp).  Where torch uses OpenMP,
 # that is an OpenMP region compiled into this extension, and without -fopenmp it runs its whole
-# range on the calling thread.  Nothing is linked: the runtime is the one torch already loads.
-if torch.backends.openmp.is_available():
+# range on the calling thread.  Nothing is linked: the runtime is the one torch already loads
+# (GCC's, on Linux; Apple's clang takes no -fopenmp, and the Windows compiler spells it /openmp).
+if torch.backends.openmp.is_available() and sys.platform.startswith("linux"):
     extra_compile_args["cxx"].append("-fopenmp")
 extra_compile_args["nvcc"] = list(DEVICE_FLAGS)
 extension = Extension(
