@@ -270,3 +270,34 @@ def test_a_list_given_with_leading_dimensions_is_an_input_error(rlkernels):
     with pytest.raises(rlkernels.InputTypeError, match=r"^logp: argument 'ids' must be a torch.Tensor, got list$"):
         rlkernels.logp(logits, [[0, 1, 2], [0, 1, 2]])
     assert issubclass(rlkernels.InputTypeError, rlkernels.InputError) and issubclass(rlkernels.InputTypeError, TypeError)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("causal", "window"), [(True, -1), (False, -1), (True, 37)])
+def test_attention_backward_fused_pass_gives_the_bits_of_the_two_passes(rlkernels, dtype, causal, window, monkeypatch):
+    """The host attention backward computes each p and ds once, for dq, dk and dv together, when it
+    has a sequence and key head for every thread, and in a pass for dq and another for dk and dv
+    otherwise.  One sequence with one key head takes the fused pass on one thread and the two
+    passes on two: the bits must be the same (the sums are the same, in the same order)."""
+    generator = torch.Generator().manual_seed(11)
+    TQ, TK, HQ, HK, D = 150, 170, 2, 1, 32  # key blocks of 64: 170 keys end in a partial block
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=generator).to(dtype)
+
+    q, k, v = rand(TQ, HQ, D), rand(TK, HK, D), rand(TK, HK, D)
+    grad_o, o = rand(TQ, HQ, D), rand(TQ, HQ, D)
+    lse = torch.rand(TQ, HQ, generator=generator) + 3.0
+    cu_q = torch.tensor([0, TQ], dtype=torch.int32)
+    cu_k = torch.tensor([0, TK], dtype=torch.int32)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        results = []
+        for threads in ("1", "2"):
+            monkeypatch.setenv("RLK_NUM_THREADS", threads)
+            results.append(rlkernels.attention_backward(grad_o, q, k, v, o, lse, cu_q, cu_k, causal=causal, window=window))
+    finally:
+        torch.set_num_threads(previous)
+    for name, fused, separate in zip(("grad_q", "grad_k", "grad_v"), *results):
+        assert torch.equal(fused.view(torch.int16 if dtype != torch.float32 else torch.int32), separate.view(torch.int16 if dtype != torch.float32 else torch.int32)), f"{name}: the bits differ"

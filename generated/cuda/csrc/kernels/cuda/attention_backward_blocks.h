@@ -3,7 +3,7 @@
 // Template: templates/package/launcher.h.j2
 #pragma once
 // Launcher of kernel blocks for op attention_backward on NVIDIA CUDA.
-// dq: one block per query and head over its keys in blocks of 64; dk and dv: one block per key and key head over its queries in blocks of 64; one loop each on the host, in the same order
+// dq: one block per query and head over its keys in blocks of 64; dk and dv: one block per key and key head over its queries in blocks of 64; the host adds the same terms in the same order, in one pass per sequence and key head that computes each p and ds once when there are as many of those as threads
 
 #include <cstdint>
 

@@ -13,7 +13,9 @@
 //            sequence that see j ascending, of ds * q[t, h, d]); grad_v the same sum of p * grad_o[t, h, d].
 // The device runs each (row, head) as one block of BLOCK = 64 threads: a lane per
 // key (or query) of a block of BLOCK for ds and p, then lanes stride d and add the block's terms in
-// ascending order; the host adds the same terms in the same order.  Rows no valid sequence holds are NaN.
+// ascending order; the host adds the same terms in the same order, in these two passes or, when it
+// has a sequence and key head for each thread, in one pass that computes each p and ds once.
+// Rows no valid sequence holds are NaN.
 
 #include "attention_backward_blocks.h"
 #include "rlk_math.h"
@@ -148,6 +150,119 @@ void load_row(const T* x, int64_t D, float* out) {
   for (int64_t d = 0; d < D; ++d) out[d] = to_float(x[d]);
 }
 
+// Offsets that the fused pass below may take: in order, inside the tensors, and the two arrays
+// starting together.  Every query and key row then belongs to the one sequence that `locate`
+// finds for it, or to none when it lies before the first offset or past the last.
+inline bool well_formed(const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK) {
+  if (B1 < 2) return false;
+  for (int64_t b = 0; b + 1 < B1; ++b) {
+    Sequence s;
+    if (!load_sequence(cu_q, cu_k, b, TQ, TK, &s)) return false;
+  }
+  return true;
+}
+
+// Fills rows [begin, end) of a [*, heads, D] tensor with the canonical NaN.
+template <typename T>
+void fill_nan(T* x, int64_t begin, int64_t end, int64_t heads, int64_t D) {
+  for (int64_t i = begin * heads * D; i < end * heads * D; ++i) x[i] = from_float<T>(bits_float(kCanonicalNan));
+}
+
+// The gradients of one sequence and key head in one pass: each p and ds is computed once and
+// goes into dq, dk and dv alike.  The keys are taken in blocks of BLOCK, ascending; inside a
+// block, the group's query heads ascending, then the queries ascending.  So dq of a query and head
+// still adds its keys ascending (block after block, and inside a block in order), and dk and dv of
+// a key still add the query heads ascending, then the queries ascending: the sums, and the bits,
+// of the two separate passes below.  The unit of work is a whole sequence and key head, so it
+// is taken when there are at least as many of them as threads.
+template <typename T>
+struct FusedPass {
+  const T *grad_o, *q, *k, *v, *o;
+  const float* lse;
+  T *grad_q, *grad_k, *grad_v;
+  int64_t HQ, D, HK, group;
+  float sc;
+  bool causal;
+  int64_t window;
+
+  void operator()(const Sequence& s, int64_t g) const {
+    const int64_t Lq = s.q1 - s.q0, Lk = s.k1 - s.k0;
+    RowCache keys, values;
+    keys.load(k, s.k0, Lk, g, HK, D);
+    values.load(v, s.k0, Lk, g, HK, D);
+    // The group's queries and incoming gradients, rows of D, and each query row's delta.
+    std::vector<RowCache> queries(static_cast<size_t>(group)), incoming(static_cast<size_t>(group));
+    std::vector<float> deltas(static_cast<size_t>(group * Lq)), row_lse(static_cast<size_t>(group * Lq));
+    std::vector<float> acc_q(static_cast<size_t>(group * Lq * D), 0.0f);
+    for (int64_t m = 0; m < group; ++m) {
+      const int64_t h = g * group + m;
+      queries[static_cast<size_t>(m)].load(q, s.q0, Lq, h, HQ, D);
+      incoming[static_cast<size_t>(m)].load(grad_o, s.q0, Lq, h, HQ, D);
+      for (int64_t i = 0; i < Lq; ++i) {
+        const int64_t row = (s.q0 + i) * HQ + h;
+        deltas[static_cast<size_t>(m * Lq + i)] = dot(grad_o + row * D, o + row * D, D);
+        row_lse[static_cast<size_t>(m * Lq + i)] = lse[row];
+      }
+    }
+    std::vector<float> acc_k(static_cast<size_t>(kBlock * D)), acc_v(static_cast<size_t>(kBlock * D));
+    float scores[kBlock], dps[kBlock], ps[kBlock], dss[kBlock];
+    for (int64_t start = 0; start < Lk; start += kBlock) {
+      const int64_t end = std::min<int64_t>(Lk, start + kBlock);
+      std::fill(acc_k.begin(), acc_k.end(), 0.0f);
+      std::fill(acc_v.begin(), acc_v.end(), 0.0f);
+      for (int64_t m = 0; m < group; ++m) {
+        const RowCache& own_queries = queries[static_cast<size_t>(m)];
+        const RowCache& own_incoming = incoming[static_cast<size_t>(m)];
+        for (int64_t i = 0; i < Lq; ++i) {
+          // The keys [lo, hi) of the sequence that query i sees, here those of this block.
+          int64_t lo = 0, hi = 0;
+          visible_keys(Lk - Lq + i, Lk, causal, window, &lo, &hi);
+          lo = std::max(lo, start);
+          hi = std::min(hi, end);
+          if (lo >= hi) continue;
+          const float* query = own_queries.rows.data() + i * D;
+          const float* grad = own_incoming.rows.data() + i * D;
+          block_dots(query, keys.columns.data() + start * D, D, scores);
+          block_dots(grad, values.columns.data() + start * D, D, dps);
+          const float lse_i = row_lse[static_cast<size_t>(m * Lq + i)];
+          const float delta = deltas[static_cast<size_t>(m * Lq + i)];
+          for (int lane = 0; lane < kBlock; ++lane) {
+            ps[lane] = exp_f32(add_rn(mul_rn(scores[lane], sc), -lse_i));
+            dss[lane] = mul_rn(ps[lane], add_rn(dps[lane], -delta));
+          }
+          float* dq = acc_q.data() + (m * Lq + i) * D;
+          for (int64_t j = lo; j < hi; ++j) {
+            const float ds = dss[j - start];
+            const float p = ps[j - start];
+            const float* key = keys.rows.data() + j * D;
+            float* dk = acc_k.data() + (j - start) * D;
+            float* dv = acc_v.data() + (j - start) * D;
+            for (int64_t d = 0; d < D; ++d) {
+              dq[d] = add_rn(dq[d], mul_rn(ds, key[d]));
+              dk[d] = add_rn(dk[d], mul_rn(ds, query[d]));
+              dv[d] = add_rn(dv[d], mul_rn(p, grad[d]));
+            }
+          }
+        }
+      }
+      for (int64_t j = start; j < end; ++j) {
+        T* out_k = grad_k + ((s.k0 + j) * HK + g) * D;
+        T* out_v = grad_v + ((s.k0 + j) * HK + g) * D;
+        for (int64_t d = 0; d < D; ++d) {
+          out_k[d] = from_float<T>(mul_rn(acc_k[static_cast<size_t>((j - start) * D + d)], sc));
+          out_v[d] = from_float<T>(acc_v[static_cast<size_t>((j - start) * D + d)]);
+        }
+      }
+    }
+    for (int64_t m = 0; m < group; ++m) {
+      for (int64_t i = 0; i < Lq; ++i) {
+        T* out = grad_q + ((s.q0 + i) * HQ + g * group + m) * D;
+        for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(mul_rn(acc_q[static_cast<size_t>((m * Lq + i) * D + d)], sc));
+      }
+    }
+  }
+};
+
 template <typename T>
 void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* o_ptr, const void* lse_ptr, const void* cu_q_ptr,
          const void* cu_k_ptr, void* grad_q_ptr, void* grad_k_ptr, void* grad_v_ptr, int64_t TQ, int64_t HQ, int64_t D, int64_t TK, int64_t HK,
@@ -165,6 +280,30 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
   T* grad_v = static_cast<T*>(grad_v_ptr);
   const int64_t group = HK > 0 ? HQ / HK : 0;  // no query head: no key head serves one
   const float sc = effective_scale(scale, D);
+  const int64_t sequences = B1 - 1;
+  if (group > 0 && well_formed(cu_q, cu_k, B1, TQ, TK)) {
+    // Work of the fused pass, in the units parallel_rows counts: per sequence and key head, its
+    // queries' dots with its keys, about five multiplies and adds over D each.
+    const int64_t cost = std::max<int64_t>(1, (TQ + 1) * (TK + 1) * group * 5 * D / std::max<int64_t>(1, sequences));
+    if (sequences * HK >= thread_count(sequences * HK * cost, kThreadWork, num_threads)) {
+      // Rows before the first offset or past the last belong to no sequence.
+      fill_nan(grad_q, 0, cu_q[0], HQ, D);
+      fill_nan(grad_q, cu_q[sequences], TQ, HQ, D);
+      fill_nan(grad_k, 0, cu_k[0], HK, D);
+      fill_nan(grad_k, cu_k[sequences], TK, HK, D);
+      fill_nan(grad_v, 0, cu_k[0], HK, D);
+      fill_nan(grad_v, cu_k[sequences], TK, HK, D);
+      const FusedPass<T> pass{grad_o, q, k, v, o, lse, grad_q, grad_k, grad_v, HQ, D, HK, group, sc, causal, window};
+      parallel_rows(sequences * HK, cost, num_threads, [&](int64_t begin, int64_t end) {
+        for (int64_t unit = begin; unit < end; ++unit) {
+          Sequence s;
+          load_sequence(cu_q, cu_k, unit / HK, TQ, TK, &s);
+          pass(s, unit % HK);
+        }
+      });
+      return;
+    }
+  }
   // Each row of each gradient is written by one pass over its own sequence: threads split rows,
   // taken head-major so that a thread's consecutive rows share a sequence and head (the caches).
   const int64_t query_chunks = (TQ + kRowsPerPiece - 1) / kRowsPerPiece;

@@ -13,7 +13,9 @@
 //            sequence that see j ascending, of ds * q[t, h, d]); grad_v the same sum of p * grad_o[t, h, d].
 // The device runs each (row, head) as one block of BLOCK = 64 threads: a lane per
 // key (or query) of a block of BLOCK for ds and p, then lanes stride d and add the block's terms in
-// ascending order; the host adds the same terms in the same order.  Rows no valid sequence holds are NaN.
+// ascending order; the host adds the same terms in the same order, in these two passes or, when it
+// has a sequence and key head for each thread, in one pass that computes each p and ds once.
+// Rows no valid sequence holds are NaN.
 
 #include "attention_backward_blocks.h"
 #include "rlk_math.h"
