@@ -299,5 +299,6 @@ def test_attention_backward_fused_pass_gives_the_bits_of_the_two_passes(rlkernel
             results.append(rlkernels.attention_backward(grad_o, q, k, v, o, lse, cu_q, cu_k, causal=causal, window=window))
     finally:
         torch.set_num_threads(previous)
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
     for name, fused, separate in zip(("grad_q", "grad_k", "grad_v"), *results):
-        assert torch.equal(fused.view(torch.int16 if dtype != torch.float32 else torch.int32), separate.view(torch.int16 if dtype != torch.float32 else torch.int32)), f"{name}: the bits differ"
+        assert torch.equal(fused.view(bits), separate.view(bits)), f"{name}: the bits differ"
