@@ -11,6 +11,7 @@
 #include "rlk_math.h"
 #include "rlk_numerics.h"
 #include <algorithm>
+#include <type_traits>
 
 #include "rlk_parallel.h"
 
@@ -18,10 +19,17 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-// silu(x) = x * sigmoid(x), the product rounded once in float32.
-RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
+// The sigmoid; with Near, x is known to be a number with |x| <= kSigmoidNear, where
+// sigmoid_near_f32 gives the same bits in fewer steps (host loops check a block's range first).
+template <bool Near>
+RLK_ARITH float sigmoid_of(float x) { return Near ? sigmoid_near_f32(x) : sigmoid_f32(x); }
 
-RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }
+// silu(x) = x * sigmoid(x), the product rounded once in float32.
+template <bool Near = false>
+RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_of<Near>(x)); }
+
+template <bool Near = false>
+RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32<Near>(g), u); }
 
 // Host loops take their elements in blocks of kHostBlock, each in passes -- load as float32,
 // compute, store -- so that every pass is a loop without branches, which the compiler
@@ -29,6 +37,17 @@ RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }
 // already decided is turned back into a branch, and the loop stays scalar.)  Each element
 // goes through the same operations either way.
 constexpr int64_t kHostBlock = 256;
+
+// Calls body(near, i) for i in [0, len), near a std::true_type when every x[i] is in
+// sigmoid_near_f32's range and a std::false_type otherwise: one check per block, and a loop
+// without branches either way.
+template <typename Body>
+inline void by_sigmoid_range(const float* x, int64_t len, const Body& body) {
+  if (sigmoid_near_all(x, len))
+    for (int64_t i = 0; i < len; ++i) body(std::true_type{}, i);
+  else
+    for (int64_t i = 0; i < len; ++i) body(std::false_type{}, i);
+}
 
 // Elements are independent: threads split them, and change no bit.
 template <typename T>
@@ -42,7 +61,7 @@ void run(const void* g_ptr, const void* u_ptr, void* y_ptr, int64_t n, int64_t n
       const int64_t len = std::min(kHostBlock, end - b);
       for (int64_t i = 0; i < len; ++i) gv[i] = to_float(g[b + i]);
       for (int64_t i = 0; i < len; ++i) uv[i] = to_float(u[b + i]);
-      for (int64_t i = 0; i < len; ++i) gv[i] = gated(gv[i], uv[i]);
+      by_sigmoid_range(gv, len, [&](auto near, int64_t i) { gv[i] = gated<decltype(near)::value>(gv[i], uv[i]); });
       for (int64_t i = 0; i < len; ++i) y[b + i] = from_float<T>(gv[i]);
     }
   });

@@ -415,15 +415,14 @@ RLK_HD float log1p_f32(float x) {
 }
 
 // ---------------------------------------------------------------- logistic and tanh
-// 1 / (1 + e^-x), computed from e^-|x| so that nothing overflows and 1 - sigmoid never cancels.
-// Without branches, like exp_f32 and for the same reason (a loop of them vectorizes): both
-// signs' quotients and the far tails are computed, and the answer picked on the bits.
-RLK_HD float sigmoid_f32(float x) {
-  using namespace math_detail;
-  const float a = bits_float(float_bits(x) & 0x7fffffffu);
-  const exp_parts p = exp_core(-a);  // e = e^-a = 2^n (p.hi + p.lo), n in [-150, 0] while a <= 104
+namespace math_detail {
+
+// sigmoid(x) for a number x with |x| <= 80, from p = exp_core(-|x|).  Without branches, like
+// exp_f32 and for the same reason (a loop of them vectorizes): both signs' quotients are
+// computed, and the answer picked on the sign.
+RLK_HD float sigmoid_quotients(float x, const exp_parts& p) {
   const float scale = pow2i(p.n);
-  const float e = p.hi * scale;         // exact while a <= 80 (n >= -115)
+  const float e = p.hi * scale;         // exact while |x| <= 80 (n >= -115)
   const float e_lo = p.lo * scale;      // likewise
   const f32x2 d0 = fast_two_sum(1.0f, e);  // 1 + e = d + d_lo, d in [1, 2]
   const float d = d0.hi;
@@ -436,14 +435,45 @@ RLK_HD float sigmoid_f32(float x) {
   const float q = e * y;
   const float res_neg = fma_rn(-q, d_lo, e_lo) + fma_rn(-q, d, e);
   const float neg = fma_rn(res_neg, y, q);
+  return bits_float(pick_bits(x >= 0.0f, float_bits(pos), float_bits(neg)));
+}
+
+}  // namespace math_detail
+
+// The largest |x| for which sigmoid_near_f32 applies.
+constexpr float kSigmoidNear = 80.0f;
+
+// 1 / (1 + e^-x), computed from e^-|x| so that nothing overflows and 1 - sigmoid never cancels.
+// The quotients above, and the far tails and NaN picked on the bits.
+RLK_HD float sigmoid_f32(float x) {
+  using namespace math_detail;
+  const float a = bits_float(float_bits(x) & 0x7fffffffu);
+  const exp_parts p = exp_core(-a);  // e^-a = 2^n (p.hi + p.lo), n in [-150, 0] while a <= 104
   // a > 80: e^-a < 2^-115, so 1/(1 + e) rounds to 1, and e/(1 + e) = e (1 - e + ...) rounds like
   // e, i.e. to exp_f32(x): 2^n p.hi rounded once (2^(n+100) p.hi is exact for n >= -150), and
   // 0 below x = -104.
   const float tiny = p.hi * pow2i(p.n + 100) * 0x1p-100f;
   const uint32_t far = pick_bits(x > 0.0f, float_bits(1.0f), pick_bits(a > 104.0f, 0u, float_bits(tiny)));
-  uint32_t r = pick_bits(x >= 0.0f, float_bits(pos), float_bits(neg));
-  r = pick_bits(a > 80.0f, far, r);
+  const uint32_t r = pick_bits(a > kSigmoidNear, far, float_bits(sigmoid_quotients(x, p)));
   return bits_float(pick_bits(is_nan(x), float_bits(quiet(x)), r));
+}
+
+// sigmoid_f32(x) for a number with |x| <= kSigmoidNear, without the steps that only the far
+// tails and NaN need: the same bits there.  For loops that check a block's range first.
+RLK_HD float sigmoid_near_f32(float x) {
+  using namespace math_detail;
+  return sigmoid_quotients(x, exp_core(-bits_float(float_bits(x) & 0x7fffffffu)));
+}
+
+// Whether every x[i], i < n, is a number with |x| <= kSigmoidNear: the largest magnitude's bits,
+// a loop that vectorizes (a NaN's bits exceed those of every number).
+RLK_HD bool sigmoid_near_all(const float* x, int64_t n) {
+  uint32_t widest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t bits = float_bits(x[i]) & 0x7fffffffu;
+    widest = bits > widest ? bits : widest;
+  }
+  return widest <= float_bits(kSigmoidNear);
 }
 
 // Hyperbolic tangent: tanh(x) = -m / (2 + m) with m = e^(-2|x|) - 1, sign of x restored.

@@ -14,8 +14,14 @@ namespace rlk {
 namespace cuda {
 namespace {
 
+// The sigmoid; with Near, x is known to be a number with |x| <= kSigmoidNear, where
+// sigmoid_near_f32 gives the same bits in fewer steps (host loops check a block's range first).
+template <bool Near>
+RLK_ARITH float sigmoid_of(float x) { return Near ? sigmoid_near_f32(x) : sigmoid_f32(x); }
+
 // silu(x) = x * sigmoid(x), the product rounded once in float32.
-RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
+template <bool Near = false>
+RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_of<Near>(x)); }
 
 // A fixed block size and a grid capped at a size every device accepts; each element is
 // computed on its own, so which thread takes it never changes its bits.

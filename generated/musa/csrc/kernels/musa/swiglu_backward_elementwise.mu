@@ -17,18 +17,27 @@ namespace rlk {
 namespace musa {
 namespace {
 
+// The sigmoid; with Near, x is known to be a number with |x| <= kSigmoidNear, where
+// sigmoid_near_f32 gives the same bits in fewer steps (host loops check a block's range first).
+template <bool Near>
+RLK_ARITH float sigmoid_of(float x) { return Near ? sigmoid_near_f32(x) : sigmoid_f32(x); }
+
 // silu(x) = x * sigmoid(x), the product rounded once in float32.
-RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
+template <bool Near = false>
+RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_of<Near>(x)); }
 
 // silu'(x) = s * (1 + x * (1 - s)) with s = sigmoid(x), each operation rounded in float32.
+template <bool Near = false>
 RLK_ARITH float silu_grad_f32(float x) {
-  const float s = sigmoid_f32(x);
+  const float s = sigmoid_of<Near>(x);
   return mul_rn(s, add_rn(1.0f, mul_rn(x, add_rn(1.0f, -s))));
 }
 
-RLK_ARITH float gate_grad(float dy, float g, float u) { return mul_rn(mul_rn(dy, u), silu_grad_f32(g)); }
+template <bool Near = false>
+RLK_ARITH float gate_grad(float dy, float g, float u) { return mul_rn(mul_rn(dy, u), silu_grad_f32<Near>(g)); }
 
-RLK_ARITH float up_grad(float dy, float g) { return mul_rn(dy, silu_f32(g)); }
+template <bool Near = false>
+RLK_ARITH float up_grad(float dy, float g) { return mul_rn(dy, silu_f32<Near>(g)); }
 
 // A fixed block size and a grid capped at a size every device accepts; each element is
 // computed on its own, so which thread takes it never changes its bits.

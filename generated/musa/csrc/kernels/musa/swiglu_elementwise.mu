@@ -15,10 +15,17 @@ namespace rlk {
 namespace musa {
 namespace {
 
-// silu(x) = x * sigmoid(x), the product rounded once in float32.
-RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_f32(x)); }
+// The sigmoid; with Near, x is known to be a number with |x| <= kSigmoidNear, where
+// sigmoid_near_f32 gives the same bits in fewer steps (host loops check a block's range first).
+template <bool Near>
+RLK_ARITH float sigmoid_of(float x) { return Near ? sigmoid_near_f32(x) : sigmoid_f32(x); }
 
-RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }
+// silu(x) = x * sigmoid(x), the product rounded once in float32.
+template <bool Near = false>
+RLK_ARITH float silu_f32(float x) { return mul_rn(x, sigmoid_of<Near>(x)); }
+
+template <bool Near = false>
+RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32<Near>(g), u); }
 
 // A fixed block size and a grid capped at a size every device accepts; each element is
 // computed on its own, so which thread takes it never changes its bits.
