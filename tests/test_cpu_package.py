@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -302,3 +303,38 @@ def test_attention_backward_fused_pass_gives_the_bits_of_the_two_passes(rlkernel
     bits = torch.int32 if dtype == torch.float32 else torch.int16
     for name, fused, separate in zip(("grad_q", "grad_k", "grad_v"), *results):
         assert torch.equal(fused.view(bits), separate.view(bits)), f"{name}: the bits differ"
+
+
+def _thread_cpu_ticks() -> dict[int, int]:
+    """User plus system CPU time of each thread of this process, in clock ticks (Linux /proc)."""
+    ticks = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        ticks[int(task.name)] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="per-thread CPU times are read from Linux's /proc")
+def test_host_kernels_run_on_more_than_one_thread(rlkernels, monkeypatch):
+    """A large host kernel asked for two threads spends CPU time on two threads of the process
+    (torch's intra-op pool): a build whose parallel loop ran on the calling thread alone (as
+    one compiled without OpenMP does) fails here, while every result would still be right."""
+    monkeypatch.delenv("RLK_NUM_THREADS", raising=False)
+    x = torch.randn(4096, 4096, generator=torch.Generator().manual_seed(3))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rlkernels.silu(x)  # starts the pool's threads
+        before = _thread_cpu_ticks()
+        for _ in range(8):  # about a second of work, in pieces handed out one at a time
+            rlkernels.silu(x)
+        after = _thread_cpu_ticks()
+    finally:
+        torch.set_num_threads(previous)
+    spent = {tid: after[tid] - before.get(tid, 0) for tid in after}
+    total = sum(spent.values())
+    busy = [tid for tid, t in spent.items() if t >= max(2, total // 10)]
+    assert len(busy) >= 2, f"one thread did the work: CPU ticks per thread {sorted(spent.values(), reverse=True)[:4]} of {total}"

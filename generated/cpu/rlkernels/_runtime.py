@@ -69,11 +69,21 @@ def detect_platform() -> str:
     return "cpu"
 
 
+# Platforms found so far, by device type: the answer depends on the device type and on the
+# version attributes of the torch build, which stay as they are while the process runs.  Every
+# op call asks, so it is looked up once (a plain dict, as _CHOSEN below).
+_PLATFORM_OF: dict[str, str] = {}
+
+
 def platform_of(device: torch.device | str) -> str:
     """The platform that owns tensors on ``device`` (platforms that share a device type are told apart by their version attribute)."""
-    device_type = torch.device(device).type
+    device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+    found = _PLATFORM_OF.get(device_type)
+    if found is not None:
+        return found
     for p in PLATFORMS:
         if p.device_type == device_type and _version_attr_matches(p):
+            _PLATFORM_OF[device_type] = p.name
             return p.name
     raise UnsupportedError(f"{PACKAGE}: no platform handles tensors on device type {device_type!r}")
 
@@ -133,7 +143,26 @@ def _choose_backend(op: str, platform: str) -> Kernel:
     raise UnsupportedError(f"{PACKAGE}.{op}: no backend can run on {platform}: " + "; ".join(refused))
 
 
+# torch.library runs a Python function at the autograd key of every op with a backward, on every
+# call, only to find that nothing needs a graph and to redispatch below it: a few microseconds,
+# which is most of a small op's time.  A call that records nothing goes below autograd at once,
+# as that function itself would (the same guard, from torch's own torch.library code).
+_BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
+
+
+def _records_nothing(args: tuple[Any, ...]) -> bool:
+    if _BELOW_AUTOGRAD is None or torch.compiler.is_compiling():
+        return False
+    if not torch.is_grad_enabled():
+        return True
+    return not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
 def call(op: str, kernel: Kernel, *args: torch.Tensor) -> Any:
     if kernel.kind == "native":
-        return getattr(getattr(torch.ops.rlkernels, op), kernel.name)(*args)
+        overload = getattr(getattr(torch.ops.rlkernels, op), kernel.name)
+        if _records_nothing(args):
+            with _BELOW_AUTOGRAD():
+                return overload(*args)
+        return overload(*args)
     return _resolve(kernel.python)(*args)

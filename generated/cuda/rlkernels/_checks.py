@@ -64,7 +64,8 @@ def _has_data(t: torch.Tensor) -> bool:
 
 
 def _dtype(t: torch.Tensor) -> str:
-    return _NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    name = _NAMES.get(t.dtype)  # on every call of every op: no string is built for the usual dtypes
+    return name if name is not None else str(t.dtype).removeprefix("torch.")
 
 
 def check_attention_types(q: object, k: object, v: object, cu_seqlens_q: object, cu_seqlens_k: object, scale: object = 0.0, causal: object = True, window: object = -1, ) -> None:
