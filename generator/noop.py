@@ -147,8 +147,10 @@ def _versions() -> bytes:
     return json.dumps(parts, sort_keys=True).encode()
 
 
-def inputs_digest(root: Path, generator_dir: Path = PACKAGE_DIR) -> str | None:
-    """sha256 over everything a ``generate`` in ``root`` reads, or None where it cannot be known."""
+def inputs_digest(root: Path, generator_dir: Path | None = None) -> str | None:
+    """sha256 over everything a ``generate`` in ``root`` reads, or None where it cannot be known.
+    ``generator_dir``: the generator's package (default: the one running)."""
+    generator_dir = generator_dir or PACKAGE_DIR
     digest = hashlib.sha256(b"rlkernels generate inputs\0")
     try:
         _entry(digest, b"versions", "", _versions())
