@@ -455,3 +455,42 @@ def test_check_and_diff_always_render(project: Project, renders: Renders, capsys
     assert project.run("diff") == 1
     assert "_ops.py" in capsys.readouterr().out
     assert noop.read_state(project.root) is not None
+
+
+# --------------------------------------------------------------------------- what the speed-ups must not change
+
+
+def test_resolving_many_paths_at_once_agrees_with_resolving_each(tmp_path: Path):
+    """write._Inside (one resolve per folder) answers exactly as write._is_inside (one per path),
+    through links inside and outside the tree, links to the tree itself, loops, and '..'."""
+    import itertools
+
+    base, outside = tmp_path / "gen", tmp_path / "out"
+    (base / "a/b").mkdir(parents=True)
+    outside.mkdir()
+    (base / "a/f").write_text("x")
+    (base / "a/b/g").write_text("x")
+    for link, target in [
+        ("a/outdir", outside),
+        ("a/indir", "b"),
+        ("a/outfile", outside / "z"),
+        ("a/b/up", "../.."),
+        ("a/loop1", "loop2"),
+        ("a/loop2", "loop1"),
+        ("a/self", "."),
+        ("a/tobase", base),
+    ]:
+        (base / link).symlink_to(target)
+    parts = ["a", "b", "f", "g", "..", ".", "", "outdir", "indir", "outfile", "up", "loop1", "self", "tobase", "new"]
+
+    def answer(check, rel):  # type: ignore[no-untyped-def]
+        try:
+            return check(rel)
+        except Exception as exc:  # noqa: BLE001 -- both must fail alike
+            return type(exc).__name__
+
+    many = write._Inside(base)
+    rels = ["/".join(combo) for k in (1, 2, 3) for combo in itertools.product(parts, repeat=k)] + ["/abs", "a/\x00", "a//f", "./a/f"]
+    differ = [rel for rel in rels if answer(many, rel) != answer(lambda r: write._is_inside(base, r), rel)]
+    assert not differ, differ[:10]
+    assert many("a/f") and not many("a/outfile") and not many("a/outdir/x") and many("a/indir/g")
