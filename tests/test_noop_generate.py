@@ -494,3 +494,33 @@ def test_resolving_many_paths_at_once_agrees_with_resolving_each(tmp_path: Path)
     differ = [rel for rel in rels if answer(many, rel) != answer(lambda r: write._is_inside(base, r), rel)]
     assert not differ, differ[:10]
     assert many("a/f") and not many("a/outfile") and not many("a/outdir/x") and many("a/indir/g")
+
+
+def test_check_is_not_fooled_by_a_forged_state(project: Project, renders: Renders, capsys):
+    """A state forged to match a hand-edited tree makes generate skip (the state is trusted like
+    the rest of the working tree), but check and diff never read it: they still find the edit."""
+    hand_edit(project)
+    inputs, outputs = noop.inputs_digest(project.root), noop.outputs_digest(project.root)
+    assert inputs is not None and outputs is not None
+    state_file(project).write_bytes(noop.State(inputs, outputs, 1, 0).to_bytes())
+    assert SKIPPED in generate(project, capsys)
+    assert renders.count == 0
+    assert project.run("check") == 1
+    assert project.run("diff") == 1
+    assert renders.count == 2
+
+
+def test_an_unreadable_state_renders(project: Project, renders: Renders, capsys, monkeypatch):
+    """Permission denied (which a test running as root cannot arrange with chmod) on the state only."""
+    real_open = os.open
+
+    def denied(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith("generate-state.json"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(noop.os, "open", denied)
+    expected = outputs(project)
+    assert SKIPPED not in generate(project, capsys)
+    assert renders.count == 1
+    assert outputs(project) == expected
