@@ -15,8 +15,13 @@ be inputs this digest does not see), an unreadable file, a half-finished commit 
 staged files lie in the tree), and a state file that is missing, damaged, not a regular file, a
 link, or written by another version of this module.  A run stores a state only after checking
 that every file on disk holds the bytes it rendered, so a file edited while it ran is not
-recorded as generated.  ``check`` and ``diff`` never use the state: they always render and
-compare.
+recorded as generated.  A file larger than ``MAX_FILE_BYTES`` is unknown too, so that a huge
+(or sparse) file is never read whole.  README.md is both an input (its hand-written text) and an
+output (its generated tables); any change to it renders.
+
+The state is trusted as far as the working tree it lies in: one forged to match edited outputs
+makes ``generate`` skip.  ``check`` and ``diff``, which CI and reviewers rely on, never read it:
+they always render and compare.
 """
 
 from __future__ import annotations
