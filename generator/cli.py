@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from . import evidence, readme, record, semantic_diff
+from . import evidence, noop, readme, record, semantic_diff
 from .errors import ContractError, GeneratorError, SpecError, one_line
 from .explain import explain
 from .load import load_catalog
@@ -51,6 +51,23 @@ def _shown(changes: Changes) -> Iterable[tuple[str, str]]:
 
 def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    # Digested before anything is read for rendering: an input edited during the run then no longer
+    # matches what is stored, and the next run renders again.
+    inputs = noop.inputs_digest(layout.root)
+    if inputs is not None and not args.full:
+        state = noop.unchanged(layout.root, inputs)
+        if state is not None:
+            elapsed = time.perf_counter() - start
+            extras = f"; outside it {state.extras} files, 0 written" if state.extras else ""
+            print(
+                f"generate: generated/ {state.files} files, 0 written, 0 removed, {state.files} unchanged{extras} ({elapsed * 1000:.0f} ms; "
+                f"specs, templates, evidence/, the generator and every output are as the last generate left them, so nothing was rendered)"
+            )
+            for line in state.report_out:
+                print(line)
+            for line in state.report_err:
+                print(line, file=sys.stderr)
+            return EXIT_OK
     output = produce_all(layout)
     changes = write_tree(layout.generated, output.files, output.extras)
     elapsed = time.perf_counter() - start
@@ -66,7 +83,12 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
         f"generate: generated/ {total} files, {len(changes.written)} written, {len(changes.removed)} removed, "
         f"{total - len(changes.written)} unchanged{extras} ({elapsed * 1000:.0f} ms)"
     )
+    report = evidence.report_lines(output.evidence, "generate") if output.evidence is not None else ([], [])
     _report_evidence(output, "generate")
+    if inputs is not None:
+        noop.record(layout.root, inputs, {**output.files, MANIFEST: manifest_bytes(output.files)}, output.extras, report)
+    else:
+        noop.forget(layout.root)
     return EXIT_OK
 
 
@@ -241,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m generator", description="Generate per-platform kernel packages from specs.")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding specs/, templates/ and generated/")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("generate", help="render generated/, the README's operator table and schema/ (writes only changed files)")
+    gen = sub.add_parser("generate", help="render generated/, the README's operator table and schema/ (writes only changed files)")
+    gen.add_argument(
+        "--full",
+        action="store_true",
+        help="render even when the inputs and outputs are as the last generate left them (which is otherwise recognised and skipped)",
+    )
     sub.add_parser("check", help="exit 1 when generated/, the README's operator table or schema/ is not what the specs produce")
     diff = sub.add_parser("diff", help="what `generate` would change: a semantic summary, then a unified diff")
     diff.add_argument("--summary", action="store_true", help="print the semantic summary only")

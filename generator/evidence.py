@@ -36,7 +36,7 @@ from .errors import GeneratorError, one_line
 from .load import Catalog
 from .model import NativeKernel
 from .plan import OpView
-from .source_hash import source_sha256
+from .source_hash import Memo, source_sha256
 
 DIR = "evidence"
 Level = Literal["executed", "emulated", "compiled"]
@@ -450,10 +450,11 @@ def assess(catalog: Catalog, files: Mapping[str, bytes], ledger: Ledger) -> Evid
     for record in ledger.records:
         by_contract.setdefault(record.contract, []).append(record)
     statuses: dict[Contract, Status] = {}
+    memo = Memo()
     for view in ops:
         for platform in catalog.platforms:
             for kernel in view.native_kernels(platform.name):
-                sha = source_sha256(files, platform.name, view.name, kernel, platform.source_suffix)
+                sha = source_sha256(files, platform.name, view.name, kernel, platform.source_suffix, memo)
                 for dtype in view.dtypes:
                     contract = Contract(view.name, kernel, platform.name, dtype)
                     records = sorted(by_contract.get(contract, []), key=lambda r: _rank(r.level))

@@ -57,6 +57,9 @@ def field_path(path: Path_) -> str:
     return ".".join(str(p) if isinstance(p, int) or re.fullmatch(r"[A-Za-z0-9_]+", p) else repr(p) for p in path)
 
 
+_NEWLINE = re.compile("\n")
+
+
 class _SpecComposer(Composer):
     """Composes a spec's nodes, refusing aliases, with lines as editors count them."""
 
@@ -65,7 +68,7 @@ class _SpecComposer(Composer):
     def _count_lines(self, text: str) -> None:
         # Line numbers as editors and grep count them (only "\n" ends a line); PyYAML's own marks
         # also break lines at \r, U+0085, U+2028 and U+2029, which would point past the real line.
-        self.newlines = [i for i, c in enumerate(text) if c == "\n"]
+        self.newlines = [m.start() for m in _NEWLINE.finditer(text)]
 
     def line_of(self, mark: yaml.Mark | None) -> int:
         return bisect.bisect_left(self.newlines, mark.index) + 1 if mark is not None else 1

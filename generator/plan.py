@@ -7,6 +7,7 @@ are computed here once, so templates only format them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -79,7 +80,8 @@ def _words(items: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class OpView:
-    """An op spec plus the facts every template derives from it."""
+    """An op spec plus the facts every template derives from it.  The spec is frozen, so the facts
+    templates ask for many times (dimensions, checks, dtypes) are worked out once per view."""
 
     spec: OpSpec
     spec_file: str
@@ -88,7 +90,7 @@ class OpView:
     def name(self) -> str:
         return self.spec.name
 
-    @property
+    @functools.cached_property
     def dims(self) -> tuple[DimBinding, ...]:
         seen: dict[str, DimBinding] = {}
         for arg in self.spec.args:
@@ -98,7 +100,7 @@ class OpView:
                 seen.setdefault(dim, DimBinding(dim, arg.name, axis))
         return tuple(seen.values())
 
-    @property
+    @functools.cached_property
     def dim_checks(self) -> tuple[DimCheck, ...]:
         bound = {d.dim: d for d in self.dims}
         return tuple(
@@ -108,7 +110,7 @@ class OpView:
             if (bound[dim].arg, bound[dim].axis) != (arg.name, axis)
         )
 
-    @property
+    @functools.cached_property
     def checks(self) -> tuple[Check, ...]:
         op = self.spec.name
         first = self.spec.args[0].name
@@ -253,7 +255,7 @@ class OpView:
             return tuple(d.value for d in self.spec.dtype_vars[tensor.dtype])
         return (tensor.dtype,)
 
-    @property
+    @functools.cached_property
     def dtypes(self) -> tuple[str, ...]:
         """Every floating dtype the op's tests must cover: the variables' sets, else the fixed float dtypes."""
         found = {d.value for values in self.spec.dtype_vars.values() for d in values}

@@ -6,6 +6,7 @@ import functools
 import json
 import re
 from collections.abc import Mapping
+from json.encoder import encode_basestring as _encode_str
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -44,8 +45,9 @@ def _header(job: RenderJob) -> str:
 
 
 def _py_str(value: object) -> str:
-    """A Python string literal in double quotes, as a formatter would write it."""
-    return json.dumps(str(value), ensure_ascii=False)
+    """A Python string literal in double quotes, as a formatter would write it: what
+    ``json.dumps(str(value), ensure_ascii=False)`` returns, without building an encoder per call."""
+    return _encode_str(str(value))
 
 
 def _py_tuple(items: list[str]) -> str:
@@ -97,9 +99,15 @@ def _normalise(text: str, max_blank: int) -> str:
         lines.pop()
     # conditional template blocks leave blank runs behind; keep the language's usual spacing
     out: list[str] = []
+    blanks = 0  # blank lines at the end of out
     for line in lines:
-        if line or out[-max_blank:] != [""] * max_blank:
-            out.append(line)
+        if line:
+            blanks = 0
+        elif blanks < max_blank:
+            blanks += 1
+        else:
+            continue
+        out.append(line)
     return "\n".join(out) + "\n"
 
 

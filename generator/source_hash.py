@@ -39,10 +39,32 @@ def _find_source(files: Mapping[str, bytes], stem: str, suffix: str | None) -> s
     return found[0] if len(found) == 1 else None
 
 
-def closure(files: Mapping[str, bytes], platform: str, op: str, kernel: str, suffix: str | None = None) -> list[str]:
+class Memo:
+    """What ``closure`` and ``source_sha256`` work out per file, kept for the hashes of many kernels
+    over the same ``files`` (the shared headers are included by every kernel of a platform)."""
+
+    def __init__(self) -> None:
+        self.includes: dict[str, list[str]] = {}
+        self.bodies: dict[str, bytes] = {}
+
+
+def _includes(files: Mapping[str, bytes], rel: str, memo: Memo | None) -> list[str]:
+    found = memo.includes.get(rel) if memo is not None else None
+    if found is None:
+        found = [
+            posixpath.normpath(posixpath.join(posixpath.dirname(rel), match.group(1).decode("utf-8", "replace")))
+            for match in _INCLUDE.finditer(files[rel])
+        ]
+        if memo is not None:
+            memo.includes[rel] = found
+    return found
+
+
+def closure(files: Mapping[str, bytes], platform: str, op: str, kernel: str, suffix: str | None = None, memo: Memo | None = None) -> list[str]:
     """The files (relative to generated/) a kernel's hash covers, sorted; empty when its source is absent.
 
     ``suffix``: the platform's source suffix (``.cu``); None finds the one non-header source of that stem.
+    ``memo``: shared by calls over the same ``files``, which must not change meanwhile.
     """
     stem = kernel_stem(platform, op, kernel)
     source = _find_source(files, stem, suffix)
@@ -55,9 +77,7 @@ def closure(files: Mapping[str, bytes], platform: str, op: str, kernel: str, suf
         if rel in seen or rel not in files:
             continue
         seen.add(rel)
-        for match in _INCLUDE.finditer(files[rel]):
-            included = posixpath.normpath(posixpath.join(posixpath.dirname(rel), match.group(1).decode("utf-8", "replace")))
-            todo.append(included)
+        todo.extend(_includes(files, rel, memo))
     return sorted(seen)
 
 
@@ -69,15 +89,22 @@ def without_provenance(data: bytes) -> bytes:
     return b"\n".join(lines[start:])
 
 
-def source_sha256(files: Mapping[str, bytes], platform: str, op: str, kernel: str, suffix: str | None = None) -> str | None:
+def source_sha256(
+    files: Mapping[str, bytes], platform: str, op: str, kernel: str, suffix: str | None = None, memo: Memo | None = None
+) -> str | None:
     """sha256 (hex) over the kernel's files, each as its path inside the package, its length and its
-    bytes without the provenance comment; None when the kernel's source is not among ``files``."""
+    bytes without the provenance comment; None when the kernel's source is not among ``files``.
+    ``memo``: as for ``closure``."""
     digest = hashlib.sha256()
-    covered = closure(files, platform, op, kernel, suffix)
+    covered = closure(files, platform, op, kernel, suffix, memo)
     if not covered:
         return None
     for rel in covered:
-        body = without_provenance(files[rel])
+        body = memo.bodies.get(rel) if memo is not None else None
+        if body is None:
+            body = without_provenance(files[rel])
+            if memo is not None:
+                memo.bodies[rel] = body
         inside = rel.split("/", 1)[1]  # the path inside the package: csrc/kernels/<platform>/…
         digest.update(f"{inside}\0{len(body)}\0".encode())
         digest.update(body)

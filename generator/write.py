@@ -68,9 +68,17 @@ def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
 
 def owned_files(out_dir: Path) -> set[str]:
     """What the manifest says the generator owns; a missing or mangled manifest owns nothing."""
+    return _owned(out_dir)
+
+
+def _owned(out_dir: Path, produced: Mapping[str, bytes] | None = None) -> set[str]:
+    """``owned_files(out_dir)``, less the paths in ``produced``: those are written anyway, so their
+    place in the tree need not be resolved (one ``resolve`` per file was most of a no-op's write
+    stage)."""
     try:
         data = json.loads((out_dir / MANIFEST).read_text())
-        return {rel for rel in data["files"] if isinstance(rel, str) and _is_inside(out_dir, rel)}
+        inside = _Inside(out_dir)
+        return {rel for rel in data["files"] if isinstance(rel, str) and (produced is None or rel not in produced) and inside(rel)}
     except (OSError, ValueError, KeyError, TypeError):
         return set()
 
@@ -82,8 +90,36 @@ def _is_inside(base: Path, rel: str) -> bool:
     return base.resolve() in target.parents
 
 
-def _safe_target(out_dir: Path, rel: str) -> Path:
-    if not _is_inside(out_dir, rel):
+class _Inside:
+    """``_is_inside(base, rel)`` for many paths of one tree: each folder is resolved once.
+
+    ``(base / rel).resolve()`` resolves the folders of ``rel`` first and then its last part, so
+    the folder's resolved path is reused, and only a last part that is itself a symbolic link
+    (or ``.``/``..``, or nothing), or a path with ``..`` in it, is resolved in full."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        real = str(base.resolve())
+        self.prefix = real if real.endswith(os.sep) else real + os.sep
+        self.folders: dict[str, str] = {}
+
+    def __call__(self, rel: str) -> bool:
+        if not rel or "\x00" in rel or os.path.isabs(rel):
+            return False
+        folder, _, name = rel.rpartition("/")
+        if name in ("", ".", "..") or ".." in folder.split("/") or os.sep != "/" or (os.altsep and os.altsep in rel):
+            return _is_inside(self.base, rel)
+        real_folder = self.folders.get(folder)
+        if real_folder is None:
+            real_folder = self.folders[folder] = str((self.base / folder).resolve()) if folder else self.prefix.rstrip(os.sep) or os.sep
+        target = os.path.join(real_folder, name)
+        if os.path.islink(target):
+            target = str(Path(target).resolve())
+        return target.startswith(self.prefix) and target != self.prefix
+
+
+def _safe_target(out_dir: Path, rel: str, inside: _Inside | None = None) -> Path:
+    if not (inside or _Inside(out_dir))(rel):
         raise WriteError(f"refusing to touch {rel}: it lies outside {out_dir}")
     return out_dir / rel
 
@@ -105,7 +141,7 @@ def _differs(path: Path, data: bytes) -> bool:
 
 def compute_changes(out_dir: Path, files: Mapping[str, bytes], extras: Mapping[str, bytes] | None = None) -> Changes:
     written = [rel for rel, data in sorted(files.items()) if _differs(out_dir / rel, data)]
-    removed = sorted(rel for rel in owned_files(out_dir) - set(files) if (out_dir / rel).is_file())
+    removed = sorted(rel for rel in _owned(out_dir, files) if (out_dir / rel).is_file())
     extra = [rel for rel, data in sorted((extras or {}).items()) if _differs(out_dir.parent / rel, data)]
     return Changes(tuple(written), tuple(removed), tuple(extra))
 
@@ -354,7 +390,8 @@ def write_tree(out_dir: Path, files: Mapping[str, bytes], extras: Mapping[str, b
     changes = compute_changes(out_dir, files, extras)
     if changes.empty:
         return changes
-    targets = [_safe_target(out_dir, rel) for rel in (*changes.written, *changes.removed)]
+    inside = _Inside(out_dir)
+    targets = [_safe_target(out_dir, rel, inside) for rel in (*changes.written, *changes.removed)]
     targets += [_safe_extra(out_dir, rel) for rel in changes.extra]
     for target in targets:
         if target.is_dir() and not target.is_symlink():
