@@ -148,8 +148,8 @@ def broken_kernels(stem: str, text: str) -> str:
     if stem == "swiglu_elementwise":
         text = _mutate_once(
             text,
-            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }\n",
-            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32(g), u); }\n\n"
+            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32<Near>(g), u); }\n",
+            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32<Near>(g), u); }\n\n"
             "template <typename T>\n"
             "__device__ __forceinline__ T one_ulp_up(T v) { return from_storage_bits<T>(static_cast<uint16_t>(storage_bits(v) + 1u)); }\n"
             "template <>\n"
