@@ -122,9 +122,34 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
             if platform not in platforms:
                 problems.append(src.problem(("kernels", name, "platforms", index), _one_of("platform", platform, platforms)))
+        if isinstance(kernel, NativeKernel):
+            problems += _arch_problems(src, catalog, op, name, kernel)
         if isinstance(kernel, NativeKernel) and not any(name in names for names in op.backends.values()):
             problems.append(src.problem(("kernels", name), f"native kernel {name} is used by no platform; add it to a backends list or remove it"))
     return problems, violations
+
+
+def _arch_problems(src: SourceMap, catalog: Catalog, op: OpSpec, name: str, kernel: NativeKernel) -> list[SpecProblem]:
+    """A kernel that needs an arch-specific target: every platform that runs it builds that arch,
+    names the macro its compilation defines, and lets the launcher ask the device what it is."""
+    problems: list[SpecProblem] = []
+    using = [p for p in catalog.platforms if name in op.backends.get(p.name, ())]
+    for index, arch in enumerate(kernel.archs):
+        for platform in using:
+            build = platform.build
+            if arch not in build.archs:
+                problems.append(src.problem(("kernels", name, "archs", index), f"kernel {name} needs arch {arch}, which platform {platform.name} does not build "
+                                            f"(build.archs: {', '.join(build.archs) or 'none'})"))
+            elif arch not in build.arch_macros:
+                problems.append(src.problem(("kernels", name, "archs", index), f"kernel {name} needs arch {arch}, but platform {platform.name} names no macro "
+                                            f"for it (build.arch_macros), so its body cannot be compiled for that target alone"))
+            runtime = platform.runtime
+            missing = [field for field in ("current_device", "device_attribute", "compute_major", "compute_minor", "copy_from_symbol")
+                       if runtime is None or getattr(runtime, field) is None]
+            if missing:
+                problems.append(src.problem(("kernels", name, "archs", index), f"kernel {name} needs arch {arch}, but platform {platform.name}'s runtime "
+                                            f"lacks {', '.join(missing)}, so its launcher cannot tell which device it runs on"))
+    return problems
 
 
 def _layout_problems(src: SourceMap, op: OpSpec) -> list[SpecProblem]:

@@ -249,6 +249,20 @@ class RuntimeApi(StrictModel):
     """Sets an attribute of a kernel function, e.g. to opt in to more shared memory."""
     max_dynamic_shared_memory: CppName
     """The attribute that raises a kernel's dynamic shared-memory limit."""
+    current_device: CppName | None = None
+    """Gives the calling thread's current device (cudaGetDevice); with the next four, lets a launcher
+    that needs an arch-specific target (a kernel's ``archs``) ask what the device is."""
+    device_attribute: CppName | None = None
+    """Reads one integer attribute of a device (cudaDeviceGetAttribute)."""
+    compute_major: CppName | None = None
+    """The attribute holding the device's architecture major number (9 for "9.0a")."""
+    compute_minor: CppName | None = None
+    """The attribute holding its minor number (0 for "9.0a")."""
+    multiprocessor_count: CppName | None = None
+    """The attribute holding the device's multiprocessor count, for a persistent grid."""
+    copy_from_symbol: CppName | None = None
+    """Copies a device variable to the host (cudaMemcpyFromSymbol): what the code loaded for the
+    device says about how it was compiled."""
 
 
 class Intrinsics(StrictModel):
@@ -304,6 +318,9 @@ class Build(StrictModel):
     """The oldest architecture every kernel builds for, where the vendor's headers set one."""
     strip_flags: tuple[CompilerFlag, ...] = ()
     """Flags the extension builder adds by itself that the wheel must not carry (e.g. -march=native)."""
+    arch_macros: dict[ArchEntry, CppName] = {}
+    """The macro device compilation defines for an arch-specific target ("9.0a"), so that a kernel
+    whose ``archs`` name it compiles its body for that target alone and a stub for the others."""
 
     @model_validator(mode="after")
     def _archs_respect_the_floor(self) -> Build:
@@ -597,6 +614,10 @@ class NativeKernel(StrictModel):
     """Package headers the kernel includes beyond the ones every kernel may use."""
     tiles: Tiles | None = None
     """Where the kernel's work changes shape; the generated tests take their sizes from it."""
+    archs: tuple[ArchEntry, ...] = Field(default=(), max_length=1)
+    """The one arch-specific target the kernel's instructions need (e.g. "9.0a"): each platform it
+    renders for must build that arch and name its macro (``build.arch_macros``); its launcher runs
+    it on a device of that architecture only and hands every other device to the next backend."""
     doc: Text = ""
 
 

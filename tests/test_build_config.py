@@ -120,7 +120,7 @@ def run_setup(platform: str, visible: bool, **env: str) -> dict:
 
 def test_no_visible_device_builds_for_the_spec_archs():
     facts = run_setup("cuda", visible=False)
-    assert facts["arch_env"]["TORCH_CUDA_ARCH_LIST"] == spec_archs("cuda") == "8.0;9.0;10.0;12.0+PTX"
+    assert facts["arch_env"]["TORCH_CUDA_ARCH_LIST"] == spec_archs("cuda") == "8.0;9.0a;10.0;12.0+PTX"
     assert "the platform spec's list (no device visible)" in facts["log"]
 
 

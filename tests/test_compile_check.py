@@ -241,3 +241,31 @@ def test_a_fused_op_with_an_exact_product_is_not_contraction() -> None:
     ]
     assembly = "\n".join(lines)
     assert tool_module.amdgpu_fused(assembly) == ["v_fmac_f32_e32", "v_fma_f32", "v_mac_f32_e32"]
+
+
+def test_the_register_budgeted_kernels_compile_for_their_target_without_spills(tmp_path: Path) -> None:
+    """The wgmma kernels (their spec names archs: the sm_90a target, setmaxnreg budgets) are compiled
+    for every spec arch with ptxas's report: no spill on any target, and the report is shown."""
+    require("nvcc")
+    catalog = load_catalog(REPO / "specs")
+    jobs = [job for job in tool_module.plan(catalog, GENERATED) if job.resources]
+    assert sorted(job.source.name for job in jobs) == ["det_gemm_nt_wgmma.cu", "det_gemm_tn_wgmma.cu", "det_gemm_wgmma.cu"]
+    nvcc = tool_module.find_compiler("nvcc")
+    for index, job in enumerate(jobs):
+        assert "sm_90a" in job.label and ("-Xptxas", "-v") == job.args[job.args.index("-Xptxas") :][:2]
+        result = tool_module.compile_one(job, nvcc, tmp_path, index)
+        assert result.status == "OK", result.output
+        # 8 kernels each: bfloat16 / float16 in, T / float32 out, copied by cp.async or element by element.
+        assert re.search(r"^ptxas sm_90a: 8 entries, at most \d+ registers, 0 spill bytes", result.output, re.MULTILINE), result.output
+
+
+def test_a_spill_in_a_register_budgeted_kernel_is_a_failure() -> None:
+    report = (
+        "ptxas info    : Compiling entry function '_Z1kv' for 'sm_90a'\n"
+        "ptxas info    : Function properties for _Z1kv\n"
+        "    160 bytes stack frame, 310 bytes spill stores, 180 bytes spill loads\n"
+        "ptxas info    : Used 168 registers, used 1 barriers, 160 bytes cumulative stack size\n"
+    )
+    summary, spills = tool_module.ptxas_resources(report)
+    assert summary == ["ptxas sm_90a: 1 entries, at most 168 registers, 490 spill bytes, static shared memory at most 0 bytes"]
+    assert spills == ["sm_90a _Z1kv: 310 bytes spill stores, 180 bytes spill loads"]

@@ -143,7 +143,9 @@ def test_batch_invariant_kernel_without_tiles_is_refused(project: Project, capsy
 
 
 def test_tile_naming_a_missing_param_is_refused(project: Project, capsys):
-    project.edit(OP, "tiles: {rows: [block_m], reduction: [block_k], stages: stages}", "tiles: {rows: [block_rows], reduction: [block_k], stages: stages}")
+    # mma's tiles (wgmma's read the same, followed by its archs)
+    mma = "tiles: {rows: [block_m], reduction: [block_k], stages: stages}\n    platforms: [cuda]\n    support_headers"
+    project.edit(OP, mma, mma.replace("[block_m]", "[block_rows]"))
     assert project.run("check") == 2
     err = capsys.readouterr().err
     assert "kernels.mma.tiles.rows.0: Unknown integer param block_rows. Expected one of block_k, block_m, block_n, blocks_per_sm, stages, warps_m, warps_n" in err, err

@@ -187,10 +187,10 @@ def test_levels_render_and_a_changed_source_shows_stale_without_failing_check(le
     assert ledgerless.run("check") == 1, "new records make REGISTRY.md stale until generated"
     assert ledgerless.run("generate") == 0
     text = registry(ledgerless)
-    assert "| `det_gemm` | simt (none) | mma (executed) → simt (compiled) | simt (none) | simt (none) |" in text
+    assert "| `det_gemm` | simt (none) | wgmma (none) → mma (executed) → simt (compiled) | simt (none) | simt (none) |" in text
     assert "| cuda | `mma` | executed | executed | executed | executed: a check, on NVIDIA H200, CUDA 13.0, torch 2.11.0+cu130 (commit 0123456789ab) |" in text
 
-    # A changed tensor-core header changes mma's source, not simt's.
+    # A changed tensor-core header changes mma's source (and wgmma's, which has no records), not simt's.
     template = ledgerless.root / TENSOR_CORE_TEMPLATE
     template.write_text(template.read_text() + "// changed\n")
     capsys.readouterr()
@@ -233,8 +233,8 @@ def test_readme_blocks_regenerate_from_the_ledger(ledgerless: Project, capsys):
     assert "stale: README.md has an operator table or a verification table" in capsys.readouterr().err
     assert ledgerless.run("generate") == 0
     shown = (ledgerless.root / "README.md").read_text()
-    # det_gemm, det_gemm_nt, det_gemm_tn: mma and simt, three dtypes each on cuda
-    assert "| `cuda`: NVIDIA CUDA | none recorded | 3 of 21: the emulator. Grid lowered. | none recorded |" in shown
+    # det_gemm, det_gemm_nt, det_gemm_tn: wgmma, mma and simt, three dtypes each on cuda
+    assert "| `cuda`: NVIDIA CUDA | none recorded | 3 of 30: the emulator. Grid lowered. | none recorded |" in shown
     assert "mma (emulated) → simt (none)" in shown
     assert ledgerless.run("check") == 0
 
@@ -409,7 +409,7 @@ def test_compile_check_records_only_kernels_whose_every_compile_passed(ledgerles
     )
     assert rocm.source_sha256 == sha_of(ledgerless, "det_gemm_tn", "simt", "rocm")
     musa = next(r for r in records if r.platform == "musa")
-    assert musa.how.toolchain == "nvcc 13.0 (V13.0.88) through the MUSA header shim (tools/musa_shim), not mcc; sm_80,sm_90,sm_100,sm_120+PTX"
+    assert musa.how.toolchain == "nvcc 13.0 (V13.0.88) through the MUSA header shim (tools/musa_shim), not mcc; sm_80,sm_90a,sm_100,sm_120+PTX"
     assert musa.how.note == "well-formed code only: that mcc accepts it is not shown"
 
 

@@ -62,32 +62,37 @@ def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=300, **kwargs)
 
 
-def build_driver(generated: Path, op: str, work: Path, mutate: Callable[[str], str] | None = None) -> Path:
-    """Compiles `op`'s mma and simt launchers from a generated CUDA package into an emulated driver."""
+def build_driver(
+    generated: Path, op: str, work: Path, mutate: Callable[[str], str] | None = None, kernels: tuple[str, ...] = ("mma", "simt"),
+    defines: tuple[str, ...] = (),
+) -> Path:
+    """Compiles `op`'s launchers of `kernels` (the first one driven, and mutated by `mutate`) from a
+    generated CUDA package into an emulated driver; `defines` are extra -D flags."""
     csrc = work / "csrc"
     shutil.copytree(generated / "cuda/csrc", csrc)
-    kernels = csrc / "kernels/cuda"
-    shutil.copy(EMULATOR / "rlk_tensor_core.h", kernels / "rlk_tensor_core.h")
+    names, folder = kernels, csrc / "kernels/cuda"
+    shutil.copy(EMULATOR / "rlk_tensor_core.h", folder / "rlk_tensor_core.h")
+    flags = (*FLAGS, *(f"-D{d}" for d in defines))
     objects = []
-    for kernel in ("mma", "simt"):
-        source = kernels / f"{op}_{kernel}.cu"
+    for kernel in names:
+        source = folder / f"{op}_{kernel}.cu"
         text = source.read_text()
-        if kernel == "mma" and mutate is not None:
+        if kernel == names[0] and mutate is not None:
             text = mutate(text)
         source.write_text(emulated_source(text))
         objects.append(work / f"{op}_{kernel}.o")
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda o: _run([GXX, *FLAGS, "-x", "c++", "-c", str(kernels / f"{o.stem}.cu"), "-o", str(o)]), objects))
+        results = list(pool.map(lambda o: _run([GXX, *flags, "-x", "c++", "-c", str(folder / f"{o.stem}.cu"), "-o", str(o)]), objects))
     for result in results:
         assert result.returncode == 0, result.stderr[-4000:]
     main = work / "main.cpp"
     main.write_text(
-        f'#include "csrc/kernels/cuda/rlk_numerics.h"\n#include "csrc/kernels/cuda/{op}_mma.h"\n#include "{EMULATOR / "gemm_driver.cpp"}"\n'
+        f'#include "csrc/kernels/cuda/rlk_numerics.h"\n#include "csrc/kernels/cuda/{op}_{names[0]}.h"\n#include "{EMULATOR / "gemm_driver.cpp"}"\n'
     )
     layout = LAYOUTS[op]
     binary = work / f"{op}_driver"
     result = _run(
-        [GXX, *FLAGS, f"-DRLK_EMU_LAUNCHER={op}_mma", f"-DRLK_EMU_LHS_T={int(layout.lhs_t)}", f"-DRLK_EMU_RHS_T={int(layout.rhs_t)}",
+        [GXX, *flags, f"-DRLK_EMU_LAUNCHER={op}_{names[0]}", f"-DRLK_EMU_LHS_T={int(layout.lhs_t)}", f"-DRLK_EMU_RHS_T={int(layout.rhs_t)}",
          f"-DRLK_EMU_DIMS={layout.dims}", f"-DRLK_EMU_BIAS={int(layout.bias)}", str(main), *map(str, objects), "-o", str(binary)]
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -96,10 +101,11 @@ def build_driver(generated: Path, op: str, work: Path, mutate: Callable[[str], s
 
 def emulate(
     binary: Path, dtype: str, shape: tuple[int, int, int, int], out_fp32: bool = False, mode: tuple[str, str] = MODES[0], random: bool = False,
-    bias: bool = False,
+    bias: bool = False, device: dict[str, str] | None = None,
 ):
+    """Runs a driver; `device` sets the emulated device (RLK_EMU_ARCH, RLK_EMU_MULTIPROCESSORS)."""
     m, k, n, offset = shape
-    env = {**os.environ, "RLK_EMU_COPIES": mode[0], "RLK_EMU_ORDER": mode[1], "RLK_EMU_USE_BIAS": str(int(bias))}
+    env = {**os.environ, "RLK_EMU_COPIES": mode[0], "RLK_EMU_ORDER": mode[1], "RLK_EMU_USE_BIAS": str(int(bias)), **(device or {})}
     return _run([str(binary), dtype, str(m), str(k), str(n), str(offset), str(int(out_fp32)), *(["random"] if random else [])], env=env)
 
 

@@ -35,7 +35,8 @@ def test_mma_renders_for_cuda_only():
 @pytest.mark.parametrize("op", MMA_OPS)
 def test_cuda_registry_prefers_mma_with_simt_as_portable_fallback(op: str):
     entry = json.loads((GENERATED / "registry.json").read_text())["ops"][op]
-    assert entry["backends"]["cuda"] == ["mma", "simt"]
+    # wgmma first: its launcher runs it on an sm_90a build on a 9.0 device and hands every other to mma.
+    assert entry["backends"]["cuda"] == ["wgmma", "mma", "simt"]
     assert {platform: names for platform, names in entry["backends"].items() if platform != "cuda"} == {
         "cpu": ["simt"],
         "rocm": ["simt"],
@@ -46,7 +47,7 @@ def test_cuda_registry_prefers_mma_with_simt_as_portable_fallback(op: str):
     registry = (GENERATED / "cuda/rlkernels/_registry.py").read_text()
     block = registry[registry.index(f'    "{op}": Op(') :]
     block = block[: block.index("\n    ),\n")]
-    assert re.search(r"""["']cuda["']: \(["']mma["'], ["']simt["'],?\)""", block), f"the cuda package's registry must list mma, then simt, for {op}"
+    assert re.search(r"""["']cuda["']: \(["']wgmma["'], ["']mma["'], ["']simt["'],?\)""", block), f"the cuda package's registry must list wgmma, mma, then simt, for {op}"
 
 
 @pytest.mark.parametrize(("op", "dims", "bias"), [("det_gemm", "M, K, N", ""), ("det_gemm_nt", "M, K, N", "bias, "), ("det_gemm_tn", "K, M, N", "")])

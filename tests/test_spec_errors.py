@@ -30,8 +30,14 @@ def errors_of(project: Project, capsys) -> str:
         (OP, "  - {name: a, dtype: T", "  - {name: class, dtype: T", "args.0.name", "reserved in C++"),
         (OP, "requires: [deterministic, batch_invariant]", "requires: [deterministic, fast]", "requires.1", "Input should be 'deterministic', 'batch_invariant', 'portable' or 'layout_invariant'"),
         (OP, "  musa: [simt]", "  musa: [simt]\n  metal: [simt]", "backends.metal", "Unknown platform metal. Expected one of cpu, cuda, musa, rocm"),
-        (OP, "  cuda: [mma, simt]", "  cuda: [tiled]", "backends.cuda.0", "Unknown backend tiled. Expected one of mma, simt, torch_matmul"),
-        (OP, "  cuda: [mma, simt]", "  cuda: [simt, simt]", "backends.cuda.1", "backend simt is listed twice for cuda"),
+        (OP, "  cuda: [wgmma, mma, simt]", "  cuda: [tiled]", "backends.cuda.0", "Unknown backend tiled. Expected one of mma, simt, torch_matmul, torch_reference, wgmma"),
+        (OP, "  cuda: [wgmma, mma, simt]", "  cuda: [simt, simt]", "backends.cuda.1", "backend simt is listed twice for cuda"),
+        # A kernel's archs: one arch-specific target, which every platform running it builds and names a macro for.
+        (OP, '    archs: ["9.0a"]', '    archs: ["9.0a", "10.0a"]', "kernels.wgmma.archs", "at most 1 item"),
+        (OP, '    archs: ["9.0a"]', '    archs: ["sm_90a"]', "kernels.wgmma.archs.0", "is not a valid arch list entry"),
+        (OP, '    archs: ["9.0a"]', '    archs: ["10.0a"]', "kernels.wgmma.archs.0", "kernel wgmma needs arch 10.0a, which platform cuda does not build (build.archs: 8.0, 9.0a, 10.0, 12.0+PTX)"),
+        (CUDA, '  arch_macros: {"9.0a": __CUDA_ARCH_FEAT_SM90_ALL}', '  arch_macros: {"9.0a": "defined(X) || 1"}', "build.arch_macros.'9.0a'", "is not a valid C++ name"),
+
         (OP, "tolerance: reduction", "tolerance: exact", "tolerance", "Unknown tolerance class exact. Expected one of elementwise, logprob, reduction"),
         (OP, "autocast: lower_precision", "autocast: bfloat16", "autocast", "Input should be 'lower_precision', 'float32' or 'none'"),
         (OP, "autocast: lower_precision", "autocast: [float32]", "autocast", "Input should be 'lower_precision', 'float32' or 'none'"),
@@ -233,3 +239,18 @@ def test_text_libyaml_does_not_take_goes_to_the_reference_reader(text):
 
     src = load.SourceMap("x.yaml")
     assert load._read_fast(text, src) is None
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ('  arch_macros: {"9.0a": __CUDA_ARCH_FEAT_SM90_ALL}', "  arch_macros: {}", "kernel wgmma needs arch 9.0a, but platform cuda names no macro for it (build.arch_macros)"),
+        ("  copy_from_symbol: cudaMemcpyFromSymbol\n", "", "kernel wgmma needs arch 9.0a, but platform cuda's runtime lacks copy_from_symbol"),
+    ],
+)
+def test_a_platform_that_cannot_run_a_kernels_arch_is_refused_where_the_kernel_names_it(bare_project: Project, capsys, old: str, new: str, message: str):
+    """The platform lacks what the kernel's arch needs: the error points at the kernel's `archs` line."""
+    bare_project.edit(CUDA, old, new)
+    err = errors_of(bare_project, capsys)
+    line = next(i for i, text in enumerate((bare_project.root / OP).read_text().splitlines(), 1) if text.startswith("    archs:"))
+    assert f"{OP}:{line}: kernels.wgmma.archs.0: {message}" in err, err

@@ -49,7 +49,7 @@ from generator import record
 from generator.errors import GeneratorError
 from generator.evidence import How, Record
 from generator.load import Catalog, load_catalog
-from generator.model import PlatformSpec
+from generator.model import NativeKernel, PlatformSpec
 
 MUSA_SHIM = Path(__file__).resolve().parent / "musa_shim"
 WORKERS = 2  # the work machines have two cores
@@ -138,6 +138,7 @@ class Job:
     shim: bool = False  # compiled through tools/musa_shim instead of its own compiler
     save_temps: bool = False  # keep the device assembly, to check it for fused multiply-adds
     skip: str | None = None  # why this compile cannot run here (an arch the compiler lacks)
+    resources: bool = False  # a register-budgeted kernel (its spec names archs): ptxas reports, no spills allowed
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,9 @@ def plan(catalog: Catalog, generated: Path, hip_problems: dict[str, str] | None 
     hip_problems = hip_problems or {}
     by_suffix = {p.source_suffix: p for p in catalog.platforms}
     nvcc_platform = next((p for p in catalog.platforms if p.compiler == "nvcc"), None)
+    # Kernels that need an arch-specific target budget their registers per warpgroup (setmaxnreg):
+    # a spill there is a failure, and ptxas's report of registers and shared memory is shown.
+    budgeted = {f"{op.name}_{name}" for op in catalog.ops for name, kernel in op.kernels.items() if isinstance(kernel, NativeKernel) and kernel.archs}
     jobs: list[Job] = []
     for source in sorted(generated.glob("*/csrc/kernels/**/*")):
         if not source.is_file() or source.suffix in HEADER_SUFFIXES:
@@ -232,7 +236,9 @@ def plan(catalog: Catalog, generated: Path, hip_problems: dict[str, str] | None 
         if platform.compiler == "nvcc":
             gencodes, archs = nvcc_gencodes(platform, first_arch)
             flags = checked_flags(platform, platform.build.device_flags, "nvcc", "device_flags")
-            jobs.append(Job(source, shown, "nvcc", f"nvcc {archs}", (*flags, *gencodes, "-c", str(source))))
+            resources = source.stem in budgeted
+            args = (*flags, *gencodes, *(("-Xptxas", "-v") if resources else ()), "-c", str(source))
+            jobs.append(Job(source, shown, "nvcc", f"nvcc {archs}", args, resources=resources))
         elif platform.compiler == "mcc":
             # No mcc here: nvcc with the CUDA platform's flags and archs, the MUSA names mapped by the shim.
             if nvcc_platform is None:
@@ -261,6 +267,24 @@ def plan(catalog: Catalog, generated: Path, hip_problems: dict[str, str] | None 
     return jobs
 
 
+def ptxas_resources(output: str) -> tuple[list[str], list[str]]:
+    """From `ptxas -v`: one line per target (entries, registers, shared memory, spill bytes) and
+    a line per kernel entry that spills."""
+    targets: dict[str, list[tuple[int, int, int]]] = {}
+    spills: list[str] = []
+    pattern = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'.*?(\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) registers[^\n]*?(?:(\d+) bytes smem)?", re.DOTALL)
+    for entry, target, stores, loads, registers, smem in pattern.findall(output):
+        targets.setdefault(target, []).append((int(registers), int(stores) + int(loads), int(smem or 0)))
+        if int(stores) or int(loads):
+            spills.append(f"{target} {entry}: {stores} bytes spill stores, {loads} bytes spill loads")
+    summary = [
+        f"ptxas {target}: {len(found)} entries, at most {max(r for r, _, _ in found)} registers, "
+        f"{sum(s for _, s, _ in found)} spill bytes, static shared memory at most {max(m for _, _, m in found)} bytes"
+        for target, found in sorted(targets.items())
+    ]
+    return summary, spills
+
+
 def compile_one(job: Job, compiler: str, out_dir: Path, index: int) -> Result:
     work = out_dir / str(index)  # -save-temps writes next to the working directory: one per job
     work.mkdir()
@@ -274,6 +298,12 @@ def compile_one(job: Job, compiler: str, out_dir: Path, index: int) -> Result:
     output = "\n".join(line for line in (proc.stdout + proc.stderr).strip().splitlines() if "linker' input unused" not in line)
     if proc.returncode != 0:
         return Result(job, "FAIL", f"$ {' '.join(command)}\n{output or f'exit status {proc.returncode}'}")
+    if job.resources:
+        summary, spills = ptxas_resources(output)
+        if spills:
+            return Result(job, "FAIL", "register spills in a register-budgeted kernel:\n" + "\n".join(spills))
+        output = "\n".join(line for line in output.splitlines() if not line.startswith("ptxas info") and "bytes stack frame" not in line)
+        output = "\n".join(filter(None, [output, *summary]))
     if job.save_temps and not uses_explicit_fma(job.source):
         assembly = sorted(work.glob("*-hip-amdgcn-*.s"))
         if not assembly:
@@ -435,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         help="compile each device source for its platform's first spec arch only (the quick check make test runs); records no evidence",
     )
     parser.add_argument(
-        "--op", action="append", default=[], metavar="NAME", help="compile only this op's kernels (repeatable); records no evidence"
+        "--op", action="append", default=[], metavar="NAME",
+        help="compile only this op's kernels (repeatable); their compiled records are merged into evidence/, the others kept",
     )
     args = parser.parse_args(argv)
     generated = (args.generated or args.root / "generated").resolve()
@@ -454,7 +485,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise GeneratorError(f"--op {', '.join(unknown)}: no such op in {args.root / 'specs'}")
             kernels = {f"{op.name}_{kernel}" for op in catalog.ops if op.name in args.op for kernel in op.kernels}
             jobs = [job for job in jobs if job.source.stem in kernels]
-            args.no_evidence = True
     except GeneratorError as exc:
         print(f"compile-check: error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,9 @@
   compare     CUDA results vs CPU results, bit for bit, for det_gemm: several shapes, every dtype
   invariance  batch invariance (1 row vs 512 rows at K=N=4096) and determinism on the device
   bench       every native kernel of det_gemm, det_gemm_nt and det_gemm_tn vs torch.matmul
-              (cuBLAS) on the same layout, same process, CUDA events
+              (cuBLAS) on the same layout, same process, CUDA events, at the large shapes and
+              the decode-like M of 1, 16 and 128; at each, every kernel's bits checked for
+              batch invariance (one row alone, a chunk of rows alone) and determinism (a rerun)
   tiles       det_gemm's mma kernel rebuilt with other tile configurations: speed vs cuBLAS,
               and whether the bits equal those of the spec's configuration
 
@@ -53,14 +55,15 @@ EXIT_PASS, EXIT_FAIL = 0, 1  # any other exit status of a stage is an error
 # finishes in seconds; odd sizes exercise the tile edges.
 COMPARE_SHAPES = [(1, 7, 5), (33, 64, 40), (127, 300, 129), (256, 1024, 384), (4, 4096, 4096), (128, 2048, 2048)]
 INVARIANCE = {"rows": 512, "K": 4096, "N": 4096}
-# 4096^3 and target shapes from the operator catalog (a Qwen3-8B-like MLP).
-BENCH_SHAPES = [(4096, 4096, 4096), (4096, 4096, 12288), (4096, 14336, 4096)]
+# 4096^3 and target shapes from the operator catalog (a Qwen3-8B-like MLP), then decode-like
+# batches of 1, 16 and 128 rows at K = N = 4096.
+BENCH_SHAPES = [(4096, 4096, 4096), (4096, 4096, 12288), (4096, 14336, 4096), (1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096)]
 BENCH_DTYPES = ["bfloat16", "float32"]
 ALL_DTYPES = ["float32", "float16", "bfloat16"]
 
 DRY_COMPARE_SHAPES = [(1, 7, 5), (33, 64, 40), (17, 96, 24)]
 DRY_INVARIANCE = {"rows": 32, "K": 64, "N": 48}
-DRY_BENCH_SHAPES = [(64, 128, 96)]
+DRY_BENCH_SHAPES = [(64, 128, 96), (1, 128, 96)]
 
 
 @dataclass
@@ -77,7 +80,7 @@ STAGES = [
     Stage("chain", "Chain test of a patched transformers model on the device", 240),
     Stage("compare", "Device vs CPU, bit for bit", 120),
     Stage("invariance", "Batch invariance and determinism on the device", 90),
-    Stage("bench", "Benchmark vs torch.matmul (cuBLAS)", 180),
+    Stage("bench", "Benchmark vs torch.matmul (cuBLAS), with bitwise invariance at each shape", 240),
     Stage("tiles", "Tile configurations of det_gemm's mma kernel", 300),
 ]
 
@@ -131,7 +134,7 @@ def build_env(args) -> tuple[dict[str, str], list[str]]:
         if "CUDA_HOME" not in env and Path("/usr/local/cuda").is_dir():
             env["CUDA_HOME"] = "/usr/local/cuda"
         if "TORCH_CUDA_ARCH_LIST" not in env:
-            env["TORCH_CUDA_ARCH_LIST"] = device_arch() or "9.0"  # only this GPU's arch: half the compile time
+            env["TORCH_CUDA_ARCH_LIST"] = device_arch() or "9.0a"  # only this GPU's arch: half the compile time
         notes.append(f"TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']}")
         notes.append(f"CUDA_HOME={env.get('CUDA_HOME')}")
         # torch's headers include cusparse.h & co., which CUDA wheels of torch keep in
@@ -149,7 +152,9 @@ def device_arch() -> str | None:
 
         if torch.cuda.is_available():
             major, minor = torch.cuda.get_device_capability(0)
-            return f"{major}.{minor}"
+            # A 9.0 device is built for the arch-specific target, which has the wgmma kernels'
+            # instructions (a plain 9.0 build compiles them out, and they hand over to mma).
+            return f"{major}.{minor}" + ("a" if (major, minor) == (9, 0) else "")
     except (ImportError, RuntimeError, AssertionError) as exc:  # no usable device: the caller's default
         print(f"no device arch: {exc}", flush=True)
     return None
@@ -528,6 +533,27 @@ BENCH_OPS = {
     "det_gemm_nt": (lambda a, b: (a, b.t().contiguous(), None), lambda a, bt, _bias: a @ bt.t()),  # no bias: the plain product
     "det_gemm_tn": (lambda a, b: (a.t().contiguous(), b), lambda at, b: at.t() @ b),
 }
+# Rows i..j-1 of C alone: the operands as the op takes them, cut to those rows of A.
+BENCH_ROWS = {
+    "det_gemm": lambda ops, i, j: (ops[0][i:j].contiguous(), ops[1]),
+    "det_gemm_nt": lambda ops, i, j: (ops[0][i:j].contiguous(), ops[1], None),
+    "det_gemm_tn": lambda ops, i, j: (ops[0][:, i:j].contiguous(), ops[1]),
+}
+
+
+def bitwise_invariance(fn, operands, rows, m: int) -> str:
+    """Three bitwise checks of one kernel at one shape: the first row alone, the rows from the middle
+    of the batch on alone (a chunk), and a rerun, against the full result; "-" where M has no such split."""
+    import torch
+
+    full = fn(*operands)
+    start = min(100, m // 2)
+    checks = [
+        torch.equal(bits(fn(*rows(operands, 0, 1))), bits(full[:1])) if m > 1 else None,
+        torch.equal(bits(fn(*rows(operands, start, m))), bits(full[start:])) if start > 0 else None,
+        torch.equal(bits(fn(*operands)), bits(full)),
+    ]
+    return "/".join("-" if ok is None else "yes" if ok else "**no**" for ok in checks)
 # float32 runs the simt kernel in every layout; it is measured for det_gemm only.
 BENCH_LAYOUT_DTYPES = ["bfloat16"]
 
@@ -558,11 +584,14 @@ def stage_bench(args) -> tuple[bool, str]:
                     fn = overload(kernel, op)
                     try:
                         t = measure(lambda fn=fn, operands=operands: fn(*operands))
+                        checks = bitwise_invariance(fn, operands, BENCH_ROWS[op], m)
                     except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
                         errors += 1
                         row.append(f"error: {first_line(exc)}")
                         continue
-                    row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×)")
+                    # Every native kernel of these ops guarantees deterministic and batch_invariant.
+                    errors += "no" in checks
+                    row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×) {checks}")
                     print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms", flush=True)
                 table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
                 operands = None  # free this shape's operands before the next is allocated
@@ -574,7 +603,10 @@ def stage_bench(args) -> tuple[bool, str]:
     device = torch.cuda.get_device_name() if args.device != "cpu" else "CPU"
     body = [
         (f"{device}, M×K×N, TFLOP/s = 2·M·K·N / time; median of 3 batches of calls after a warm-up, timed with "
-         f"{'CUDA events' if args.device != 'cpu' else 'perf_counter'}; torch.matmul (on the same layout) with TF32 off."),
+         f"{'CUDA events' if args.device != 'cpu' else 'perf_counter'}; torch.matmul (on the same layout) with TF32 off. "
+         "After each kernel's speed, its bits: the first row alone / the rows from min(100, M/2) on alone / a rerun, "
+         "each equal to the full result bit for bit (yes), or not (no), or no such split at this M (-). "
+         "On a 9.0 device built for 9.0a, wgmma runs its own kernel; elsewhere it hands the call to mma."),
         *sections,
     ]
     if skipped:
@@ -819,7 +851,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "."), help="report directory (default: $OUT, else .)")
     parser.add_argument("--only", type=lambda s: s.split(","), help=f"comma-separated stages ({','.join(s.name for s in STAGES)})")
     parser.add_argument("--budget-s", type=int, default=570, help="stop starting stages after this many seconds")
-    parser.add_argument("--bench-budget-s", type=int, default=150, help="measure no new shapes after this many seconds")
+    parser.add_argument("--bench-budget-s", type=int, default=200, help="measure no new shapes after this many seconds")
     parser.add_argument("--stage", choices=list(BODIES), help=argparse.SUPPRESS)  # internal: run one stage
     parser.add_argument("--platform", help=argparse.SUPPRESS)
     parser.add_argument("--tile-probe", action="store_true", help=argparse.SUPPRESS)  # internal: child of `tiles`

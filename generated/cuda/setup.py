@@ -8,7 +8,7 @@
 
 Target architectures: TORCH_CUDA_ARCH_LIST when it is set; else, when a device is visible,
 torch's own choice (the visible devices); else, or with RLK_SPEC_ARCHS=1 (a wheel for other
-machines), the platform spec's list: 8.0;9.0;10.0;12.0+PTX.
+machines), the platform spec's list: 8.0;9.0a;10.0;12.0+PTX.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from setuptools import setup
 
 BASE_VERSION = "0.1.0"
 ARCH_ENV = "TORCH_CUDA_ARCH_LIST"
-SPEC_ARCHS = "8.0;9.0;10.0;12.0+PTX"
+SPEC_ARCHS = "8.0;9.0a;10.0;12.0+PTX"
 ARCH_FLOOR = None
 DEVICE_AVAILABLE = "torch.cuda.is_available"
 # Flags the extension builder adds by itself that a wheel for other machines must not carry.
@@ -32,11 +32,14 @@ SOURCES = [
     "csrc/kernels/cuda/attention_blocks.cu",
     "csrc/kernels/cuda/attention_backward_blocks.cu",
     "csrc/kernels/cuda/column_sum_columns.cu",
+    "csrc/kernels/cuda/det_gemm_wgmma.cu",
     "csrc/kernels/cuda/det_gemm_mma.cu",
     "csrc/kernels/cuda/det_gemm_simt.cu",
     "csrc/kernels/cuda/det_gemm_ktree_tree.cu",
+    "csrc/kernels/cuda/det_gemm_nt_wgmma.cu",
     "csrc/kernels/cuda/det_gemm_nt_mma.cu",
     "csrc/kernels/cuda/det_gemm_nt_simt.cu",
+    "csrc/kernels/cuda/det_gemm_tn_wgmma.cu",
     "csrc/kernels/cuda/det_gemm_tn_mma.cu",
     "csrc/kernels/cuda/det_gemm_tn_simt.cu",
     "csrc/kernels/cuda/embedding_rows.cu",

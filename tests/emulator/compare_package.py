@@ -33,6 +33,17 @@ EMULATOR = Path(__file__).resolve().parent
 FLAGS = ["-O1", "-DRLK_EMULATOR", "-ffp-contract=off", "-Wno-unknown-pragmas"]
 
 
+def _arch_macros() -> list[str]:
+    """The macros of the platforms' arch-specific targets (build.arch_macros), defined as their own
+    compilation defines them: a kernel that needs one (det_gemm's wgmma) runs its own body here, on
+    the emulator's device (a 9.0 unless RLK_EMU_ARCH says otherwise), not the kernel it hands other
+    devices to."""
+    import yaml
+
+    specs = EMULATOR.parent.parent / "specs" / "platforms"
+    return sorted({f"-D{macro}" for path in specs.glob("*.yaml") for macro in ((yaml.safe_load(path.read_text()).get("build") or {}).get("arch_macros") or {}).values()})
+
+
 def build(package: Path, build_dir: Path) -> None:
     from torch.utils import cpp_extension
 
@@ -41,7 +52,7 @@ def build(package: Path, build_dir: Path) -> None:
     module = cpp_extension.load(
         name="_C",
         sources=[str(s) for s in sources],
-        extra_cflags=FLAGS,
+        extra_cflags=[*FLAGS, *_arch_macros()],
         extra_include_paths=[str(EMULATOR / "include"), str(EMULATOR), str(csrc)],
         build_directory=str(build_dir),
         verbose=False,

@@ -81,9 +81,38 @@ struct Fiber {
   char* stack = nullptr;
   uint3_ thread_idx;
   int linear = 0;
-  enum State { kRunnable, kBlockBarrier, kWarpBarrier, kDone } state = kRunnable;
+  enum State { kRunnable, kBlockBarrier, kWarpBarrier, kGroupBarrier, kBarrierWait, kDone } state = kRunnable;
   std::vector<CopyRecord> open_group;
   std::vector<std::vector<CopyRecord>> committed;
+  uint32_t waits_on = 0;  // the shared-memory barrier a kBarrierWait fiber waits on
+};
+
+// A shared-memory barrier (mbarrier): it completes a phase, and flips the phase's parity,
+// once `count` arrivals have been made.  An arrival made on behalf of a thread's copies
+// (cp.async.mbarrier.arrive) is held with those copies until they land.
+struct Mbarrier {
+  int count = 0;
+  int pending = 0;
+  uint32_t phase = 0;
+  std::vector<std::vector<CopyRecord>> arrivals_after_copies;
+};
+
+// A warpgroup mma in flight: what it reads and where its results go, fixed at issue.
+struct WarpgroupOp {
+  uint64_t desc_a = 0, desc_b = 0;
+  int n = 0;
+  bool trans_a = false, trans_b = false, scale_d = true, bf16 = true;
+  float* d[128] = {};
+};
+
+// The 128 threads of a warpgroup meeting in one warpgroup-wide instruction, and the
+// warpgroup mmas it has issued: open (not yet committed) and committed groups, oldest first.
+struct WarpgroupExchange {
+  int arrived = 0;
+  const char* instruction = nullptr;
+  WarpgroupOp op;
+  std::vector<WarpgroupOp> open;
+  std::vector<std::vector<WarpgroupOp>> committed;
 };
 
 struct WarpExchange {
@@ -98,6 +127,8 @@ struct WarpExchange {
 struct State {
   std::vector<Fiber> fibers;
   std::vector<WarpExchange> warps;
+  std::vector<WarpgroupExchange> warpgroups;
+  std::map<uint32_t, Mbarrier> barriers;  // by shared address, for the running block
   ucontext_t scheduler;
   Fiber* current = nullptr;
   uint3_ block_idx{0, 0, 0};
@@ -107,6 +138,8 @@ struct State {
   std::function<void()> body;
   bool deferred_copies = false;
   bool reverse_order = false;
+  int arch_major = 9, arch_minor = 0;  // the emulated device (RLK_EMU_ARCH, e.g. 8.0)
+  int multiprocessors = 2;             // RLK_EMU_MULTIPROCESSORS
   int last_error = 0;
   std::map<const void*, int> max_dynamic_shared;  // opt-ins, by kernel
   std::vector<std::pair<const unsigned char*, size_t>> buffers;
@@ -123,6 +156,8 @@ inline void configure_from_environment() {
   const char* order = std::getenv("RLK_EMU_ORDER");
   state().deferred_copies = copies != nullptr && std::string(copies) == "deferred";
   state().reverse_order = order != nullptr && std::string(order) == "reverse";
+  if (const char* arch = std::getenv("RLK_EMU_ARCH")) std::sscanf(arch, "%d.%d", &state().arch_major, &state().arch_minor);
+  if (const char* sms = std::getenv("RLK_EMU_MULTIPROCESSORS")) state().multiprocessors = std::atoi(sms);
 }
 
 // Global memory the kernels may read with asynchronous copies.
@@ -223,6 +258,102 @@ inline void copy_wait(int pending) {
   }
 }
 
+// ---------------------------------------------------------------- shared-memory barriers
+inline Mbarrier& barrier_at(uint32_t address, const char* what) {
+  shared_at(address, 8, 8, what);
+  auto found = state().barriers.find(address);
+  if (found == state().barriers.end()) fail(std::string(what) + ": no barrier was initialised at shared address " + std::to_string(address));
+  return found->second;
+}
+
+inline void wake_waiters(uint32_t address) {
+  for (Fiber& f : state().fibers)
+    if (f.state == Fiber::kBarrierWait && f.waits_on == address) f.state = Fiber::kRunnable;
+}
+
+inline void barrier_init(uint32_t address, int count) {
+  shared_at(address, 8, 8, "mbarrier.init");
+  if (count < 1) fail("mbarrier.init: count " + std::to_string(count));
+  state().barriers[address] = Mbarrier{count, count, 0, {}};
+}
+
+inline void barrier_arrive(uint32_t address) {
+  Mbarrier& b = barrier_at(address, "mbarrier.arrive");
+  if (--b.pending == 0) {
+    b.phase ^= 1u;
+    b.pending = b.count;
+    wake_waiters(address);
+  }
+}
+
+// Every copy this thread has issued and not yet seen land travels with the arrival.
+inline void barrier_arrive_after_copies(uint32_t address) {
+  barrier_at(address, "cp.async.mbarrier.arrive");
+  Fiber& f = self();
+  std::vector<CopyRecord> copies;
+  for (auto& group : f.committed) copies.insert(copies.end(), group.begin(), group.end());
+  copies.insert(copies.end(), f.open_group.begin(), f.open_group.end());
+  f.committed.clear();
+  f.open_group.clear();
+  if (!state().deferred_copies) {
+    apply(copies);
+    barrier_arrive(address);
+    return;
+  }
+  state().barriers[address].arrivals_after_copies.push_back(std::move(copies));
+  wake_waiters(address);
+}
+
+// Blocks until the phase of parity `parity` has completed.  Deferred copies land (and make
+// their arrivals) only here, when a thread needs them: as late as the hardware may.
+inline void barrier_wait(uint32_t address, uint32_t parity) {
+  for (;;) {
+    Mbarrier& b = barrier_at(address, "mbarrier.try_wait");
+    if ((b.phase & 1u) != (parity & 1u)) return;
+    if (!b.arrivals_after_copies.empty()) {
+      std::vector<CopyRecord> copies = std::move(b.arrivals_after_copies.front());
+      b.arrivals_after_copies.erase(b.arrivals_after_copies.begin());
+      apply(copies);
+      barrier_arrive(address);
+      continue;
+    }
+    self().state = Fiber::kBarrierWait;
+    self().waits_on = address;
+    yield();
+  }
+}
+
+// ---------------------------------------------------------------- warpgroup-wide instructions
+inline WarpgroupExchange& warpgroup_exchange() { return state().warpgroups[self().linear / 128]; }
+
+// All 128 threads of this thread's warpgroup arrive in the same instruction; the last to
+// arrive runs `last` before any continues.
+template <typename Last>
+inline void warpgroup_collective(const char* instruction, Last last) {
+  WarpgroupExchange& w = warpgroup_exchange();
+  State& s = state();
+  if (static_cast<int>(s.fibers.size()) < (self().linear / 128 + 1) * 128) fail(std::string(instruction) + ": the block has no whole warpgroup here");
+  if (w.arrived == 0) w.instruction = instruction;
+  if (std::strcmp(w.instruction, instruction) != 0)
+    fail(std::string("threads of one warpgroup meet in different warpgroup-wide instructions: ") + w.instruction + " and " + instruction);
+  const int first = self().linear / 128 * 128;
+  if (++w.arrived == 128) {
+    w.arrived = 0;
+    last(w);
+    for (int t = 0; t < 128; ++t)
+      if (s.fibers[first + t].state == Fiber::kGroupBarrier) s.fibers[first + t].state = Fiber::kRunnable;
+    return;
+  }
+  self().state = Fiber::kGroupBarrier;
+  yield();
+}
+
+inline uint16_t shared_u16(uint32_t address, const char* what) {
+  uint16_t v;
+  std::memcpy(&v, shared_at(address, 2, 2, what), 2);
+  return v;
+}
+
 // ---------------------------------------------------------------- launches
 struct LaunchConfig {
   dim3 grid, block;
@@ -267,14 +398,16 @@ inline void run_block() {
     }
     if (ran) continue;
     if (all_done) break;
-    int warp = 0, block = 0, done = 0;
+    int warp = 0, block = 0, done = 0, group = 0, barrier = 0;
     for (const Fiber& f : s.fibers) {
       warp += f.state == Fiber::kWarpBarrier;
+      group += f.state == Fiber::kGroupBarrier;
       block += f.state == Fiber::kBlockBarrier;
+      barrier += f.state == Fiber::kBarrierWait;
       done += f.state == Fiber::kDone;
     }
-    fail("deadlock: " + std::to_string(warp) + " threads wait in warp-wide instructions, " + std::to_string(block) + " at __syncthreads, " +
-         std::to_string(done) + " have exited");
+    fail("deadlock: " + std::to_string(warp) + " threads wait in warp-wide instructions, " + std::to_string(group) + " in warpgroup-wide ones, " +
+         std::to_string(block) + " at __syncthreads, " + std::to_string(barrier) + " on shared-memory barriers, " + std::to_string(done) + " have exited");
   }
 }
 
@@ -302,6 +435,8 @@ void launch(LaunchConfig cfg, Kernel kernel, Args... args) {
         s.fibers.clear();
         s.fibers.resize(threads);
         s.warps.assign(threads / 32, WarpExchange{});
+        s.warpgroups.assign((threads + 127) / 128, WarpgroupExchange{});
+        s.barriers.clear();
         s.block_arrived = 0;
         for (int t = 0; t < threads; ++t) {
           Fiber& f = s.fibers[t];

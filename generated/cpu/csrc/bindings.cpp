@@ -1143,14 +1143,17 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("column_sum(Tensor x) -> Tensor");
   m.def("column_sum.columns(Tensor x) -> Tensor");
   m.def("det_gemm(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm.wgmma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_ktree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_ktree.tree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_nt(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_nt.wgmma(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.mma(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.simt(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_tn.wgmma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("embedding(Tensor weight, Tensor ids) -> Tensor");

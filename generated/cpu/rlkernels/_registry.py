@@ -241,6 +241,12 @@ OPS = {
                 python="rlkernels._references.det_gemm",
                 doc="a @ b in PyTorch, accepting the op's attributes; reference only",
             ),
+            "wgmma": Kernel(
+                name="wgmma",
+                kind="native",
+                guarantees=frozenset({"batch_invariant", "deterministic"}),
+                doc="Hopper tensor-core kernel (warpgroup mma from shared memory, bf16/fp16 in, fp32 accumulators, fixed 128x128x64 tiles, persistent, warp-specialised); other devices run mma, float32 runs simt",
+            ),
         },
         backends={
             "cpu": ("simt",),
@@ -303,6 +309,12 @@ OPS = {
                 python="rlkernels._references.det_gemm_nt",
                 doc="torch.nn.functional.linear; reference only",
             ),
+            "wgmma": Kernel(
+                name="wgmma",
+                kind="native",
+                guarantees=frozenset({"batch_invariant", "deterministic"}),
+                doc="Hopper tensor-core kernel (warpgroup mma from shared memory, bf16/fp16 in, fp32 accumulators, fixed 128x128x64 tiles, persistent, warp-specialised); other devices run mma, float32 runs simt",
+            ),
         },
         backends={
             "cpu": ("simt",),
@@ -336,6 +348,12 @@ OPS = {
                 guarantees=frozenset(),
                 python="rlkernels._references.det_gemm_tn",
                 doc="a.T @ b in PyTorch; reference only",
+            ),
+            "wgmma": Kernel(
+                name="wgmma",
+                kind="native",
+                guarantees=frozenset({"batch_invariant", "deterministic"}),
+                doc="Hopper tensor-core kernel (warpgroup mma from shared memory, bf16/fp16 in, fp32 accumulators, fixed 128x128x64 tiles, persistent, warp-specialised); other devices run mma, float32 runs simt",
             ),
         },
         backends={

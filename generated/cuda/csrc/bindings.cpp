@@ -23,11 +23,14 @@
 #include "kernels/cuda/attention_blocks.h"
 #include "kernels/cuda/attention_backward_blocks.h"
 #include "kernels/cuda/column_sum_columns.h"
+#include "kernels/cuda/det_gemm_wgmma.h"
 #include "kernels/cuda/det_gemm_mma.h"
 #include "kernels/cuda/det_gemm_simt.h"
 #include "kernels/cuda/det_gemm_ktree_tree.h"
+#include "kernels/cuda/det_gemm_nt_wgmma.h"
 #include "kernels/cuda/det_gemm_nt_mma.h"
 #include "kernels/cuda/det_gemm_nt_simt.h"
+#include "kernels/cuda/det_gemm_tn_wgmma.h"
 #include "kernels/cuda/det_gemm_tn_mma.h"
 #include "kernels/cuda/det_gemm_tn_simt.h"
 #include "kernels/cuda/embedding_rows.h"
@@ -362,6 +365,21 @@ void check_det_gemm(const at::Tensor& a, const at::Tensor& b) {
   TORCH_CHECK(b.is_contiguous(), "det_gemm: argument 'b' must be contiguous (call .contiguous() on it)");
 }
 
+at::Tensor det_gemm_wgmma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
+  check_det_gemm(a, b);
+  at::cuda::OptionalCUDAGuard device_guard(a.device());
+  const int64_t M = a.size(0);
+  const int64_t K = a.size(1);
+  const int64_t N = b.size(1);
+  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto status = rlk::cuda::det_gemm_wgmma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  TORCH_CHECK(status == cudaSuccess, "det_gemm/wgmma: kernel launch failed: ",
+              cudaGetErrorString(status));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return c;
+}
+
 at::Tensor det_gemm_mma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
   check_det_gemm(a, b);
   at::cuda::OptionalCUDAGuard device_guard(a.device());
@@ -470,6 +488,21 @@ void check_det_gemm_nt(const at::Tensor& a, const at::Tensor& b, const std::opti
   TORCH_CHECK(!bias.has_value() || bias->is_contiguous(), "det_gemm_nt: argument 'bias' must be contiguous (call .contiguous() on it)");
 }
 
+at::Tensor det_gemm_nt_wgmma_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, bool out_fp32) {
+  check_det_gemm_nt(a, b, bias);
+  at::cuda::OptionalCUDAGuard device_guard(a.device());
+  const int64_t M = a.size(0);
+  const int64_t K = a.size(1);
+  const int64_t N = b.size(0);
+  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto status = rlk::cuda::det_gemm_nt_wgmma(a.data_ptr(), b.data_ptr(), bias.has_value() ? bias->data_ptr() : nullptr, c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  TORCH_CHECK(status == cudaSuccess, "det_gemm_nt/wgmma: kernel launch failed: ",
+              cudaGetErrorString(status));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return c;
+}
+
 at::Tensor det_gemm_nt_mma_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, bool out_fp32) {
   check_det_gemm_nt(a, b, bias);
   at::cuda::OptionalCUDAGuard device_guard(a.device());
@@ -525,6 +558,21 @@ void check_det_gemm_tn(const at::Tensor& a, const at::Tensor& b) {
               b.size(0), " and ", a.size(0));
   TORCH_CHECK(a.is_contiguous(), "det_gemm_tn: argument 'a' must be contiguous (call .contiguous() on it)");
   TORCH_CHECK(b.is_contiguous(), "det_gemm_tn: argument 'b' must be contiguous (call .contiguous() on it)");
+}
+
+at::Tensor det_gemm_tn_wgmma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
+  check_det_gemm_tn(a, b);
+  at::cuda::OptionalCUDAGuard device_guard(a.device());
+  const int64_t K = a.size(0);
+  const int64_t M = a.size(1);
+  const int64_t N = b.size(1);
+  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  const auto status = rlk::cuda::det_gemm_tn_wgmma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), K, M, N, static_cast<bool>(out_fp32), stream);
+  TORCH_CHECK(status == cudaSuccess, "det_gemm_tn/wgmma: kernel launch failed: ",
+              cudaGetErrorString(status));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return c;
 }
 
 at::Tensor det_gemm_tn_mma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
@@ -1638,14 +1686,17 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("column_sum(Tensor x) -> Tensor");
   m.def("column_sum.columns(Tensor x) -> Tensor");
   m.def("det_gemm(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm.wgmma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_ktree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_ktree.tree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_nt(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_nt.wgmma(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.mma(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.simt(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_tn.wgmma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("embedding(Tensor weight, Tensor ids) -> Tensor");
@@ -1697,15 +1748,18 @@ TORCH_LIBRARY_IMPL(rlkernels, CUDA, m) {
   m.impl("attention_backward.blocks", &attention_backward_blocks_cuda);
   m.impl("column_sum", &column_sum_columns_cuda);
   m.impl("column_sum.columns", &column_sum_columns_cuda);
-  m.impl("det_gemm", &det_gemm_mma_cuda);
+  m.impl("det_gemm", &det_gemm_wgmma_cuda);
+  m.impl("det_gemm.wgmma", &det_gemm_wgmma_cuda);
   m.impl("det_gemm.mma", &det_gemm_mma_cuda);
   m.impl("det_gemm.simt", &det_gemm_simt_cuda);
   m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cuda);
   m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cuda);
-  m.impl("det_gemm_nt", &det_gemm_nt_mma_cuda);
+  m.impl("det_gemm_nt", &det_gemm_nt_wgmma_cuda);
+  m.impl("det_gemm_nt.wgmma", &det_gemm_nt_wgmma_cuda);
   m.impl("det_gemm_nt.mma", &det_gemm_nt_mma_cuda);
   m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cuda);
-  m.impl("det_gemm_tn", &det_gemm_tn_mma_cuda);
+  m.impl("det_gemm_tn", &det_gemm_tn_wgmma_cuda);
+  m.impl("det_gemm_tn.wgmma", &det_gemm_tn_wgmma_cuda);
   m.impl("det_gemm_tn.mma", &det_gemm_tn_mma_cuda);
   m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cuda);
   m.impl("embedding", &embedding_rows_cuda);

@@ -1764,16 +1764,16 @@ def _register_fakes() -> None:
     for overload in ("", ".columns"):
         torch.library.register_fake(f"rlkernels::column_sum{overload}")(_fake_column_sum)
         torch.library.register_autograd(f"rlkernels::column_sum{overload}", _backward_column_sum)
-    for overload in ("", ".mma", ".simt"):
+    for overload in ("", ".wgmma", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm{overload}")(_fake_det_gemm)
         torch.library.register_autograd(f"rlkernels::det_gemm{overload}", _backward_det_gemm, setup_context=_setup_det_gemm)
     for overload in ("", ".tree"):
         torch.library.register_fake(f"rlkernels::det_gemm_ktree{overload}")(_fake_det_gemm_ktree)
         torch.library.register_autograd(f"rlkernels::det_gemm_ktree{overload}", _backward_det_gemm_ktree)
-    for overload in ("", ".mma", ".simt"):
+    for overload in ("", ".wgmma", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm_nt{overload}")(_fake_det_gemm_nt)
         torch.library.register_autograd(f"rlkernels::det_gemm_nt{overload}", _backward_det_gemm_nt, setup_context=_setup_det_gemm_nt)
-    for overload in ("", ".mma", ".simt"):
+    for overload in ("", ".wgmma", ".mma", ".simt"):
         torch.library.register_fake(f"rlkernels::det_gemm_tn{overload}")(_fake_det_gemm_tn)
         torch.library.register_autograd(f"rlkernels::det_gemm_tn{overload}", _backward_det_gemm_tn, setup_context=_setup_det_gemm_tn)
     for overload in ("", ".rows"):
@@ -1864,11 +1864,11 @@ def _register_autocast() -> None:
         _register_autocast_kernel("attention", overload, "lower_precision", frozenset([0, 1, 2]))
     for overload in ("default", "columns"):
         _register_autocast_kernel("column_sum", overload, "float32", frozenset([0]))
-    for overload in ("default", "mma", "simt"):
+    for overload in ("default", "wgmma", "mma", "simt"):
         _register_autocast_kernel("det_gemm", overload, "lower_precision", frozenset([0, 1]))
-    for overload in ("default", "mma", "simt"):
+    for overload in ("default", "wgmma", "mma", "simt"):
         _register_autocast_kernel("det_gemm_nt", overload, "lower_precision", frozenset([0, 1, 2]))
-    for overload in ("default", "mma", "simt"):
+    for overload in ("default", "wgmma", "mma", "simt"):
         _register_autocast_kernel("det_gemm_tn", overload, "lower_precision", frozenset([0, 1]))
     for overload in ("default", "block"):
         _register_autocast_kernel("grpo_loss", overload, "float32", frozenset([0, 1]))

@@ -69,6 +69,13 @@ KERNELS = {
             "pad_by": 65,
             "extents": {"K": 57},
         },
+        "wgmma": {
+            "guarantees": ["batch_invariant", "deterministic"],
+            "batch_sizes": [1, 127, 128, 129, 259],
+            "chunks": [127, 129],
+            "pad_by": 129,
+            "extents": {"K": 545},
+        },
     },
     "cpu": {
         "simt": {
