@@ -563,7 +563,7 @@ def stage_bench(args) -> tuple[bool, str]:
                         row.append(f"error: {first_line(exc)}")
                         continue
                     row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×)")
-                    print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms", flush=True)
+                    print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms ({base / t:.2f}×)", flush=True)
                 table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
                 operands = None  # free this shape's operands before the next is allocated
                 if args.device != "cpu":
