@@ -172,7 +172,7 @@ def test_a_wrong_element_by_element_tail_is_caught(tmp_path: Path):
     """A kernel that fills a group it cannot load as one vector with the group's first element
     in every place.  Where every group is a vector the mutant is the kernel; the shapes with
     other strides or misaligned operands catch it."""
-    mutate = _replace_once("g.v[j] = inside ? x_[at + j] : from_float<T>(0.0f);", "g.v[j] = inside ? x_[at] : from_float<T>(0.0f);")
+    mutate = _replace_once("g.v[j] = inside ? p_[at + j] : from_float<T>(0.0f);", "g.v[j] = inside ? p_[at] : from_float<T>(0.0f);")
     binary = build_driver(REPO / "generated", "det_gemm", "cuda", tmp_path, mutate)
     assert_identical(compare(binary, "float32", SHAPES[0]), "every group a vector: the mutant is the kernel")
     for shape in (SHAPES[1], SHAPES[3]):

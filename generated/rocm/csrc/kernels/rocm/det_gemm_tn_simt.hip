@@ -40,6 +40,10 @@ constexpr int kThreads = 256;
 constexpr int kThreadsN = 16;  // threads along a tile's columns; kThreads / kThreadsN along its rows
 constexpr int kPerThread = 8;  // rows (and columns) of a thread's register tile
 constexpr int kVec = 4;        // elements per vector load, floats per shared-memory read
+// Blocks asked of the compiler to fit on one multiprocessor at once, so that one block's
+// barrier does not leave it idle: 128 registers a thread where a multiprocessor has 64K (and
+// two waves per SIMD on a 64-lane machine, the same two blocks).
+constexpr int kMinBlocks = 2;
 // A shared k-tile row holds kTileM floats and one vector of padding, so that the four
 // scalar stores of a transposing copy (see OperandCopy) fall in different memory banks.
 constexpr int kRowVecs = kTileM / kVec + 1;
@@ -71,28 +75,31 @@ template <typename T, bool ContiguousK>
 class OperandCopy {
  public:
   __device__ __forceinline__ OperandCopy(const T* x, int64_t K, int64_t L, int64_t l0, int tid)
-      : x_(x),
-        K_(K),
-        L_(L),
-        tile_l_(ContiguousK ? tid / (kTileK / kVec) : tid % (kTileM / kVec) * kVec),
-        l_(l0 + tile_l_),
+      : tile_l_(ContiguousK ? tid / (kTileK / kVec) : tid % (kTileM / kVec) * kVec),
         k_(ContiguousK ? tid % (kTileK / kVec) * kVec : tid / (kTileM / kVec)),
-        // Vectors need the whole row stride and the base aligned; the choice depends on
-        // alignment only and changes how values arrive, never which.
-        vectors_(reinterpret_cast<uintptr_t>(x) % sizeof(Group<T>) == 0 && (ContiguousK ? K : L) % kVec == 0) {}
+        L_(L) {
+    const int64_t l = l0 + tile_l_;
+    const int64_t left = L - l;
+    inside_ = static_cast<int>(left <= 0 ? 0 : ContiguousK ? 1 : left < kVec ? left : kVec);
+    p_ = inside_ > 0 ? x + (ContiguousK ? l * K + k_ : k_ * L + l) : x;
+    // Vectors need the operand's start and its row stride aligned, and all of a group's
+    // positions along l inside X; the choice changes how values arrive, never which.
+    vectors_ = reinterpret_cast<uintptr_t>(x) % sizeof(Group<T>) == 0 && (ContiguousK ? K : L) % kVec == 0 &&
+               inside_ == (ContiguousK ? 1 : kVec);
+  }
 
   // This thread's elements of the k-tile starting at k0.
-  __device__ __forceinline__ void load(int64_t k0, Group<T>& g) const {
+  __device__ __forceinline__ void load(int64_t k0, int64_t K, Group<T>& g) const {
     const int64_t k = k0 + k_;
-    const int64_t at = ContiguousK ? l_ * K_ + k : k * L_ + l_;
-    const bool whole = ContiguousK ? l_ < L_ && k + kVec <= K_ : k < K_ && l_ + kVec <= L_;
-    if (vectors_ && whole) {
-      g = *reinterpret_cast<const Group<T>*>(x_ + at);
+    // Offset of the group's first element from p_; used only where it lies inside X.
+    const int64_t at = ContiguousK ? k0 : k0 * L_;
+    if (vectors_ && (ContiguousK ? k + kVec <= K : k < K)) {
+      g = *reinterpret_cast<const Group<T>*>(p_ + at);
       return;
     }
     for (int j = 0; j < kVec; ++j) {
-      const bool inside = ContiguousK ? l_ < L_ && k + j < K_ : k < K_ && l_ + j < L_;
-      g.v[j] = inside ? x_[at + j] : from_float<T>(0.0f);
+      const bool inside = ContiguousK ? inside_ > 0 && k + j < K : k < K && j < inside_;
+      g.v[j] = inside ? p_[at + j] : from_float<T>(0.0f);
     }
   }
 
@@ -108,11 +115,11 @@ class OperandCopy {
   }
 
  private:
-  const T* x_;
-  int64_t K_, L_;
-  int tile_l_;  // this thread's (first) l within the tile
-  int64_t l_;   // the same in X
-  int k_;       // this thread's (first) k within a k-tile
+  int tile_l_;     // this thread's (first) l within the tile
+  int k_;          // this thread's (first) k within a k-tile
+  int64_t L_;      // the row stride, stored along l
+  int inside_;     // along k: 1 if this thread's l is inside X, else 0; along l: its positions inside X
+  const T* p_;     // this thread's first element for k0 = 0 (x itself where inside_ is 0)
   bool vectors_;
 };
 
@@ -140,7 +147,7 @@ __device__ __forceinline__ void multiply_step(const Float4* a_row, const Float4*
 __device__ __forceinline__ int owned(int t, int i) { return i / kVec * (kTileM / 2) + t * kVec + i % kVec; }
 
 template <typename T, typename TC>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     det_gemm_tn_simt_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ bias,
                                       TC* __restrict__ c, int64_t M, int64_t K, int64_t N) {
   __shared__ SharedTile a_tiles[2];
@@ -161,8 +168,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < kPerThread; ++j) acc[i][j] = 0.0f;
 
   Group<T> a_next, b_next;
-  a_copy.load(0, a_next);
-  b_copy.load(0, b_next);
+  a_copy.load(0, K, a_next);
+  b_copy.load(0, K, b_next);
   a_copy.store(a_next, a_tiles[0]);
   b_copy.store(b_next, b_tiles[0]);
   __syncthreads();
@@ -170,8 +177,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
     const bool more = K - k0 > kTileK;
     if (more) {
-      a_copy.load(k0 + kTileK, a_next);
-      b_copy.load(k0 + kTileK, b_next);
+      a_copy.load(k0 + kTileK, K, a_next);
+      b_copy.load(k0 + kTileK, K, b_next);
     }
     // Only real k steps are added, never the zero padding, so the sequence of
     // operations is exactly the host loop's.
