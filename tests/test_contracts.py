@@ -134,7 +134,7 @@ def test_reference_kernel_may_not_declare_a_guarantee_even_unmapped(project: Pro
 
 def test_batch_invariant_kernel_without_tiles_is_refused(project: Project, capsys):
     """The generated tests take their batch sizes from tiles.rows: a claim without it could not be tested."""
-    line = project.edit(OP, "    tiles: {rows: [64, 48, 24], reduction: [16]}\n", "")
+    line = project.edit(OP, "    tiles: {rows: [128, 48, 24], reduction: [8]}\n", "")
     assert project.run("generate") == 2
     err = capsys.readouterr().err
     assert "kernels.simt.guarantees.1: kernel simt claims batch_invariant but declares no tiles.rows" in err, err
@@ -169,6 +169,6 @@ def test_kernel_tests_cross_each_tile(project: Project):
     assert mma["batch_sizes"] == [1, 127, 128, 129, 259]
     assert mma["chunks"] == [127, 129] and mma["pad_by"] == 129
     assert mma["extents"] == {"K": 5 * 32 + 17}  # stages 3: five k-blocks of 32, then a tail of 17
-    assert op.kernel_tests("cpu")["simt"]["batch_sizes"][-1] == 256
+    assert op.kernel_tests("cpu")["simt"]["batch_sizes"][-1] == 2 * 128 + 3  # past two of the device's 128-row tiles
     ktree = OpView(next(o for o in catalog.ops if o.name == "det_gemm_ktree"), "det_gemm_ktree")
     assert ktree.kernel_tests("cpu")["tree"]["extents"] == {"K": 96}  # K is a multiple of the 32-wide leaf: no ragged tail exists

@@ -68,7 +68,7 @@ def test_spec_edit_rewrites_only_affected_files(project: Project):
 
 def test_check_catches_a_hand_edit(project: Project, capsys):
     target = project.generated / "cuda/csrc/kernels/cuda/det_gemm_simt.cu"
-    target.write_text(target.read_text().replace("kTileK = 16", "kTileK = 32"))
+    target.write_text(target.read_text().replace("kTileK = 8", "kTileK = 32"))
     assert project.run("check") == 1
     err = capsys.readouterr().err
     assert "generated/cuda/csrc/kernels/cuda/det_gemm_simt.cu differs" in err

@@ -592,7 +592,7 @@ def stage_bench(args) -> tuple[bool, str]:
                     # Every native kernel of these ops guarantees deterministic and batch_invariant.
                     errors += "no" in checks
                     row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×) {checks}")
-                    print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms", flush=True)
+                    print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms ({base / t:.2f}×)", flush=True)
                 table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
                 operands = None  # free this shape's operands before the next is allocated
                 if args.device != "cpu":

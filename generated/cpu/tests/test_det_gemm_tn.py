@@ -57,10 +57,10 @@ KERNELS = {
     "cpu": {
         "simt": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 23, 24, 25, 47, 48, 49, 63, 64, 65, 256],
-            "chunks": [23, 25, 47, 49, 63, 65],
-            "pad_by": 65,
-            "extents": {"K": 57},
+            "batch_sizes": [1, 23, 24, 25, 47, 48, 49, 127, 128, 129, 259],
+            "chunks": [23, 25, 47, 49, 127, 129],
+            "pad_by": 129,
+            "extents": {"K": 29},
         },
     },
 }

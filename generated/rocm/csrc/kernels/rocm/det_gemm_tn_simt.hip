@@ -19,63 +19,192 @@ namespace {
 // Operand layouts: A is [K, M] (read transposed), B is [K, N];
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
 
-// Fixed tile configuration for every M: a 64x64 output tile per block of 256
-// threads, each thread owning a 4x4 grid of outputs strided by 16.
-constexpr int kTileM = 64;
-constexpr int kTileN = 64;
-constexpr int kTileK = 16;
+// Register-tiled kernel (register tiles and vector loads; not yet measured on hardware).
+// One tile configuration for every M: a block of kThreads threads computes a kTileM x kTileN
+// output tile, and each thread keeps kPerThread x kPerThread of its outputs in registers,
+// each output still one accumulator taking the products in ascending k.  Thread (tx, ty)
+// owns rows 4ty..4ty+3 and kTileM/2 + 4ty..+3 of the tile and the columns placed the same
+// way by tx: each of its shared-memory reads is then one 16-byte read of four adjacent
+// values, and the threads of a row read adjacent 16-byte chunks.
+//
+// K advances in k-tiles of kTileK, staged in shared memory twice over: while the block
+// multiplies one k-tile, each thread holds its part of the next in registers (read from
+// global memory before the multiplication, written to the other buffer after it), so one
+// barrier per k-tile suffices.  A thread's part of a k-tile is kVec elements adjacent in
+// memory, read as one vector (16 bytes for float32) where aligned and wholly in bounds, else
+// element by element; both give the same values, so the choice never changes a bit.
+constexpr int kTileM = 128;
+constexpr int kTileN = 128;
+constexpr int kTileK = 8;
 constexpr int kThreads = 256;
-constexpr int kThreadsN = 16;
-constexpr int kPerThread = 4;
+constexpr int kThreadsN = 16;  // threads along a tile's columns; kThreads / kThreadsN along its rows
+constexpr int kPerThread = 8;  // rows (and columns) of a thread's register tile
+constexpr int kVec = 4;        // elements per vector load, floats per shared-memory read
+// Blocks asked of the compiler to fit on one multiprocessor at once, so that one block's
+// barrier does not leave it idle: 128 registers a thread where a multiprocessor has 64K (and
+// two waves per SIMD on a 64-lane machine, the same two blocks).
+constexpr int kMinBlocks = 2;
+// A shared k-tile row holds kTileM floats and one vector of padding, so that the four
+// scalar stores of a transposing copy (see OperandCopy) fall in different memory banks.
+constexpr int kRowVecs = kTileM / kVec + 1;
+static_assert(kTileM == kTileN, "one shared layout and one copy scheme serve both operands");
+static_assert(kTileK * kTileM == kThreads * kVec, "each thread copies one vector of each operand per k-tile");
+static_assert(kThreadsN * kPerThread == kTileN && kThreads / kThreadsN * kPerThread == kTileM, "the register tiles cover the output tile");
+static_assert(kPerThread == 2 * kVec, "a register tile is two vectors of rows by two of columns");
+
+// Four floats read or written in one 16-byte shared-memory access.
+struct alignas(16) Float4 {
+  float v[kVec];
+};
+using SharedTile = Float4[kTileK][kRowVecs];
+
+// kVec adjacent elements of an operand in its storage type, loaded as one vector when aligned.
+template <typename T>
+struct alignas(kVec * sizeof(T)) Group {
+  T v[kVec];
+};
+
+// One operand viewed as the K x L matrix X (L = M for A, N for B), stored along k
+// (X[l * K + k], ContiguousK) or along l (X[k * L + l]).  Per k-tile each thread copies kVec
+// elements adjacent in memory into the shared tile [k][l]: stored along k, thread t takes
+// l = t / 2 and k = 4 (t % 2) .. +3 and stores them transposed, one float at a time; stored
+// along l, it takes k = t / 32 and l = 4 (t % 32) .. +3 and stores them as one vector (with
+// kTileK = 8, kTileM = 128, kVec = 4).  Elements outside X are zeros: no product of a k past K
+// is ever added, and the outputs of rows and columns past M or N are dropped.
+template <typename T, bool ContiguousK>
+class OperandCopy {
+ public:
+  __device__ __forceinline__ OperandCopy(const T* x, int64_t K, int64_t L, int64_t l0, int tid)
+      : tile_l_(ContiguousK ? tid / (kTileK / kVec) : tid % (kTileM / kVec) * kVec),
+        k_(ContiguousK ? tid % (kTileK / kVec) * kVec : tid / (kTileM / kVec)),
+        L_(L) {
+    const int64_t l = l0 + tile_l_;
+    const int64_t left = L - l;
+    inside_ = static_cast<int>(left <= 0 ? 0 : ContiguousK ? 1 : left < kVec ? left : kVec);
+    p_ = inside_ > 0 ? x + (ContiguousK ? l * K + k_ : k_ * L + l) : x;
+    // Vectors need the operand's start and its row stride aligned, and all of a group's
+    // positions along l inside X; the choice changes how values arrive, never which.
+    vectors_ = reinterpret_cast<uintptr_t>(x) % sizeof(Group<T>) == 0 && (ContiguousK ? K : L) % kVec == 0 &&
+               inside_ == (ContiguousK ? 1 : kVec);
+  }
+
+  // This thread's elements of the k-tile starting at k0.
+  __device__ __forceinline__ void load(int64_t k0, int64_t K, Group<T>& g) const {
+    const int64_t k = k0 + k_;
+    // Offset of the group's first element from p_; used only where it lies inside X.
+    const int64_t at = ContiguousK ? k0 : k0 * L_;
+    if (vectors_ && (ContiguousK ? k + kVec <= K : k < K)) {
+      g = *reinterpret_cast<const Group<T>*>(p_ + at);
+      return;
+    }
+    for (int j = 0; j < kVec; ++j) {
+      const bool inside = ContiguousK ? inside_ > 0 && k + j < K : k < K && j < inside_;
+      g.v[j] = inside ? p_[at + j] : from_float<T>(0.0f);
+    }
+  }
+
+  __device__ __forceinline__ void store(const Group<T>& g, SharedTile& tile) const {
+    const int l = tile_l_;
+    if (ContiguousK) {
+      for (int j = 0; j < kVec; ++j) tile[k_ + j][l / kVec].v[l % kVec] = to_float(g.v[j]);
+    } else {
+      Float4 f;
+      for (int j = 0; j < kVec; ++j) f.v[j] = to_float(g.v[j]);
+      tile[k_][l / kVec] = f;
+    }
+  }
+
+ private:
+  int tile_l_;     // this thread's (first) l within the tile
+  int k_;          // this thread's (first) k within a k-tile
+  int64_t L_;      // the row stride, stored along l
+  int inside_;     // along k: 1 if this thread's l is inside X, else 0; along l: its positions inside X
+  const T* p_;     // this thread's first element for k0 = 0 (x itself where inside_ is 0)
+  bool vectors_;
+};
+
+// One k step of a thread's register tile: acc[i][j] += a[row i] * b[col j], a multiply and
+// an add, each rounded.
+__device__ __forceinline__ void multiply_step(const Float4* a_row, const Float4* b_row, int tx, int ty,
+                                              float (&acc)[kPerThread][kPerThread]) {
+  const Float4 a_lo = a_row[ty], a_hi = a_row[ty + kTileM / 2 / kVec];
+  const Float4 b_lo = b_row[tx], b_hi = b_row[tx + kTileN / 2 / kVec];
+  float av[kPerThread], bv[kPerThread];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    av[i] = a_lo.v[i];
+    av[kVec + i] = a_hi.v[i];
+    bv[i] = b_lo.v[i];
+    bv[kVec + i] = b_hi.v[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i)
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) acc[i][j] = add_rn(acc[i][j], mul_rn(av[i], bv[j]));
+}
+
+// Row (or column) of a tile held in register-tile row i of thread coordinate t.
+__device__ __forceinline__ int owned(int t, int i) { return i / kVec * (kTileM / 2) + t * kVec + i % kVec; }
 
 template <typename T, typename TC>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     det_gemm_tn_simt_kernel(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ bias,
                                       TC* __restrict__ c, int64_t M, int64_t K, int64_t N) {
-  // Padded by one column so that column-wise reads spread over memory banks.
-  __shared__ float a_tile[kTileK][kTileM + 1];
-  __shared__ float b_tile[kTileK][kTileN + 1];
+  __shared__ SharedTile a_tiles[2];
+  __shared__ SharedTile b_tiles[2];
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid % kThreadsN;
   const int ty = tid / kThreadsN;
   // Row tiles on x, whose limit (2^31 - 1 blocks) a long batch cannot reach; column tiles on y.
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kTileM;
   const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kTileN;
+  const OperandCopy<T, false> a_copy(a, K, M, row0, tid);
+  const OperandCopy<T, false> b_copy(b, K, N, col0, tid);
 
   float acc[kPerThread][kPerThread];
+#pragma unroll
   for (int i = 0; i < kPerThread; ++i)
+#pragma unroll
     for (int j = 0; j < kPerThread; ++j) acc[i][j] = 0.0f;
 
+  Group<T> a_next, b_next;
+  a_copy.load(0, K, a_next);
+  b_copy.load(0, K, b_next);
+  a_copy.store(a_next, a_tiles[0]);
+  b_copy.store(b_next, b_tiles[0]);
+  __syncthreads();
+  int buffer = 0;
   for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
-    for (int i = tid; i < kTileM * kTileK; i += kThreads) {
-      const int tm = i / kTileK, tk = i % kTileK;
-      const int64_t m = row0 + tm, k = k0 + tk;
-      a_tile[tk][tm] = (m < M && k < K) ? to_float(a[k * M + m]) : 0.0f;
+    const bool more = K - k0 > kTileK;
+    if (more) {
+      a_copy.load(k0 + kTileK, K, a_next);
+      b_copy.load(k0 + kTileK, K, b_next);
     }
-    for (int i = tid; i < kTileK * kTileN; i += kThreads) {
-      const int tk = i / kTileN, tn = i % kTileN;
-      const int64_t k = k0 + tk, n = col0 + tn;
-      b_tile[tk][tn] = (k < K && n < N) ? to_float(b[k * N + n]) : 0.0f;
-    }
-    __syncthreads();
     // Only real k steps are added, never the zero padding, so the sequence of
     // operations is exactly the host loop's.
-    const int steps = static_cast<int>(K - k0 < kTileK ? K - k0 : kTileK);
-    for (int kk = 0; kk < steps; ++kk) {
-      float av[kPerThread], bv[kPerThread];
-      for (int i = 0; i < kPerThread; ++i) av[i] = a_tile[kk][ty + i * (kTileM / kPerThread)];
-      for (int j = 0; j < kPerThread; ++j) bv[j] = b_tile[kk][tx + j * kThreadsN];
-      for (int i = 0; i < kPerThread; ++i)
-        for (int j = 0; j < kPerThread; ++j) acc[i][j] = add_rn(acc[i][j], mul_rn(av[i], bv[j]));
+    if (more || K - k0 == kTileK) {
+#pragma unroll
+      for (int kk = 0; kk < kTileK; ++kk) multiply_step(a_tiles[buffer][kk], b_tiles[buffer][kk], tx, ty, acc);
+    } else {
+      const int steps = static_cast<int>(K - k0);
+      for (int kk = 0; kk < steps; ++kk) multiply_step(a_tiles[buffer][kk], b_tiles[buffer][kk], tx, ty, acc);
+    }
+    // The other buffer was last read before the previous barrier.
+    if (more) {
+      a_copy.store(a_next, a_tiles[buffer ^ 1]);
+      b_copy.store(b_next, b_tiles[buffer ^ 1]);
     }
     __syncthreads();
+    buffer ^= 1;
   }
 
+#pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int64_t m = row0 + ty + i * (kTileM / kPerThread);
+    const int64_t m = row0 + owned(ty, i);
     if (m >= M) continue;
+#pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
-      const int64_t n = col0 + tx + j * kThreadsN;
+      const int64_t n = col0 + owned(tx, j);
       if (n < N) c[m * N + n] = from_float<TC>(bias != nullptr ? add_rn(acc[i][j], to_float(bias[n])) : acc[i][j]);
     }
   }
