@@ -507,6 +507,9 @@ class Reduction(StrictModel):
                 output dtype, then combined pairwise by mid-split with adds in the output dtype.
     lanes_tree: ``lanes`` float32 partial sums (lane l adds terms l, l+lanes, ... ascending),
                 then combined by a pairwise tree (lane i += lane i+half, half = lanes/2, ..., 1).
+
+    ``step`` is how each term joins its accumulator, and ``inner`` names a reduction that
+    computes each term (linear_logp's logit, a dot over H, is each term of its sum over V).
     """
 
     dim: DimName
@@ -515,6 +518,13 @@ class Reduction(StrictModel):
     leaf: int | None = Field(default=None, ge=1, le=4096)
     lanes: int | None = Field(default=None, ge=2, le=1024)
     block: int | None = Field(default=None, ge=2, le=1024)
+    step: Literal["add", "fma"] = "add"
+    """add: the term, rounded to float32 (a product a * b is rounded on its own), then added, one
+    more rounding.  fma: each term is a product a * b joined by one fused multiply-add,
+    acc = fma(a, b, acc), rounded once; fma is correctly rounded on every host and device, so it
+    gives the same bits everywhere, in an instruction where the hardware has one."""
+    inner: Reduction | None = None
+    """The reduction that computes each term, when a term is itself a sum (a dot product)."""
 
     @model_validator(mode="after")
     def _parameters_fit_order(self) -> Reduction:
@@ -527,6 +537,8 @@ class Reduction(StrictModel):
         for name, value in (("lanes", self.lanes), ("block", self.block)):
             if value is not None and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
+        if self.inner is not None and self.inner.dim == self.dim:
+            raise ValueError(f"inner reduces over {self.dim}, the dimension of the reduction it computes terms for; it needs a dimension of its own")
         return self
 
 
@@ -783,8 +795,11 @@ class OpSpec(StrictModel):
                 raise ValueError(f"constraint on {c.dim}: multiple_of_dim {c.multiple_of_dim} is not another dimension of a required argument")
             if c.count_nonzero_of is not None and c.count_nonzero_of not in {a.name for a in self.args if not a.optional}:
                 raise ValueError(f"constraint on {c.dim}: {c.count_nonzero_of} is not a required argument")
-        if self.reduction is not None and self.reduction.dim not in bound:
-            raise ValueError(f"reduction over {self.reduction.dim}: no argument has that dimension")
+        reduction = self.reduction
+        while reduction is not None:
+            if reduction.dim not in bound:
+                raise ValueError(f"reduction over {reduction.dim}: no argument has that dimension")
+            reduction = reduction.inner
         if self.tests.batch_dim is not None and self.tests.batch_dim not in bound:
             raise ValueError(f"tests.batch_dim {self.tests.batch_dim}: no argument has that dimension")
         if self.tests.sequences is not None:

@@ -232,6 +232,7 @@ class OpView:
                 "outputs": {o.name: {"dtype": list(self.allowed_dtypes(o)), "shape": list(o.shape)} for o in spec.outputs},
             },
             "tolerance": spec.tolerance,
+            "reduction": spec.reduction.model_dump(mode="json", exclude_none=True) if spec.reduction is not None else None,
             "kernels": {name: {"kind": k.kind, "guarantees": sorted(g.value for g in k.guarantees)} for name, k in spec.kernels.items()},
             "backends": {platform: list(names) for platform, names in spec.backends.items()},
         }

@@ -92,6 +92,21 @@ def _tensor_changes(name: str, role: str, old: State, new: State) -> list[Change
     return out
 
 
+def _reduction_changes(name: str, where: str, old: State, new: State) -> list[Change]:
+    """One line per changed field of a reduction and of the reductions inside it: each changes the op's bits."""
+    out: list[Change] = []
+    if not old or not new:
+        if old != new:
+            out.append(Change(name, f"{where} {'added' if new else 'removed'} (the op's bits change)"))
+        return out
+    for key in _ordered((old.keys() | new.keys()) - {"inner"}):
+        if old.get(key) != new.get(key):
+            out.append(Change(name, f"{where} {key} {_show(old.get(key))} → {_show(new.get(key))} (the op's bits change)"))
+    if "inner" in old or "inner" in new:
+        out += _reduction_changes(name, f"{where} inner", _dict(old.get("inner")), _dict(new.get("inner")))
+    return out
+
+
 def _tolerance_note(old_state: State, new_state: State, old_class: str, new_class: str) -> str:
     """'looser' / 'tighter' / '' for a switch between tolerance classes, when both tables are known."""
     old_table = _dict(_dict(old_state.get("tolerances")).get(old_class))
@@ -128,6 +143,9 @@ def _op_changes(name: str, old: State, new: State, old_state: State, new_state: 
     for key in _ordered((old_sig.keys() | new_sig.keys()) - {"args", "outputs"}):
         if old_sig.get(key) != new_sig.get(key):
             out.append(Change(name, f"signature {key} changed: {json.dumps(old_sig.get(key))} → {json.dumps(new_sig.get(key))}"))
+
+    if "reduction" in old and "reduction" in new:
+        out += _reduction_changes(name, "reduction", _dict(old.get("reduction")), _dict(new.get("reduction")))
 
     if old.get("tolerance") != new.get("tolerance"):
         note = _tolerance_note(old_state, new_state, str(old.get("tolerance")), str(new.get("tolerance")))
@@ -190,7 +208,7 @@ def _op_changes(name: str, old: State, new: State, old_state: State, new_state: 
     return out
 
 
-_KNOWN_OP_KEYS = frozenset({"spec", "summary", "requires", "dtypes", "signature", "torch_schema", "tolerance", "kernels", "backends"})
+_KNOWN_OP_KEYS = frozenset({"spec", "summary", "requires", "dtypes", "signature", "torch_schema", "tolerance", "reduction", "kernels", "backends"})
 
 
 def compare(old: State, new: State) -> list[Change]:

@@ -129,6 +129,22 @@ def test_signature_dtype_and_tolerance_changes():
     assert "det_gemm: tolerance reduction → elementwise (looser in part, tighter in part)" in lines(old_state, new_state)
 
 
+def test_a_changed_reduction_step_or_order_is_reported_with_its_inner_reduction():
+    """A reduction's order, step or parameters decide the op's bits: each change is one line."""
+    before = {"dim": "K", "order": "ascending", "accumulator": "float32", "step": "add"}
+    after = {**before, "step": "fma"}
+    out = lines(state(det_gemm=gemm(reduction=before)), state(det_gemm=gemm(reduction=after)))
+    assert out == ['det_gemm: reduction step "add" → "fma" (the op\'s bits change)']
+    outer = {"dim": "V", "order": "lanes_tree", "lanes": 256, "accumulator": "float32", "step": "add"}
+    out = lines(state(lp=gemm(reduction={**outer, "inner": before})), state(lp=gemm(reduction={**outer, "lanes": 512, "inner": after})))
+    assert out == ["lp: reduction lanes 256 → 512 (the op's bits change)", 'lp: reduction inner step "add" → "fma" (the op\'s bits change)']
+    out = lines(state(lp=gemm(reduction=outer)), state(lp=gemm(reduction={**outer, "inner": before})))
+    assert out == ["lp: reduction inner added (the op's bits change)"]
+    assert lines(state(det_gemm=gemm(reduction=None)), state(det_gemm=gemm(reduction=before))) == ["det_gemm: reduction added (the op's bits change)"]
+    # An older registry without the key says nothing about reductions.
+    assert lines(state(det_gemm=gemm()), state(det_gemm=gemm(reduction=after))) == []
+
+
 def test_platforms_added_and_removed():
     new = state(det_gemm=gemm(backends={"cpu": ["simt"], "cuda": ["simt"], "metal": []}))
     del new["platforms"]["musa"]
