@@ -246,7 +246,7 @@ def _tile_problems(src: SourceMap, op: OpSpec, name: str, kernel: NativeKernel, 
 
 
 # Headers rendered next to the kernels ({stem}.h), which no {op}_{kernel} may be named like.
-PACKAGE_HEADERS = frozenset({"rlk_numerics", "rlk_math", "rlk_reduce", "rlk_parallel"} | {h.removesuffix(".h") for h in get_args(SupportHeader)})
+PACKAGE_HEADERS = frozenset({"rlk_numerics", "rlk_math", "rlk_reduce", "rlk_parallel", "rlk_lanes", "rlk_scratch"} | {h.removesuffix(".h") for h in get_args(SupportHeader)})
 
 # Names the generated Python package exports besides the ops.
 PACKAGE_EXPORTS = frozenset({"detect_platform", "platform_of", "select_backend"})

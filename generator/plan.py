@@ -474,6 +474,8 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
             jobs.append(RenderJob(f"{tdir}/rlk_reduce.h", "package/rlk_reduce.h.j2", tctx, (tfile,)))
             if target.kind == "host":
                 jobs.append(RenderJob(f"{tdir}/rlk_parallel.h", "package/rlk_parallel.h.j2", tctx, (tfile,)))
+                jobs.append(RenderJob(f"{tdir}/rlk_lanes.h", "package/rlk_lanes.h.j2", tctx, (tfile,)))
+                jobs.append(RenderJob(f"{tdir}/rlk_scratch.h", "package/rlk_scratch.h.j2", tctx, (tfile,)))
             wanted: dict[str, list[str]] = {}
             for op in ops:
                 for kernel in op.native_kernels(target.name):

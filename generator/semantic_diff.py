@@ -97,7 +97,8 @@ def _reduction_changes(name: str, where: str, old: State, new: State) -> list[Ch
     out: list[Change] = []
     if not old or not new:
         if old != new:
-            out.append(Change(name, f"{where} {'added' if new else 'removed'} (the op's bits change)"))
+            what = ", ".join(f"{key} {value}" for key, value in sorted((new or old).items()) if key != "inner")
+            out.append(Change(name, f"{where} {'added' if new else 'removed'}: {what} (the op's bits change)"))
         return out
     for key in _ordered((old.keys() | new.keys()) - {"inner"}):
         if old.get(key) != new.get(key):

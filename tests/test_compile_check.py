@@ -190,10 +190,21 @@ def test_the_pragma_alone_keeps_hip_unfused_under_the_compilers_default(tmp_path
 def test_a_hip_kernel_without_fma_rn_fails_when_its_assembly_has_a_fused_op(tmp_path: Path) -> None:
     require("hipcc")
     headers = probe_headers(tmp_path, "rocm", pragma=False)
-    source = headers / "det_gemm_simt.hip"  # acc + a * b in its inner loop
+    # A dot product through the numerics header's separate multiply and add (the catalog's GEMMs
+    # take the fma step, so none of them is such a kernel any more).
+    source = headers / "separate_dot.hip"
+    source.write_text(
+        '#include "rlk_numerics.h"\n'
+        "__global__ void separate_dot(const float* a, const float* b, float* c, int n) {\n"
+        "  float acc = 0.0f;\n"
+        "  for (int i = 0; i < n; ++i) acc = rlk::rocm::add_rn(acc, rlk::rocm::mul_rn(a[i], b[i]));\n"
+        "  c[threadIdx.x] = acc;\n"
+        "}\n"
+    )
     assert not tool_module.uses_explicit_fma(source)
+    assert tool_module.uses_explicit_fma(headers / "det_gemm_simt.hip")
     flags = ("-O3", "-std=c++17", "-ffp-contract=fast", "-save-temps", "--offload-arch=gfx90a", "-c", str(source))
-    job = tool_module.Job(source, "det_gemm_simt.hip", "hipcc", "hipcc gfx90a", flags, {"HIP_PLATFORM": "amd"}, save_temps=True)
+    job = tool_module.Job(source, "separate_dot.hip", "hipcc", "hipcc gfx90a", flags, {"HIP_PLATFORM": "amd"}, save_temps=True)
     out = tmp_path / "out"
     out.mkdir()
     result = tool_module.compile_one(job, str(tool_module.find_compiler("hipcc")), out, 0)

@@ -134,7 +134,7 @@ def test_reference_kernel_may_not_declare_a_guarantee_even_unmapped(project: Pro
 
 def test_batch_invariant_kernel_without_tiles_is_refused(project: Project, capsys):
     """The generated tests take their batch sizes from tiles.rows: a claim without it could not be tested."""
-    line = project.edit(OP, "    tiles: {rows: [128, 48, 24], reduction: [8]}\n", "")
+    line = project.edit(OP, "    tiles: {rows: [128, 96, 48, 24], reduction: [8, 256]}\n", "")
     assert project.run("generate") == 2
     err = capsys.readouterr().err
     assert "kernels.simt.guarantees.1: kernel simt claims batch_invariant but declares no tiles.rows" in err, err

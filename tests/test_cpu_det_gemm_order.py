@@ -1,9 +1,10 @@
 """CPU det_gemm computes exactly the order its contract states, bit for bit.
 
 Every output element is one float32 accumulator starting at 0.0 that adds
-a[m,k] * b[k,n] for k = 0..K-1 in ascending order, with the product and the sum
-rounded separately (no fused multiply-add), and is rounded once to the output dtype.
-`emulate` writes that sequence out in NumPy.  The kernel's tiling, vector width
+a[m,k] * b[k,n] for k = 0..K-1 in ascending order, each by one fused multiply-add
+(acc = fma(a, b, acc), one rounding; the spec's `step: fma`), and is rounded once to
+the output dtype.  `emulate` writes that sequence out in NumPy, with an fma that
+rounds exactly once (`fma_f32`).  The kernel's tiling, vector width
 (AVX2 or the portable path) and thread count must not show in the bits, and one
 row computed alone must equal the same row computed in a batch.  det_linear's bias
 is one float32 add to that accumulator before the rounding, and its gradient,
@@ -69,14 +70,36 @@ def inputs(m: int, k: int, n: int, dtype: torch.dtype, seed: int = 0) -> tuple[t
     return make(m, k), make(k, n)
 
 
-def emulate(a: torch.Tensor, b: torch.Tensor, reverse: bool = False, bias: torch.Tensor | None = None) -> torch.Tensor:
+def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c for float32 arrays, rounded once to float32 (IEEE fusedMultiplyAdd).
+
+    The product of two float32 values is exact in float64 (48 of its 53 bits); the float64 sum
+    is rounded to odd (its error, found by TwoSum, decides the last bit), and a float64 value
+    rounded to odd rounds to float32 as the exact sum would, float64 having more than 24 + 1
+    bits.  Finite inputs whose products neither overflow nor underflow float64 (these tests')."""
+    p = a.astype(np.float64) * b.astype(np.float64)
+    c64 = c.astype(np.float64)
+    s = p + c64
+    t = s - p
+    err = (p - (s - t)) + (c64 - t)  # TwoSum: s + err == p + c64 exactly
+    even = (s.view(np.int64) & 1) == 0
+    toward = np.where(err > 0, np.inf, -np.inf)
+    odd = np.where((err != 0) & even, np.nextafter(s, toward), s)
+    return odd.astype(np.float32)
+
+
+def emulate(
+    a: torch.Tensor, b: torch.Tensor, reverse: bool = False, bias: torch.Tensor | None = None, fused: bool = True
+) -> torch.Tensor:
     a32 = a.float().numpy()
     b32 = b.float().numpy()
     acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float32)
     steps = range(a.shape[1] - 1, -1, -1) if reverse else range(a.shape[1])
     for k in steps:
-        product = a32[:, k : k + 1] * b32[k : k + 1, :]  # float32 product, rounded
-        acc = acc + product  # float32 sum, rounded again
+        if fused:
+            acc = fma_f32(np.broadcast_to(a32[:, k : k + 1], acc.shape), np.broadcast_to(b32[k : k + 1, :], acc.shape), acc)
+        else:
+            acc = acc + a32[:, k : k + 1] * b32[k : k + 1, :]  # the product rounded, then the sum
     if bias is not None:
         acc = acc + bias.float().numpy()[None, :]  # one float32 add after the last k
     return torch.from_numpy(acc).to(a.dtype)  # the one rounding to the output dtype
@@ -107,9 +130,42 @@ def test_output_is_the_ascending_k_float32_sum(rlkernels, configure, shape, dtyp
 
 
 def test_emulation_can_tell_orders_apart(rlkernels):
-    # Guards the test above: on these inputs another summation order gives other bits.
+    # Guards the test above: on these inputs another summation order gives other bits, and so
+    # does a separate multiply and add in the same order (float32; 16-bit products are exact).
     a, b = inputs(131, 257, 301, torch.float32)
     assert not same_bits(emulate(a, b, reverse=True), emulate(a, b))
+    assert not same_bits(emulate(a, b, fused=False), emulate(a, b))
+
+
+def test_fma_f32_rounds_once():
+    """The emulation's fma against exact rational arithmetic, on cases where rounding the product
+    first, or the float64 sum to nearest, would give another float32: ties broken by the part of
+    the product below float64's last bit, products below half an ulp of c, and random values."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    one_plus = np.float32(1 + 2.0**-23)
+    a = [one_plus, one_plus, np.float32(1 + 2.0**-12), np.float32(3.0), np.float32(2.0**-30)]
+    b = [one_plus, -one_plus, np.float32(1 + 2.0**-12), np.float32(2.0**-25 + 2.0**-48), np.float32(1.5)]
+    c = [np.float32(-1.0), np.float32(1.0), np.float32(-(1 + 2.0**-11)), np.float32(1.0), np.float32(-1.0)]
+    a += list(rng.standard_normal(2000).astype(np.float32))
+    b += list(rng.standard_normal(2000).astype(np.float32))
+    c += list((rng.standard_normal(2000) * 4).astype(np.float32))
+    a32, b32, c32 = (np.array(x, dtype=np.float32) for x in (a, b, c))
+    got = fma_f32(a32, b32, c32)
+
+    def nearest_f32(x: Fraction) -> np.float32:
+        # Round the exact value to float32 through float64 neighbours, checking the tie rule exactly.
+        low = np.float32(float(x))
+        candidates = {low, np.nextafter(low, np.float32(np.inf)), np.nextafter(low, np.float32(-np.inf))}
+        best = min(candidates, key=lambda f: (abs(Fraction(float(f)) - x), int(np.float32(f).view(np.int32)) & 1))
+        return np.float32(best)
+
+    want = np.array([nearest_f32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))) for x, y, z in zip(a32, b32, c32)], dtype=np.float32)
+    assert np.array_equal(got.view(np.int32), want.view(np.int32))
+    # The separate multiply and add differs on the constructed cases, so they test the rounding.
+    separate = c32[:5] + a32[:5] * b32[:5]
+    assert not np.array_equal(separate.view(np.int32), got[:5].view(np.int32))
 
 
 @pytest.mark.parametrize("threads", THREADS)

@@ -76,7 +76,7 @@ EPS = "{name: eps, type: float, default: 1.0e-6"
         (OP, "block_k: 32,", "block_k: 0,", "kernels.mma.params.block_k", "must be between 1 and 65536, got 0"),
         (OP, "block_k: 32,", "block_k: 1000000,", "kernels.mma.params.block_k", "must be between 1 and 65536"),
         (OP, "block_m: 128, block_n: 128, block_k: 32,", "block_m: 4096, block_n: 128, block_k: 32,", "kernels.mma.params.block_m", "may be at most 1024"),
-        (OP, "rows: [128, 48, 24]", "rows: [4096, 48, 24]", "kernels.simt.tiles.rows.0", "must be between 1 and 1024"),
+        (OP, "rows: [128, 96, 48, 24]", "rows: [4096, 96, 48, 24]", "kernels.simt.tiles.rows.0", "must be between 1 and 1024"),
         (OP, "    - {M: 33, K: 64, N: 40}", "    - {M: 65536, K: 65536, N: 40}", "tests.shapes.0", "a CPU test run can afford"),
         (RKL, "values: {low: 0, high: 2}", "values: {low: 3, high: 2}", "args.3.values", "must be below high"),
     ],

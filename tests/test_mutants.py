@@ -68,27 +68,27 @@ def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 GEMM_SUMS_K_BACKWARDS_ABOVE_200_ROWS = [
     (
-        "RLK_HOST_INLINE void tile(const float* a_strip, const float* b_panel, int64_t K, float* out) {",
-        "RLK_HOST_INLINE void tile(const float* a_strip, const float* b_panel, int64_t K, float* out, bool descending) {",
+        "inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero) {",
+        "inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero, bool descending) {",
     ),
     (
         """\
-  for (int64_t k = 0; k < K; ++k) {
-    Lanes<W> bv[kVecs];""",
+  for (int64_t k = 0; k < steps; ++k) {
+    typename L::V bv[P::kVecs];""",
         """\
-  for (int64_t step = 0; step < K; ++step) {
-    const int64_t k = descending ? K - 1 - step : step;  // MUTANT
-    Lanes<W> bv[kVecs];""",
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t k = descending ? steps - 1 - step : step;  // MUTANT
+    typename L::V bv[P::kVecs];""",
     ),
     (
-        "tile<Rows, W>(p.a + s * p.K * Rows, p.b + q * p.K * kCols, p.K, out);",
-        "tile<Rows, W>(p.a + s * p.K * Rows, p.b + q * p.K * kCols, p.K, out, /* MUTANT */ p.M > 200);",
+        "                block == 0);",
+        "                block == 0, /* MUTANT */ p.M > 200);",
     ),
 ]
 
 
 def test_gemm_that_sums_k_backwards_for_large_batches_is_caught(built, tmp_path):
-    """Mutant: det_gemm's simt CPU kernel adds k = K-1, ..., 0 instead of 0, ..., K-1 when M > 200,
+    """Mutant: det_gemm's simt CPU kernel adds each block of k descending instead of ascending when M > 200,
     as a GEMM that picks another kernel configuration for big batches would: still deterministic
     and accurate, but a row's bits now depend on the size of its batch.
 

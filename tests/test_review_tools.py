@@ -139,8 +139,10 @@ def test_a_changed_reduction_step_or_order_is_reported_with_its_inner_reduction(
     out = lines(state(lp=gemm(reduction={**outer, "inner": before})), state(lp=gemm(reduction={**outer, "lanes": 512, "inner": after})))
     assert out == ["lp: reduction lanes 256 → 512 (the op's bits change)", 'lp: reduction inner step "add" → "fma" (the op\'s bits change)']
     out = lines(state(lp=gemm(reduction=outer)), state(lp=gemm(reduction={**outer, "inner": before})))
-    assert out == ["lp: reduction inner added (the op's bits change)"]
-    assert lines(state(det_gemm=gemm(reduction=None)), state(det_gemm=gemm(reduction=before))) == ["det_gemm: reduction added (the op's bits change)"]
+    assert out == ["lp: reduction inner added: accumulator float32, dim K, order ascending, step add (the op's bits change)"]
+    assert lines(state(det_gemm=gemm(reduction=before)), state(det_gemm=gemm(reduction=None))) == [
+        "det_gemm: reduction removed: accumulator float32, dim K, order ascending, step add (the op's bits change)"
+    ]
     # An older registry without the key says nothing about reductions.
     assert lines(state(det_gemm=gemm()), state(det_gemm=gemm(reduction=after))) == []
 
@@ -187,6 +189,12 @@ def test_diff_summary_only(small_project: Project, capsys):
     out = capsys.readouterr().out
     assert "WEAKENS CONTRACT: det_gemm: requires no longer includes batch_invariant" in out
     assert "--- a/" not in out and "@@" not in out
+
+
+def test_diff_reports_a_reduction_step_change(small_project: Project, capsys):
+    small_project.edit(OP, "step: fma}", "step: add}")
+    assert small_project.run("diff", "--summary") == 1
+    assert """det_gemm: reduction step "fma" → "add" (the op's bits change)""" in capsys.readouterr().out
 
 
 def test_diff_on_a_fresh_tree_prints_nothing(small_project: Project, capsys):

@@ -47,6 +47,11 @@ def errors_of(project: Project, capsys) -> str:
         (OP, "    guarantees: [deterministic, batch_invariant, portable]", "    guarantees: [deterministic, batch_invariant, portable, layout_invariant]", "kernels.simt.guarantees.3", "kernel simt declares layout_invariant, but det_gemm reduces over K in order ascending"),
         ("specs/ops/swiglu.yaml", "requires: [deterministic, batch_invariant, portable]", "requires: [deterministic, batch_invariant, portable, layout_invariant]", "requires.3", "layout_invariant is required, but swiglu declares no reduction; only a k_tree reduction's parts combine into the whole"),
         (OP, "name: det_gemm", "name: det_gemm2", "name", "must match the file name"),
+        # A reduction's step and the reduction inside it.
+        (OP, "step: fma}", "step: fused}", "reduction.step", "Input should be 'add' or 'fma'"),
+        (OP, "step: fma}", "step: fma, inner: {dim: K, order: ascending, accumulator: float32}}", "reduction", "inner reduces over K, the dimension of the reduction it computes terms for"),
+        (OP, "step: fma}", "step: fma, inner: {dim: H, order: ascending, accumulator: float32}}", "", "reduction over H: no argument has that dimension"),
+        (OP, "step: fma}", "step: fma, inner: {dim: N, order: ascending, accumulator: float32, lanes: 4}}", "reduction.inner", "lanes is required for order lanes_tree, and only for it"),
         (OP, "  - {name: b, dtype: T, shape: [K, N]", "  - {name: b, dtype: U, shape: [K, N]", "", "dtype variable U is not declared"),
         (OP, "  - {name: c, dtype: T, shape: [M, N]", "  - {name: c, dtype: T, shape: [M, Q]", "", "dimension Q does not appear"),
         (CUDA, "  compiler_key: nvcc", "  compiler_key: 42", "build.compiler_key", "Input should be a valid string"),

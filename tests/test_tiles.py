@@ -31,12 +31,13 @@ def tiles(op: str, kernel: str):
 @pytest.mark.parametrize("op", ["det_gemm", "det_gemm_nt", "det_gemm_tn"])
 def test_simt_tiles_are_the_templates_tiles(op: str):
     """Device: a kTileM x kTileN output tile, k-tiles of kTileK; host: work items of kStripsPerItem
-    strips of kRowsAvx2 (AVX2) or kRowsGeneric (portable path) rows."""
+    strips of kRowsAvx512 (AVX-512), kRowsAvx2 (AVX2) or kRowsGeneric (portable path) rows, K in
+    blocks of kDepth."""
     device, host = GENERATED / "cuda" / f"{op}_simt.cu", GENERATED / "cpu" / f"{op}_simt.cpp"
     strips = constant(host, "kStripsPerItem")
-    rows = {constant(device, "kTileM"), strips * constant(host, "kRowsAvx2"), strips * constant(host, "kRowsGeneric")}
+    rows = {constant(device, "kTileM")} | {strips * constant(host, name) for name in ("kRowsAvx512", "kRowsAvx2", "kRowsGeneric")}
     assert set(tiles(op, "simt").rows) == rows
-    assert set(tiles(op, "simt").reduction) == {constant(device, "kTileK")}
+    assert set(tiles(op, "simt").reduction) == {constant(device, "kTileK"), constant(host, "kDepth")}
 
 
 @pytest.mark.parametrize("op, kernel", [(o.name, k) for o in CATALOG.ops for k, spec in o.kernels.items() if o.reduction is not None and o.reduction.lanes is not None and isinstance(spec, NativeKernel)])

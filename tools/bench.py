@@ -642,8 +642,9 @@ class ModelSize:
 class ModelOp:
     """One row kind of the model-shapes table: an rlkernels call and the PyTorch code it replaces.
 
-    inputs(m) names each input and its shape; "ids" is drawn as token ids below m.vocab, the
-    rest as standard normals in the row's dtype.  `batched` names the inputs whose first
+    inputs(m) names each input and its shape; "ids" is drawn as token ids below m.vocab, a
+    linear layer's weight "w" [out, in] as standard normals over sqrt(in), the rest as standard
+    normals, each in the row's dtype.  `batched` names the inputs whose first
     dimension is the tokens: the batch-invariance check runs the kernel on their first rows.
     kernel and baseline take the inputs in order and return one tensor each (the kernel's
     first output when it has several).
@@ -872,10 +873,16 @@ def model_inputs(case: ModelOp, m: ModelSize, dtype) -> dict:
     import torch
 
     g = torch.Generator().manual_seed(0)
-    return {
-        name: torch.randint(0, m.vocab, shape, generator=g) if name == "ids" else torch.randn(*shape, generator=g).to(dtype)
-        for name, shape in case.inputs(m).items()
-    }
+
+    def draw(name: str, shape: tuple[int, ...]):
+        if name == "ids":
+            return torch.randint(0, m.vocab, shape, generator=g)
+        x = torch.randn(*shape, generator=g)
+        if name == "w" and len(shape) == 2:
+            x = x * shape[1] ** -0.5  # a linear layer's weight, at nn.Linear's scale
+        return x.to(dtype)
+
+    return {name: draw(name, shape) for name, shape in case.inputs(m).items()}
 
 
 def bench_model_op(rlkernels, threads: int, case: ModelOp, m: ModelSize, dtype_name: str) -> ModelRow:
@@ -936,7 +943,12 @@ def model_notes() -> str:
     baselines = "; ".join(f"{op}: `{code}`" for op, code in by_op.items())
     return f"""\
 * One layer of a small decoder ({sizes}; I is 2.75 H rounded
-  to a multiple of 64), every tensor in the row's dtype except the token ids.
+  to a multiple of 64), every tensor in the row's dtype except the token ids.  Inputs are
+  standard normals, and a linear layer's weight [out, in] standard normals over √in, a model's
+  scale: the vocabulary rows' logits then spread about 1, as a model's do.  (With standard
+  normal weights they would spread √H, and most of a row's 32,000 probabilities would be
+  subnormal numbers, which some CPUs -- Intel's, through microcode assists -- compute tens of
+  times slower than others: this package's kernels and PyTorch's both slow down, unequally.)
 * Baselines, on the same tensors: {baselines}.
 * Speed ratio: median of the paired ratios, as above (below 0.5 means more than twice the
   PyTorch time); at least {MODEL_MIN_REPS} pairs, more while the row has run under {MODEL_ROW_BUDGET_S} s (one pair where a
@@ -1112,14 +1124,14 @@ def machine_lines(command: str, with_torch: bool) -> list[str]:
         import torch
 
         flags, cap = cpu_flags(), os.environ.get("RLK_CPU_SIMD", "native")
-        path = "AVX2" if "avx2" in flags and cap != "generic" else "portable (4 lanes)"
-        # rlk_parallel.h's copies of the row and elementwise kernels: the widest this CPU runs.
+        # rlk_parallel.h's host_simd(): the widest instruction set this CPU runs, capped by RLK_CPU_SIMD;
+        # det_gemm's register tile on each.
         if {"avx512f", "avx512vl", "avx512bw", "avx512dq", "avx2", "fma"} <= flags and cap not in ("generic", "avx2"):
-            rows_path = "AVX-512 (F, VL, BW, DQ) + FMA"
+            rows_path, path = "AVX-512 (F, VL, BW, DQ) + FMA", "AVX-512, 12 × 32 tiles, an fma per product"
         elif {"avx2", "fma"} <= flags and cap != "generic":
-            rows_path = "AVX2 + FMA"
+            rows_path, path = "AVX2 + FMA", "AVX2 + FMA, 6 × 16 tiles, an fma per product"
         else:
-            rows_path = "baseline (compiler default)"
+            rows_path, path = "baseline (compiler default)", "portable (4 lanes, 3 × 16 tiles, the C library's fmaf)"
         lines += [
             f"| torch | {torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()}) |",
             f"| det_gemm code path | {path} |",
@@ -1138,12 +1150,12 @@ GEMM_NOTES = """\
 * Speed ratio: median over the runs of (torch.matmul time / det_gemm time), each pair timed
   back to back in alternating order; above 1 means det_gemm was faster.  GFLOP/s are
   2·M·N·K over the median time of each.
-* det_gemm: one float32 accumulator per output, a separate multiply and add for each k in
-  ascending order, one rounding at the store; threads split rows and columns, never K.
+* det_gemm: one float32 accumulator per output, one fused multiply-add for each k in ascending
+  order, one rounding at the store; threads split rows and columns, never K.
   Threads: `RLK_NUM_THREADS`, set with `torch.set_num_threads` for each row.
 * The bfloat16 baseline is torch.matmul on the bfloat16 tensors, which may use bfloat16
   dot-product instructions (e.g. AVX512-BF16) that add products in pairs at twice the float32
-  rate; det_gemm's fixed order (one float32 add per product) cannot use them.
+  rate; det_gemm's fixed order (one float32 fma per product, in sequence) cannot use them.
 * "rows 0–7 alone = in batch": det_gemm(a[:8], b) compared bitwise with rows 0–7 of
   det_gemm(a, b) from the timed runs; "same bits every repeat": every timed output compared
   bitwise with the first."""

@@ -64,10 +64,10 @@ KERNELS = {
         },
         "simt": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 23, 24, 25, 47, 48, 49, 127, 128, 129, 259],
-            "chunks": [23, 25, 47, 49, 127, 129],
+            "batch_sizes": [1, 23, 24, 25, 47, 48, 49, 95, 96, 97, 127, 128, 129, 259],
+            "chunks": [23, 25, 47, 49, 95, 97, 127, 129],
             "pad_by": 129,
-            "extents": {"K": 29},
+            "extents": {"K": 897},
         },
         "wgmma": {
             "guarantees": ["batch_invariant", "deterministic"],
@@ -80,10 +80,10 @@ KERNELS = {
     "cpu": {
         "simt": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 23, 24, 25, 47, 48, 49, 127, 128, 129, 259],
-            "chunks": [23, 25, 47, 49, 127, 129],
+            "batch_sizes": [1, 23, 24, 25, 47, 48, 49, 95, 96, 97, 127, 128, 129, 259],
+            "chunks": [23, 25, 47, 49, 95, 97, 127, 129],
             "pad_by": 129,
-            "extents": {"K": 29},
+            "extents": {"K": 897},
         },
     },
 }

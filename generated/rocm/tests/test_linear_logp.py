@@ -61,18 +61,18 @@ KERNELS = {
     "rocm": {
         "rows": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 2, 5, 6, 7, 47, 48, 49, 256],
-            "chunks": [2, 5, 7, 47, 49],
-            "pad_by": 49,
+            "batch_sizes": [1, 2, 5, 6, 7, 95, 96, 97, 256],
+            "chunks": [2, 5, 7, 95, 97],
+            "pad_by": 97,
             "extents": {"V": 897},
         },
     },
     "cpu": {
         "rows": {
             "guarantees": ["batch_invariant", "deterministic", "portable"],
-            "batch_sizes": [1, 2, 5, 6, 7, 47, 48, 49, 256],
-            "chunks": [2, 5, 7, 47, 49],
-            "pad_by": 49,
+            "batch_sizes": [1, 2, 5, 6, 7, 95, 96, 97, 256],
+            "chunks": [2, 5, 7, 95, 97],
+            "pad_by": 97,
             "extents": {"V": 897},
         },
     },

@@ -24,6 +24,7 @@
 #include <memory>
 
 #include "rlk_parallel.h"
+#include "rlk_scratch.h"
 #include "rlk_reduce.h"
 
 namespace rlk {
@@ -32,13 +33,12 @@ namespace {
 
 constexpr int kLanes = 256;
 
-// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, a rounding
-// after each multiply and each add -- det_gemm_nt's order, so z is det_linear's float32
+// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, one fused multiply-add per product (acc = fma(a, b, acc), rounded once) -- det_gemm_nt's order, so z is det_linear's float32
 // output bit for bit.
 template <typename T>
 RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   float acc = 0.0f;
-  for (int64_t k = 0; k < H; ++k) acc = add_rn(acc, mul_rn(to_float(h[k]), to_float(w[k])));
+  for (int64_t k = 0; k < H; ++k) acc = fma_rn(to_float(h[k]), to_float(w[k]), acc);
   return acc;
 }
 
@@ -60,107 +60,121 @@ RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum
 // Host register tiles.  Operands are converted to float32 (exactly) and packed k-major: h
 // into strips of kStripRows rows, the weight into panels of kCols vocabulary rows.  A tile
 // keeps kStripRows x kCols accumulators; for each k in ascending order it multiplies a
-// broadcast h[r, k] by w[v..v+kCols, k] and adds the products lane by lane.  Vector lanes only
-// hold different logits side by side, so every logit sees exactly the scalar sequence of
-// logit() above, whatever vector width or thread computes it.
+// broadcast h[r, k] by w[v..v+kCols, k] and adds the products lane by lane, one fused
+// multiply-add per lane.  Vector lanes only hold different logits side by side, so every
+// logit sees exactly the scalar sequence of logit() above, whatever instruction set
+// (parallel_rows hands each piece its lanes type, rlk_lanes.h) or thread computes it.
 constexpr int64_t kCols = 16;
 constexpr int kStripRows = 6;
 
-#if defined(__GNUC__)
-#define RLK_HOST_INLINE inline __attribute__((always_inline))
-// GCC/Clang vector extension: 8 float lanes with element-wise IEEE arithmetic, one rounding
-// per operation (the build turns FP contraction off, and the product and the sum are
-// separate statements, so they can never fuse).  Compiled for AVX2 where parallel_rows runs
-// the AVX2 copy of the work, as two SSE halves elsewhere.
-typedef float Lanes __attribute__((vector_size(32), aligned(4), may_alias));
-RLK_HOST_INLINE void load_lanes(Lanes& v, const float* p) { v = *reinterpret_cast<const Lanes*>(p); }
-RLK_HOST_INLINE void store_lanes(float* p, const Lanes& v) { *reinterpret_cast<Lanes*>(p) = v; }
-#else
-#define RLK_HOST_INLINE inline
-// Other compilers: the same lane-by-lane operations, left to the auto-vectoriser.
-struct Lanes {
-  float lane[8];
-};
-inline Lanes operator*(float a, const Lanes& b) {
-  Lanes r;
-  for (int i = 0; i < 8; ++i) r.lane[i] = mul_rn(a, b.lane[i]);
-  return r;
-}
-inline Lanes operator+(const Lanes& a, const Lanes& b) {
-  Lanes r;
-  for (int i = 0; i < 8; ++i) r.lane[i] = add_rn(a.lane[i], b.lane[i]);
-  return r;
-}
-inline void load_lanes(Lanes& v, const float* p) { std::memcpy(v.lane, p, sizeof v.lane); }
-inline void store_lanes(float* p, const Lanes& v) { std::memcpy(p, v.lane, sizeof v.lane); }
-#endif
+// A register tile: S strips of R rows, each row kCols float32 accumulators, on lanes type L.
+// Strip t takes its factors from a[t] and keeps its sums in c[t].
+template <typename L, int R, int S = 1>
+struct Tile {
+  static constexpr int kVecs = static_cast<int>(kCols) / L::kWidth;
+  static_assert(kVecs * L::kWidth == kCols, "a tile row is a whole number of vectors");
+  typename L::V acc[S][R][kVecs];
 
-// A register tile: R x kCols float32 accumulators, kVecs vectors per row.
-constexpr int kVecs = static_cast<int>(kCols) / 8;
-
-// The tile from c[i * ldc + j] (i < R, j < kCols), or from 0.
-template <int R>
-RLK_HOST_INLINE void tile_load(Lanes (&acc)[R][kVecs], const float* c, int64_t ldc, bool from_zero) {
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < kVecs; ++v) {
-      if (from_zero)
-        acc[i][v] = Lanes{};
-      else
-        load_lanes(acc[i][v], c + i * ldc + v * 8);
-    }
-}
-
-template <int R>
-RLK_HOST_INLINE void tile_store(const Lanes (&acc)[R][kVecs], float* c, int64_t ldc) {
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < kVecs; ++v) store_lanes(c + i * ldc + v * 8, acc[i][v]);
-}
-
-// One step of a tile: acc[i][j] += a[i * a_stride] * b[j], the product rounded, then the sum.
-template <int R>
-RLK_HOST_INLINE void tile_step(Lanes (&acc)[R][kVecs], const float* a, int64_t a_stride, const float* b) {
-  Lanes bv[kVecs];
-  for (int v = 0; v < kVecs; ++v) load_lanes(bv[v], b + v * 8);
-  for (int i = 0; i < R; ++i) {
-    const float av = a[i * a_stride];
-    for (int v = 0; v < kVecs; ++v) {
-      const Lanes product = av * bv[v];  // mul_rn in every lane
-      acc[i][v] = acc[i][v] + product;   // add_rn in every lane
-    }
+  // From c[t][i * ldc + j] (i < R, j < kCols), or from 0.
+  void load(float* const* c, int64_t ldc, bool from_zero) {
+#pragma GCC unroll 2
+    for (int t = 0; t < S; ++t)
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) {
+          if (from_zero)
+            L::zero(acc[t][i][v]);
+          else
+            L::load(acc[t][i][v], c[t] + i * ldc + v * L::kWidth);
+        }
   }
-}
 
-// c[i * ldc + j] for i < R, j < kCols: from 0 (from_zero) or from c's own value, plus
-// a[p * R + i] * b[p * kCols + j] for each p in [0, P) ascending -- one float32 accumulator
-// per output, as the scalar loops of this file.  a is R values per step (a strip, k-major),
+  void store(float* const* c, int64_t ldc) const {
+#pragma GCC unroll 2
+    for (int t = 0; t < S; ++t)
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) L::store(c[t] + i * ldc + v * L::kWidth, acc[t][i][v]);
+  }
+
+  // acc[t][i][j] += a[t][i * a_stride] * b[j] for every t < S, i < R, j < kCols.
+  void step(const float* const* a, int64_t a_stride, const float* b) {
+    typename L::V bv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) L::load(bv[v], b + v * L::kWidth);
+#pragma GCC unroll 2
+    for (int t = 0; t < S; ++t)
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        typename L::V av;
+        L::broadcast(av, a[t][i * a_stride]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) L::fma(acc[t][i][v], av, bv[v]);
+      }
+  }
+};
+
+// Strips a tile spans: two with AVX-512, whose 16-lane vectors would otherwise give a tile only
+// kStripRows independent sums, too few to keep its fma units busy; one elsewhere.  Which tile
+// computes a sum never changes its bits.
+template <typename L>
+constexpr int kTileStrips = L::kWidth >= 16 ? 2 : 1;
+
+// c[t][i * ldc + j] for t < S, i < R, j < kCols: from 0 (from_zero) or from its own value, plus
+// a[t][p * R + i] * b[p * kCols + j] for each p in [0, P) ascending -- one float32 accumulator
+// per output, as the scalar loops of this file.  a[t] is R values per step (a strip, k-major),
 // b kCols values per step (a panel).
-template <int R>
-RLK_HOST_INLINE void tile_sum(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
-  Lanes acc[R][kVecs];
-  tile_load<R>(acc, c, ldc, from_zero);
-  for (int64_t p = 0; p < P; ++p) tile_step<R>(acc, a + p * R, 1, b + p * kCols);
-  tile_store<R>(acc, c, ldc);
-}
-
-// out[i * ld + j] = logit of strip row i and panel column j, for i < kStripRows, j < kCols.
-RLK_HOST_INLINE void logits_tile(const float* strip, const float* panel, int64_t H, float* out, int64_t ld) {
-  tile_sum<kStripRows>(strip, panel, H, out, ld, true);
-}
-
-// float32 scratch aligned to a cache line, left uninitialised.
-class Scratch {
- public:
-  explicit Scratch(int64_t n) : storage_(new float[static_cast<size_t>(n) + 16]) {
-    void* p = storage_.get();
-    size_t space = (static_cast<size_t>(n) + 16) * sizeof(float);
-    data_ = static_cast<float*>(std::align(64, static_cast<size_t>(n) * sizeof(float), p, space));
+template <typename L, int R, int S>
+inline void tile_sum(const float* const* a, const float* b, int64_t P, float* const* c, int64_t ldc, bool from_zero) {
+  Tile<L, R, S> tile;
+  tile.load(c, ldc, from_zero);
+  const float* at[S];
+  for (int t = 0; t < S; ++t) at[t] = a[t];
+  for (int64_t p = 0; p < P; ++p) {
+    tile.step(at, 1, b + p * kCols);
+    for (int t = 0; t < S; ++t) at[t] += R;
   }
-  float* data() const { return data_; }
+  tile.store(c, ldc);
+}
 
- private:
-  std::unique_ptr<float[]> storage_;
-  float* data_;
-};
+// The same for one strip.
+template <typename L, int R>
+inline void tile_sum(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
+  tile_sum<L, R, 1>(&a, b, P, &c, ldc, from_zero);
+}
+
+// k steps per block of a logits tile: a panel's block (kDepth x kCols floats) stays in the L1
+// cache while several strips pass under it.  Blocking changes no bit: between blocks an
+// accumulator waits in float32 memory.
+constexpr int64_t kDepth = 256;
+
+// out[i * ld + j] = logit of row i of strip s and column j of panel q, for every strip
+// s < strips (R rows each, H x R floats apart) and panel q < panels (H x kCols floats apart).
+template <typename L, int R>
+inline void logits_tiles(const float* strips, int64_t strip_count, const float* panels, int64_t panel_count, int64_t H, float* out,
+                         int64_t ld) {
+  constexpr int S = kTileStrips<L>;
+  // At least one block, so that H = 0 gives zeros.
+  for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
+    const int64_t steps = std::min(kDepth, H - k0);
+    for (int64_t q = 0; q < panel_count; ++q) {
+      const float* panel = panels + (q * H + k0) * kCols;
+      int64_t s = 0;
+      for (; s + S <= strip_count; s += S) {
+        const float* a[S];
+        float* c[S];
+        for (int t = 0; t < S; ++t) {
+          a[t] = strips + ((s + t) * H + k0) * R;
+          c[t] = out + (s + t) * R * ld + q * kCols;
+        }
+        tile_sum<L, R, S>(a, panel, steps, c, ld, k0 == 0);
+      }
+      for (; s < strip_count; ++s) tile_sum<L, R>(strips + (s * H + k0) * R, panel, steps, out + s * R * ld + q * kCols, ld, k0 == 0);
+    }
+  }
+}
 
 // Rows [first, first + kStripRows) of x [rows, H] as float32, k-major; zeros past `rows`
 // (their logits are computed and dropped, which touches no other row).
@@ -191,10 +205,13 @@ void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst) {
   parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols); });
 }
 
-// Rows of one work item: kStripsPerItem strips share each packed weight panel while it is
-// in the L1 cache.  Only the speed depends on it.
-constexpr int64_t kStripsPerItem = 8;
-constexpr int64_t kItemRows = kStripsPerItem * kStripRows;
+// Rows are taken kGroupRows at a time: the group's logits, in panel ranges of kItemPanels on
+// every thread, each panel's block serving all of the group's strips while it is in the L1
+// cache, so that the packed weight is read once per group; then each row's statistics.  Only
+// the speed depends on these sizes.
+constexpr int64_t kGroupStrips = 16;
+constexpr int64_t kGroupRows = kGroupStrips * kStripRows;
+constexpr int64_t kItemPanels = 16;
 
 // The statistics of one row from its logits z[0, V), in the device's order.
 inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse) {
@@ -241,26 +258,29 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
   float* lse = static_cast<float*>(lse_ptr);
   const int64_t panels = (V + kCols - 1) / kCols;
   const int64_t padded_v = panels * kCols;
-  const int64_t items = (N + kItemRows - 1) / kItemRows;
-  // Logits cost 2H operations each, their statistics about 40.
-  const int64_t item_cost = kItemRows * std::max<int64_t>(V, 1) * (2 * H + 40);
+  const int pack_threads = thread_count(panels * H * kCols, int64_t{1} << 20, num_threads);
   const Scratch packed(panels * H * kCols);
-  pack_weight(static_cast<const T*>(weight_ptr), V, H, thread_count(panels * H * kCols, int64_t{1} << 20, num_threads), packed.data());
+  pack_weight(static_cast<const T*>(weight_ptr), V, H, pack_threads, packed.data());
   const float* panel_data = packed.data();
-  // Work items of kItemRows rows: rows are independent, so threads split them and change no bit.
-  parallel_rows(items, item_cost, num_threads, [&](int64_t begin, int64_t end) {
-    const Scratch strips(kStripsPerItem * H * kStripRows);
-    const Scratch logits(kItemRows * padded_v);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t first = item * kItemRows;
-      const int64_t rows = std::min(kItemRows, N - first);
-      const int64_t strip_count = (rows + kStripRows - 1) / kStripRows;
-      for (int64_t s = 0; s < strip_count; ++s) pack_strip(h, N, H, first + s * kStripRows, strips.data() + s * H * kStripRows);
-      for (int64_t q = 0; q < panels; ++q)
-        for (int64_t s = 0; s < strip_count; ++s)
-          logits_tile(strips.data() + s * H * kStripRows, panel_data + q * H * kCols, H,
-                      logits.data() + s * kStripRows * padded_v + q * kCols, padded_v);
-      for (int64_t i = 0; i < rows; ++i) {
+  const Scratch strips(kGroupStrips * H * kStripRows);
+  const Scratch logits(kGroupRows * padded_v);
+  const int64_t items = (panels + kItemPanels - 1) / kItemPanels;
+  for (int64_t first = 0; first < N; first += kGroupRows) {
+    const int64_t rows = std::min(kGroupRows, N - first);
+    const int64_t strip_count = (rows + kStripRows - 1) / kStripRows;
+    parallel_for(strip_count, pack_threads, [&](int64_t s) { pack_strip(h, N, H, first + s * kStripRows, strips.data() + s * H * kStripRows); });
+    // Logits cost 2H operations each; threads split the vocabulary, never a logit's sum.
+    parallel_rows(items, rows * kItemPanels * kCols * 2 * std::max<int64_t>(H, 1), num_threads, [&](int64_t begin, int64_t end, auto lanes) {
+      using L = decltype(lanes);
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t q0 = item * kItemPanels;
+        logits_tiles<L, kStripRows>(strips.data(), strip_count, panel_data + q0 * H * kCols, std::min(kItemPanels, panels - q0), H,
+                                    logits.data() + q0 * kCols, padded_v);
+      }
+    });
+    // The statistics, about 40 operations per logit; rows are independent, so threads split them.
+    parallel_rows(rows, std::max<int64_t>(V, 1) * 40, num_threads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
         const int64_t row = first + i;
         const int64_t id = ids[row];
         if (id == ignore_index) {
@@ -271,8 +291,8 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
         }
         reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row);
       }
-    }
-  });
+    });
+  }
 }
 
 }  // namespace

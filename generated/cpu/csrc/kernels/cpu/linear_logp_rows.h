@@ -3,7 +3,7 @@
 // Template: templates/package/launcher.h.j2
 #pragma once
 // Launcher of kernel rows for op linear_logp on CPU.
-// One block of 256 threads per row on devices, lanes over the vocabulary; register tiles of 6 rows x 16 logits on the host; the same order on both
+// One block of 256 threads per row on devices, lanes over the vocabulary; on the host, 96 rows at a time, register tiles of 6 rows (12 with AVX-512) x 16 logits; the same order on both
 
 #include <cstdint>
 

@@ -26,18 +26,18 @@
 #include <vector>
 
 #include "rlk_parallel.h"
+#include "rlk_scratch.h"
 
 namespace rlk {
 namespace cpu {
 namespace {
 
-// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, a rounding
-// after each multiply and each add -- det_gemm_nt's order, so z is det_linear's float32
+// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, one fused multiply-add per product (acc = fma(a, b, acc), rounded once) -- det_gemm_nt's order, so z is det_linear's float32
 // output bit for bit.
 template <typename T>
 RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   float acc = 0.0f;
-  for (int64_t k = 0; k < H; ++k) acc = add_rn(acc, mul_rn(to_float(h[k]), to_float(w[k])));
+  for (int64_t k = 0; k < H; ++k) acc = fma_rn(to_float(h[k]), to_float(w[k]), acc);
   return acc;
 }
 
@@ -69,107 +69,121 @@ RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
 // Host register tiles.  Operands are converted to float32 (exactly) and packed k-major: h
 // into strips of kStripRows rows, the weight into panels of kCols vocabulary rows.  A tile
 // keeps kStripRows x kCols accumulators; for each k in ascending order it multiplies a
-// broadcast h[r, k] by w[v..v+kCols, k] and adds the products lane by lane.  Vector lanes only
-// hold different logits side by side, so every logit sees exactly the scalar sequence of
-// logit() above, whatever vector width or thread computes it.
+// broadcast h[r, k] by w[v..v+kCols, k] and adds the products lane by lane, one fused
+// multiply-add per lane.  Vector lanes only hold different logits side by side, so every
+// logit sees exactly the scalar sequence of logit() above, whatever instruction set
+// (parallel_rows hands each piece its lanes type, rlk_lanes.h) or thread computes it.
 constexpr int64_t kCols = 16;
 constexpr int kStripRows = 6;
 
-#if defined(__GNUC__)
-#define RLK_HOST_INLINE inline __attribute__((always_inline))
-// GCC/Clang vector extension: 8 float lanes with element-wise IEEE arithmetic, one rounding
-// per operation (the build turns FP contraction off, and the product and the sum are
-// separate statements, so they can never fuse).  Compiled for AVX2 where parallel_rows runs
-// the AVX2 copy of the work, as two SSE halves elsewhere.
-typedef float Lanes __attribute__((vector_size(32), aligned(4), may_alias));
-RLK_HOST_INLINE void load_lanes(Lanes& v, const float* p) { v = *reinterpret_cast<const Lanes*>(p); }
-RLK_HOST_INLINE void store_lanes(float* p, const Lanes& v) { *reinterpret_cast<Lanes*>(p) = v; }
-#else
-#define RLK_HOST_INLINE inline
-// Other compilers: the same lane-by-lane operations, left to the auto-vectoriser.
-struct Lanes {
-  float lane[8];
-};
-inline Lanes operator*(float a, const Lanes& b) {
-  Lanes r;
-  for (int i = 0; i < 8; ++i) r.lane[i] = mul_rn(a, b.lane[i]);
-  return r;
-}
-inline Lanes operator+(const Lanes& a, const Lanes& b) {
-  Lanes r;
-  for (int i = 0; i < 8; ++i) r.lane[i] = add_rn(a.lane[i], b.lane[i]);
-  return r;
-}
-inline void load_lanes(Lanes& v, const float* p) { std::memcpy(v.lane, p, sizeof v.lane); }
-inline void store_lanes(float* p, const Lanes& v) { std::memcpy(p, v.lane, sizeof v.lane); }
-#endif
+// A register tile: S strips of R rows, each row kCols float32 accumulators, on lanes type L.
+// Strip t takes its factors from a[t] and keeps its sums in c[t].
+template <typename L, int R, int S = 1>
+struct Tile {
+  static constexpr int kVecs = static_cast<int>(kCols) / L::kWidth;
+  static_assert(kVecs * L::kWidth == kCols, "a tile row is a whole number of vectors");
+  typename L::V acc[S][R][kVecs];
 
-// A register tile: R x kCols float32 accumulators, kVecs vectors per row.
-constexpr int kVecs = static_cast<int>(kCols) / 8;
-
-// The tile from c[i * ldc + j] (i < R, j < kCols), or from 0.
-template <int R>
-RLK_HOST_INLINE void tile_load(Lanes (&acc)[R][kVecs], const float* c, int64_t ldc, bool from_zero) {
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < kVecs; ++v) {
-      if (from_zero)
-        acc[i][v] = Lanes{};
-      else
-        load_lanes(acc[i][v], c + i * ldc + v * 8);
-    }
-}
-
-template <int R>
-RLK_HOST_INLINE void tile_store(const Lanes (&acc)[R][kVecs], float* c, int64_t ldc) {
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < kVecs; ++v) store_lanes(c + i * ldc + v * 8, acc[i][v]);
-}
-
-// One step of a tile: acc[i][j] += a[i * a_stride] * b[j], the product rounded, then the sum.
-template <int R>
-RLK_HOST_INLINE void tile_step(Lanes (&acc)[R][kVecs], const float* a, int64_t a_stride, const float* b) {
-  Lanes bv[kVecs];
-  for (int v = 0; v < kVecs; ++v) load_lanes(bv[v], b + v * 8);
-  for (int i = 0; i < R; ++i) {
-    const float av = a[i * a_stride];
-    for (int v = 0; v < kVecs; ++v) {
-      const Lanes product = av * bv[v];  // mul_rn in every lane
-      acc[i][v] = acc[i][v] + product;   // add_rn in every lane
-    }
+  // From c[t][i * ldc + j] (i < R, j < kCols), or from 0.
+  void load(float* const* c, int64_t ldc, bool from_zero) {
+#pragma GCC unroll 2
+    for (int t = 0; t < S; ++t)
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) {
+          if (from_zero)
+            L::zero(acc[t][i][v]);
+          else
+            L::load(acc[t][i][v], c[t] + i * ldc + v * L::kWidth);
+        }
   }
-}
 
-// c[i * ldc + j] for i < R, j < kCols: from 0 (from_zero) or from c's own value, plus
-// a[p * R + i] * b[p * kCols + j] for each p in [0, P) ascending -- one float32 accumulator
-// per output, as the scalar loops of this file.  a is R values per step (a strip, k-major),
+  void store(float* const* c, int64_t ldc) const {
+#pragma GCC unroll 2
+    for (int t = 0; t < S; ++t)
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) L::store(c[t] + i * ldc + v * L::kWidth, acc[t][i][v]);
+  }
+
+  // acc[t][i][j] += a[t][i * a_stride] * b[j] for every t < S, i < R, j < kCols.
+  void step(const float* const* a, int64_t a_stride, const float* b) {
+    typename L::V bv[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) L::load(bv[v], b + v * L::kWidth);
+#pragma GCC unroll 2
+    for (int t = 0; t < S; ++t)
+#pragma GCC unroll 16
+      for (int i = 0; i < R; ++i) {
+        typename L::V av;
+        L::broadcast(av, a[t][i * a_stride]);
+#pragma GCC unroll 4
+        for (int v = 0; v < kVecs; ++v) L::fma(acc[t][i][v], av, bv[v]);
+      }
+  }
+};
+
+// Strips a tile spans: two with AVX-512, whose 16-lane vectors would otherwise give a tile only
+// kStripRows independent sums, too few to keep its fma units busy; one elsewhere.  Which tile
+// computes a sum never changes its bits.
+template <typename L>
+constexpr int kTileStrips = L::kWidth >= 16 ? 2 : 1;
+
+// c[t][i * ldc + j] for t < S, i < R, j < kCols: from 0 (from_zero) or from its own value, plus
+// a[t][p * R + i] * b[p * kCols + j] for each p in [0, P) ascending -- one float32 accumulator
+// per output, as the scalar loops of this file.  a[t] is R values per step (a strip, k-major),
 // b kCols values per step (a panel).
-template <int R>
-RLK_HOST_INLINE void tile_sum(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
-  Lanes acc[R][kVecs];
-  tile_load<R>(acc, c, ldc, from_zero);
-  for (int64_t p = 0; p < P; ++p) tile_step<R>(acc, a + p * R, 1, b + p * kCols);
-  tile_store<R>(acc, c, ldc);
-}
-
-// out[i * ld + j] = logit of strip row i and panel column j, for i < kStripRows, j < kCols.
-RLK_HOST_INLINE void logits_tile(const float* strip, const float* panel, int64_t H, float* out, int64_t ld) {
-  tile_sum<kStripRows>(strip, panel, H, out, ld, true);
-}
-
-// float32 scratch aligned to a cache line, left uninitialised.
-class Scratch {
- public:
-  explicit Scratch(int64_t n) : storage_(new float[static_cast<size_t>(n) + 16]) {
-    void* p = storage_.get();
-    size_t space = (static_cast<size_t>(n) + 16) * sizeof(float);
-    data_ = static_cast<float*>(std::align(64, static_cast<size_t>(n) * sizeof(float), p, space));
+template <typename L, int R, int S>
+inline void tile_sum(const float* const* a, const float* b, int64_t P, float* const* c, int64_t ldc, bool from_zero) {
+  Tile<L, R, S> tile;
+  tile.load(c, ldc, from_zero);
+  const float* at[S];
+  for (int t = 0; t < S; ++t) at[t] = a[t];
+  for (int64_t p = 0; p < P; ++p) {
+    tile.step(at, 1, b + p * kCols);
+    for (int t = 0; t < S; ++t) at[t] += R;
   }
-  float* data() const { return data_; }
+  tile.store(c, ldc);
+}
 
- private:
-  std::unique_ptr<float[]> storage_;
-  float* data_;
-};
+// The same for one strip.
+template <typename L, int R>
+inline void tile_sum(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
+  tile_sum<L, R, 1>(&a, b, P, &c, ldc, from_zero);
+}
+
+// k steps per block of a logits tile: a panel's block (kDepth x kCols floats) stays in the L1
+// cache while several strips pass under it.  Blocking changes no bit: between blocks an
+// accumulator waits in float32 memory.
+constexpr int64_t kDepth = 256;
+
+// out[i * ld + j] = logit of row i of strip s and column j of panel q, for every strip
+// s < strips (R rows each, H x R floats apart) and panel q < panels (H x kCols floats apart).
+template <typename L, int R>
+inline void logits_tiles(const float* strips, int64_t strip_count, const float* panels, int64_t panel_count, int64_t H, float* out,
+                         int64_t ld) {
+  constexpr int S = kTileStrips<L>;
+  // At least one block, so that H = 0 gives zeros.
+  for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
+    const int64_t steps = std::min(kDepth, H - k0);
+    for (int64_t q = 0; q < panel_count; ++q) {
+      const float* panel = panels + (q * H + k0) * kCols;
+      int64_t s = 0;
+      for (; s + S <= strip_count; s += S) {
+        const float* a[S];
+        float* c[S];
+        for (int t = 0; t < S; ++t) {
+          a[t] = strips + ((s + t) * H + k0) * R;
+          c[t] = out + (s + t) * R * ld + q * kCols;
+        }
+        tile_sum<L, R, S>(a, panel, steps, c, ld, k0 == 0);
+      }
+      for (; s < strip_count; ++s) tile_sum<L, R>(strips + (s * H + k0) * R, panel, steps, out + s * R * ld + q * kCols, ld, k0 == 0);
+    }
+  }
+}
 
 // Rows [first, first + kStripRows) of x [rows, H] as float32, k-major; zeros past `rows`
 // (their logits are computed and dropped, which touches no other row).
@@ -219,23 +233,26 @@ constexpr int64_t kChunkPanels = kHostChunk / kCols;
 // grad_weight's rows per pass over a block of h, so that the block stays in the L2 cache.
 constexpr int64_t kRowBlock = 128;
 
-// tile_sum with its left operand in panels of kCols steps, as a logits tile leaves dz: step p
-// of tile row i at a[(p / kCols) * R * kCols + i * kCols + p % kCols].
-template <int R>
-RLK_HOST_INLINE void tile_sum_panels(const float* a, const float* b, int64_t P, float* c, int64_t ldc, bool from_zero) {
-  Lanes acc[R][kVecs];
-  tile_load<R>(acc, c, ldc, from_zero);
+// tile_sum with its left operands in panels of kCols steps, as logits tiles leave dz: step p
+// of strip t's tile row i at a[t][(p / kCols) * R * kCols + i * kCols + p % kCols].
+template <typename L, int R, int S>
+inline void tile_sum_panels(const float* const* a, const float* b, int64_t P, float* const* c, int64_t ldc, bool from_zero) {
+  Tile<L, R, S> tile;
+  tile.load(c, ldc, from_zero);
   for (int64_t p0 = 0; p0 < P; p0 += kCols) {
-    const float* a_panel = a + p0 * R;
     const int steps = static_cast<int>(std::min<int64_t>(kCols, P - p0));
-    for (int j = 0; j < steps; ++j) tile_step<R>(acc, a_panel + j, kCols, b + (p0 + j) * kCols);
+    for (int j = 0; j < steps; ++j) {
+      const float* at[S];
+      for (int t = 0; t < S; ++t) at[t] = a[t] + p0 * R + j;
+      tile.step(at, kCols, b + (p0 + j) * kCols);
+    }
   }
-  tile_store<R>(acc, c, ldc);
+  tile.store(c, ldc);
 }
 
 // dz of the logits z[0, kCols) of vocabulary rows v0, v0 + 1, ... of one row, in place: the
 // formula of logit_grad, with the one-hot term's 0 everywhere but at the id.
-RLK_HOST_INLINE void grads_in_place(const RowFactors& f, int64_t v0, float* z) {
+inline void grads_in_place(const RowFactors& f, int64_t v0, float* z) {
   if (!f.valid) {
     for (int j = 0; j < kCols; ++j) z[j] = bits_float(kCanonicalNan);
     return;
@@ -344,32 +361,76 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
     const int64_t n = std::min<int64_t>(kHostChunk, V - c0);
     const int64_t chunk_panels = (n + kCols - 1) / kCols;
     // A row strip per index: its dz for the chunk, then its grad_h terms.
-    parallel_rows(strips, kTileRows * n * (6 * H + 40), num_threads, [&](int64_t begin, int64_t end) {
-      float dz[kChunkPanels * kTileRows * kCols];
-      for (int64_t s = begin; s < end; ++s) {
-        for (int64_t q = 0; q < chunk_panels; ++q) {
-          float* tile = dz + q * kTileRows * kCols;
-          tile_sum<kTileRows>(h_strips.data() + s * H * kTileRows, w_panels.data() + (c0 / kCols + q) * H * kCols, H, tile, kCols, true);
-          for (int i = 0; i < kTileRows; ++i) {
-            const int64_t j = s * kTileRows + i;
-            if (j < M) grads_in_place(factors[j], c0 + q * kCols, tile + i * kCols);
-            std::memcpy(dz_cols.data() + (q * Mp + j) * kCols, tile + i * kCols, sizeof(float) * kCols);
+    parallel_rows(strips, kTileRows * n * (6 * H + 40), num_threads, [&](int64_t begin, int64_t end, auto lanes) {
+      using L = decltype(lanes);
+      // kTileStrips strips at a time share each tile (rlk_lanes.h's widest vectors need it).
+      constexpr int S = kTileStrips<L>;
+      float dz[S][kChunkPanels * kTileRows * kCols];
+      for (int64_t s0 = begin; s0 < end; s0 += S) {
+        const int count = static_cast<int>(std::min<int64_t>(S, end - s0));
+        // The strips' logits of the chunk: strip s0 + t's tile of panel q at dz[t] + q * kTileRows * kCols.
+        for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
+          const int64_t steps = std::min(kDepth, H - k0);
+          for (int64_t q = 0; q < chunk_panels; ++q) {
+            const float* panel = w_panels.data() + ((c0 / kCols + q) * H + k0) * kCols;
+            const float* a[S];
+            float* c[S];
+            for (int t = 0; t < count; ++t) {
+              a[t] = h_strips.data() + ((s0 + t) * H + k0) * kTileRows;
+              c[t] = dz[t] + q * kTileRows * kCols;
+            }
+            if (count == S)
+              tile_sum<L, kTileRows, S>(a, panel, steps, c, kCols, k0 == 0);
+            else
+              for (int t = 0; t < count; ++t) tile_sum<L, kTileRows>(a[t], panel, steps, c[t], kCols, k0 == 0);
           }
         }
-        for (int64_t kp = 0; kp < col_panels; ++kp)
-          tile_sum_panels<kTileRows>(dz, w_cols.data() + (kp * V + c0) * kCols, n, acc_h.data() + s * kTileRows * Hp + kp * kCols, Hp, false);
+        for (int t = 0; t < count; ++t)
+          for (int64_t q = 0; q < chunk_panels; ++q) {
+            float* tile = dz[t] + q * kTileRows * kCols;
+            for (int i = 0; i < kTileRows; ++i) {
+              const int64_t j = (s0 + t) * kTileRows + i;
+              if (j < M) grads_in_place(factors[j], c0 + q * kCols, tile + i * kCols);
+              std::memcpy(dz_cols.data() + (q * Mp + j) * kCols, tile + i * kCols, sizeof(float) * kCols);
+            }
+          }
+        for (int64_t kp = 0; kp < col_panels; ++kp) {
+          const float* a[S];
+          float* c[S];
+          for (int t = 0; t < count; ++t) {
+            a[t] = dz[t];
+            c[t] = acc_h.data() + (s0 + t) * kTileRows * Hp + kp * kCols;
+          }
+          const float* panel = w_cols.data() + (kp * V + c0) * kCols;
+          if (count == S)
+            tile_sum_panels<L, kTileRows, S>(a, panel, n, c, Hp, false);
+          else
+            for (int t = 0; t < count; ++t) tile_sum_panels<L, kTileRows, 1>(&a[t], panel, n, &c[t], Hp, false);
+        }
       }
     });
     // A vocabulary panel per index: grad_weight of its kCols rows, row blocks ascending.
-    parallel_rows(chunk_panels, kCols * M * H * 2, num_threads, [&](int64_t begin, int64_t end) {
+    parallel_rows(chunk_panels, kCols * M * H * 2, num_threads, [&](int64_t begin, int64_t end, auto lanes) {
+      using L = decltype(lanes);
       for (int64_t q = begin; q < end; ++q) {
         float* acc = acc_w.data() + q * col_strips * kTileRows * kCols;
         for (int64_t b = 0; b < row_blocks; ++b) {
           const int64_t j0 = b * kRowBlock;
           const int64_t block_rows = std::min(kRowBlock, M - j0);
-          for (int64_t t = 0; t < col_strips; ++t)
-            tile_sum<kTileRows>(h_cols.data() + (t * Mp + j0) * kTileRows, dz_cols.data() + (q * Mp + j0) * kCols, block_rows,
-                                acc + t * kTileRows * kCols, kCols, b == 0);
+          const float* panel = dz_cols.data() + (q * Mp + j0) * kCols;
+          constexpr int S = kTileStrips<L>;
+          int64_t t = 0;
+          for (; t + S <= col_strips; t += S) {
+            const float* a[S];
+            float* c[S];
+            for (int u = 0; u < S; ++u) {
+              a[u] = h_cols.data() + ((t + u) * Mp + j0) * kTileRows;
+              c[u] = acc + (t + u) * kTileRows * kCols;
+            }
+            tile_sum<L, kTileRows, S>(a, panel, block_rows, c, kCols, b == 0);
+          }
+          for (; t < col_strips; ++t)
+            tile_sum<L, kTileRows>(h_cols.data() + (t * Mp + j0) * kTileRows, panel, block_rows, acc + t * kTileRows * kCols, kCols, b == 0);
         }
         // acc [column strip][kTileRows columns][kCols vocabulary rows]: grad_weight transposed.
         for (int64_t j = 0; j < kCols && q * kCols + j < n; ++j) {

@@ -21,7 +21,9 @@
 // copy).  Every copy performs the same IEEE operations in the same order -- the build never
 // contracts a multiply and an add, vector lanes only hold different elements side by side,
 // and rlk_math.h's explicit fused multiply-adds are exact either way, in an instruction
-// instead of a library call -- so they give the same bits; only the speed differs.
+// instead of a library call -- so they give the same bits; only the speed differs.  A body
+// that takes a third argument is handed the copy's lanes type (rlk_lanes.h) as a value, to
+// write its vector code once for every instruction set.
 
 #include <algorithm>
 #include <atomic>
@@ -30,8 +32,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "../../rlk_abi.h"
+#include "rlk_lanes.h"
 
 namespace rlk {
 namespace cpu {
@@ -83,18 +87,25 @@ void parallel_for(int64_t count, int threads, const Body& body) {
 // The instruction sets a piece may run with, widest last.
 enum class Simd { generic, avx2, avx512 };
 
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+// body(begin, end, Lanes{}) where the body takes the lanes type, else body(begin, end).
+template <typename Lanes, typename Body>
+inline void call_piece(const Body& body, int64_t begin, int64_t end) {
+  if constexpr (std::is_invocable_v<const Body&, int64_t, int64_t, Lanes>)
+    body(begin, end, Lanes{});
+  else
+    body(begin, end);
+}
+
+#ifdef RLK_HOST_X86_LANES
 // Call body(begin, end) with everything it calls inlined and compiled for these instructions.
 template <typename Body>
-__attribute__((target("avx2,fma"), flatten)) void run_piece_avx2(const Body& body, int64_t begin, int64_t end) {
-  body(begin, end);
+RLK_LANES_AVX2 __attribute__((flatten)) void run_piece_avx2(const Body& body, int64_t begin, int64_t end) {
+  call_piece<Avx2Lanes>(body, begin, end);
 }
 
 template <typename Body>
-__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"), flatten)) void run_piece_avx512(const Body& body,
-                                                                                                      int64_t begin,
-                                                                                                      int64_t end) {
-  body(begin, end);
+RLK_LANES_AVX512 __attribute__((flatten)) void run_piece_avx512(const Body& body, int64_t begin, int64_t end) {
+  call_piece<Avx512Lanes>(body, begin, end);
 }
 
 // The widest copy this CPU runs, capped by RLK_CPU_SIMD (generic or avx2).
@@ -118,14 +129,14 @@ void run_piece(Simd simd, const Body& body, int64_t begin, int64_t end) {
   else if (simd == Simd::avx2)
     run_piece_avx2(body, begin, end);
   else
-    body(begin, end);
+    call_piece<GenericLanes>(body, begin, end);
 }
 #else
 inline Simd host_simd() { return Simd::generic; }
 
 template <typename Body>
 void run_piece(Simd, const Body& body, int64_t begin, int64_t end) {
-  body(begin, end);
+  call_piece<GenericLanes>(body, begin, end);
 }
 #endif
 

@@ -4,13 +4,13 @@
 // det_gemm_tn / simt on NVIDIA CUDA: Deterministic matrix product with a transposed left operand, C = At.T @ B.
 //
 // Every output element is one float32 accumulator that adds a[m,k]*b[k,n] for
-// k = 0, 1, ..., K-1 in that order, with a rounding after each multiply and each
-// add (no fused multiply-add), and is rounded once to the output dtype at the store.
+// k = 0, 1, ..., K-1 in that order, with one fused multiply-add per product (acc = fma(a, b, acc), rounded once),
+// and is rounded once to the output dtype at the store.
 // The device and host code below therefore give identical bits, and no tile size
 // or launch parameter depends on M, so a row's bits do not depend on the batch.
 
 #include "det_gemm_tn_simt.h"
-#include "rlk_numerics.h"
+#include "rlk_math.h"
 
 namespace rlk {
 namespace cuda {
@@ -123,8 +123,7 @@ class OperandCopy {
   bool vectors_;
 };
 
-// One k step of a thread's register tile: acc[i][j] += a[row i] * b[col j], a multiply and
-// an add, each rounded.
+// One k step of a thread's register tile: acc[i][j] += a[row i] * b[col j], one fused multiply-add.
 __device__ __forceinline__ void multiply_step(const Float4* a_row, const Float4* b_row, int tx, int ty,
                                               float (&acc)[kPerThread][kPerThread]) {
   const Float4 a_lo = a_row[ty], a_hi = a_row[ty + kTileM / 2 / kVec];
@@ -140,7 +139,7 @@ __device__ __forceinline__ void multiply_step(const Float4* a_row, const Float4*
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i)
 #pragma unroll
-    for (int j = 0; j < kPerThread; ++j) acc[i][j] = add_rn(acc[i][j], mul_rn(av[i], bv[j]));
+    for (int j = 0; j < kPerThread; ++j) acc[i][j] = fma_rn(av[i], bv[j], acc[i][j]);
 }
 
 // Row (or column) of a tile held in register-tile row i of thread coordinate t.

@@ -27,13 +27,12 @@ namespace {
 
 constexpr int kLanes = 256;
 
-// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, a rounding
-// after each multiply and each add -- det_gemm_nt's order, so z is det_linear's float32
+// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, one fused multiply-add per product (acc = fma(a, b, acc), rounded once) -- det_gemm_nt's order, so z is det_linear's float32
 // output bit for bit.
 template <typename T>
 RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   float acc = 0.0f;
-  for (int64_t k = 0; k < H; ++k) acc = add_rn(acc, mul_rn(to_float(h[k]), to_float(w[k])));
+  for (int64_t k = 0; k < H; ++k) acc = fma_rn(to_float(h[k]), to_float(w[k]), acc);
   return acc;
 }
 

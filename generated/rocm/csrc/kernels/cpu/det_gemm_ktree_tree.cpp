@@ -3,13 +3,13 @@
 // Template: templates/kernels/det_gemm_ktree.j2
 // det_gemm_ktree / tree on CPU: Deterministic batch-invariant matrix product C = A @ B in bf16 with the K-tree reduction order.
 //
-// Leaf i sums a[m,k]*b[k,n] for k in [32*i, 32*i + 32) in float32, ascending, with a rounding
-// after each multiply and each add, and rounds once to bf16.  Leaves [lo, hi) combine as
+// Leaf i sums a[m,k]*b[k,n] for k in [32*i, 32*i + 32) in float32, ascending, with
+// one fused multiply-add per product (acc = fma(a, b, acc), rounded once), and rounds once to bf16.  Leaves [lo, hi) combine as
 // combine(lo, mid) + combine(mid, hi) with mid = lo + (hi - lo) / 2, each add rounded to
 // bf16.  Every node's value is a bf16 number held in a float.  Nothing depends on M.
 
 #include "det_gemm_ktree_tree.h"
-#include "rlk_numerics.h"
+#include "rlk_math.h"
 
 namespace rlk {
 namespace cpu {
@@ -21,7 +21,7 @@ constexpr int kMaxDepth = 64;
 
 RLK_HD float round_bf16(float x) { return to_float(from_float<bfloat16_t>(x)); }
 
-// Explicitly rounded products and sums, so the bits never depend on contraction flags.
+// Explicitly rounded operations, so the bits never depend on contraction flags.
 
 // One output element: the tree over its leaves, walked in post-order with explicit
 // stacks (no recursion, which not every device compiler allows).
@@ -40,7 +40,7 @@ RLK_ARITH float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K
       float sum = 0.0f;
       const int64_t end = (lo[f] + 1) * kLeaf < K ? (lo[f] + 1) * kLeaf : K;
       for (int64_t k = lo[f] * kLeaf; k < end; ++k) {
-        sum = add_rn(sum, mul_rn(to_float(a[m * K + k]), to_float(b[k * N + n])));
+        sum = fma_rn(to_float(a[m * K + k]), to_float(b[k * N + n]), sum);
       }
       value[values++] = round_bf16(sum);
       --frames;

@@ -4,20 +4,22 @@
 // det_gemm_tn / simt on CPU: Deterministic matrix product with a transposed left operand, C = At.T @ B.
 //
 // Every output element is one float32 accumulator that adds a[m,k]*b[k,n] for
-// k = 0, 1, ..., K-1 in that order, with a rounding after each multiply and each
-// add (no fused multiply-add), and is rounded once to the output dtype at the store.
+// k = 0, 1, ..., K-1 in that order, with one fused multiply-add per product (acc = fma(a, b, acc), rounded once),
+// and is rounded once to the output dtype at the store.
 // The device and host code below therefore give identical bits, and no tile size
 // or launch parameter depends on M, so a row's bits do not depend on the batch.
 
 #include "det_gemm_tn_simt.h"
-#include "rlk_numerics.h"
+#include "rlk_math.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "rlk_parallel.h"
+#include "rlk_scratch.h"
 
 namespace rlk {
 namespace cpu {
@@ -26,214 +28,207 @@ namespace {
 // Operand layouts: A is [K, M] (read transposed), B is [K, N];
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
 
-// Host kernel.  Both operands are first converted to float32 (exactly) and packed: B
-// into panels of kCols columns, A into strips of `Rows` rows, both k-major so the tile
-// loop reads them in order.  A register tile holds Rows x kCols accumulators; for each
-// k in ascending order it multiplies a broadcast a[m,k] by b[k, n..n+kCols) and adds
-// the products, lane by lane.  Vector lanes only hold different outputs side by side,
-// so every output sees exactly the scalar sequence above, whatever vector width, tile
-// or thread computes it.  Threads share out tiles of rows and columns, never K.
+// Host kernel.  Both operands are first converted to float32 (exactly) and packed: A into
+// strips of kRows rows, B into panels of kCols columns, both k-major so the tile loop reads
+// them in order.  A register tile holds kRows x kCols accumulators; for each k in ascending
+// order it broadcasts a[m,k], loads b[k, n..n+kCols) and adds each product to its
+// accumulator lane by lane, one fused multiply-add per lane.  Vector lanes only hold
+// different outputs side by side, so every output sees exactly the scalar sequence above,
+// whatever instruction set, tile or thread computes it.  K is consumed in blocks of kDepth
+// steps; between two blocks an accumulator waits in float32 memory, which holds it exactly,
+// so the blocking changes no bit.  Threads share out tiles of rows and columns, never K.
 //
-// Threads: as rlk_parallel.h says (the caller's request, or RLK_NUM_THREADS).  The
-// environment, read on every call, can also ask for the portable code path:
-//   RLK_CPU_SIMD=generic   use the portable code path even where AVX2 is available
+// Code paths, one chosen per call: AVX-512 (12 x 32 tiles), AVX2 with FMA (6 x 16) and the
+// portable one (3 x 16), on rlk_lanes.h's lanes types.  Threads and the code path: as
+// rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx2 or generic
+// caps the instruction set, read on every call).
 
-// Columns of a register tile and of a packed B panel, the same on every code path.
-constexpr int64_t kCols = 16;
-// A work item is up to kStripsPerItem strips times a block of panels, the block sized
-// to about kBlockBytes so that it stays in a core's L2 cache while the strips pass over it.
+// One code path: its lanes type and its register tile.
+template <typename L, int Rows, int Cols>
+struct TilePath {
+  using Lanes = L;
+  static constexpr int kRows = Rows;
+  static constexpr int kCols = Cols;
+  static constexpr int kVecs = Cols / L::kWidth;
+  static_assert(kVecs * L::kWidth == Cols, "a tile row is a whole number of vectors");
+};
+// Each path's tile rows (its columns are 16, or 32 on AVX-512).
+constexpr int kRowsGeneric = 3;   // 12 accumulators of 4 lanes
+constexpr int kRowsAvx2 = 6;      // 12 accumulators of the 16 ymm registers
+constexpr int kRowsAvx512 = 12;   // 24 accumulators of the 32 zmm registers
+using GenericPath = TilePath<GenericLanes, kRowsGeneric, 16>;
+#ifdef RLK_HOST_X86_LANES
+using Avx2Path = TilePath<Avx2Lanes, kRowsAvx2, 16>;
+using Avx512Path = TilePath<Avx512Lanes, kRowsAvx512, 32>;
+#endif
+
+// k steps per block: a panel's block (kDepth x kCols floats) stays in the L1 cache while the
+// strips of a work item pass under it, and their blocks in the L2 cache.  A work item is up to
+// kStripsPerItem strips times a block of panels, the block sized to about kBlockBytes per
+// k-block.  Only the speed depends on these sizes; a tile's bits never do.
+constexpr int64_t kDepth = 256;
 constexpr int64_t kStripsPerItem = 8;
 constexpr int64_t kBlockBytes = 256 * 1024;
 // Products smaller than this many multiply-adds per thread run on fewer threads.
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 
-#if defined(__GNUC__)
-#define RLK_HOST_INLINE inline __attribute__((always_inline))
-// GCC/Clang vector extension: W float lanes with element-wise IEEE arithmetic, one
-// rounding per operation (the build turns FP contraction off, and the tile keeps the
-// product and the sum in separate statements, so they can never fuse).
-// (Spelled out per width: GCC drops vector_size when it depends on a template parameter.)
-template <int W>
-struct LaneType;
-template <>
-struct LaneType<4> {
-  typedef float type __attribute__((vector_size(16), aligned(4), may_alias));
-};
-template <>
-struct LaneType<8> {
-  typedef float type __attribute__((vector_size(32), aligned(4), may_alias));
-};
-template <int W>
-using Lanes = typename LaneType<W>::type;
-// Vectors go in and out by reference: returning one by value from a function built
-// without AVX would change the ABI, which GCC warns about even when it is inlined.
-template <int W>
-RLK_HOST_INLINE void load_lanes(Lanes<W>& v, const float* p) {
-  v = *reinterpret_cast<const Lanes<W>*>(p);
-}
-template <int W>
-RLK_HOST_INLINE void store_lanes(float* p, const Lanes<W>& v) {
-  *reinterpret_cast<Lanes<W>*>(p) = v;
-}
-#else
-#define RLK_HOST_INLINE inline
-// Other compilers: the same lane-by-lane operations, left to the auto-vectoriser.
-template <int W>
-struct Lanes {
-  float lane[W];
-};
-template <int W>
-Lanes<W> operator*(float a, const Lanes<W>& b) {
-  Lanes<W> r;
-  for (int i = 0; i < W; ++i) r.lane[i] = mul_rn(a, b.lane[i]);
-  return r;
-}
-template <int W>
-Lanes<W> operator+(const Lanes<W>& a, const Lanes<W>& b) {
-  Lanes<W> r;
-  for (int i = 0; i < W; ++i) r.lane[i] = add_rn(a.lane[i], b.lane[i]);
-  return r;
-}
-template <int W>
-void load_lanes(Lanes<W>& v, const float* p) {
-  std::memcpy(v.lane, p, sizeof v.lane);
-}
-template <int W>
-void store_lanes(float* p, const Lanes<W>& v) {
-  std::memcpy(p, v.lane, sizeof v.lane);
-}
-#endif
-
-// One register tile: out[i][j] = a_strip[.][i] . b_panel[.][j], summed over ascending k
-// into a float32 accumulator that starts at 0.
-template <int Rows, int W>
-RLK_HOST_INLINE void tile(const float* a_strip, const float* b_panel, int64_t K, float* out) {
-  static_assert(sizeof(Lanes<W>) == W * sizeof(float), "a vector holds W floats");
-  constexpr int kVecs = static_cast<int>(kCols) / W;
-  Lanes<W> acc[Rows][kVecs] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    Lanes<W> bv[kVecs];
-    for (int v = 0; v < kVecs; ++v) load_lanes<W>(bv[v], b_panel + k * kCols + v * W);
-    for (int i = 0; i < Rows; ++i) {
-      const float av = a_strip[k * Rows + i];
-      for (int v = 0; v < kVecs; ++v) {
-        const Lanes<W> product = av * bv[v];  // mul_rn in every lane
-        acc[i][v] = acc[i][v] + product;      // add_rn in every lane
-      }
-    }
-  }
-  for (int i = 0; i < Rows; ++i)
-    for (int v = 0; v < kVecs; ++v) store_lanes<W>(out + i * kCols + v * W, acc[i][v]);
-}
-
 // Both operands as packed float32, plus how the output is split into work items.
 struct Packed {
   int64_t M, K, N;
-  const float* a;  // [strips][K][Rows]
-  const float* b;  // [panels][K][kCols]
+  int rows, cols;     // the code path's tile
+  const float* a;     // [strips][K][rows]
+  const float* b;     // [panels][K][cols]
   const float* bias;  // [N] as float32, or null: added to each accumulator before the store
   int64_t strips, panels, panels_per_item, strip_items;
 };
 
+// One register tile over `steps` values of k: acc[i * kCols + j] (from 0 when from_zero, else
+// from its value) plus a_strip[k * kRows + i] * b_panel[k * kCols + j] for k ascending.
+template <typename P>
+inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero) {
+  using L = typename P::Lanes;
+  constexpr int W = L::kWidth;
+  typename L::V acc[P::kRows][P::kVecs];
+#pragma GCC unroll 32
+  for (int i = 0; i < P::kRows; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < P::kVecs; ++v) {
+      if (from_zero)
+        L::zero(acc[i][v]);
+      else
+        L::load(acc[i][v], acc_out + i * P::kCols + v * W);
+    }
+  for (int64_t k = 0; k < steps; ++k) {
+    typename L::V bv[P::kVecs];
+#pragma GCC unroll 8
+    for (int v = 0; v < P::kVecs; ++v) L::load(bv[v], b_panel + k * P::kCols + v * W);
+#pragma GCC unroll 32
+    for (int i = 0; i < P::kRows; ++i) {
+      typename L::V av;
+      L::broadcast(av, a_strip[k * P::kRows + i]);
+#pragma GCC unroll 8
+      for (int v = 0; v < P::kVecs; ++v) L::fma(acc[i][v], av, bv[v]);
+    }
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < P::kRows; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < P::kVecs; ++v) L::store(acc_out + i * P::kCols + v * W, acc[i][v]);
+}
+
 // Computes work item `item` and stores each of its outputs once, with from_float<T>.
-template <typename T, int Rows, int W>
-RLK_HOST_INLINE void compute_item(const Packed& p, int64_t item, T* c) {
+template <typename T, typename P>
+inline void compute_item(const Packed& p, int64_t item, T* c) {
+  constexpr int64_t R = P::kRows, C = P::kCols;
   const int64_t s0 = item % p.strip_items * kStripsPerItem;
   const int64_t q0 = item / p.strip_items * p.panels_per_item;
-  const int64_t s1 = std::min(s0 + kStripsPerItem, p.strips);
-  const int64_t q1 = std::min(q0 + p.panels_per_item, p.panels);
-  float out[Rows * kCols];
-  for (int64_t s = s0; s < s1; ++s) {
-    const int64_t m0 = s * Rows;
-    const int64_t rows = std::min<int64_t>(Rows, p.M - m0);
-    for (int64_t q = q0; q < q1; ++q) {
-      tile<Rows, W>(p.a + s * p.K * Rows, p.b + q * p.K * kCols, p.K, out);
-      const int64_t n0 = q * kCols;
-      const int64_t cols = std::min(kCols, p.N - n0);
+  const int64_t strips = std::min(s0 + kStripsPerItem, p.strips) - s0;
+  const int64_t panels = std::min(q0 + p.panels_per_item, p.panels) - q0;
+  // The item's accumulators, tile (s, q) at (q * strips + s) * R * C.
+  const Scratch acc(strips * panels * R * C);
+  // At least one block, so that K = 0 stores zeros.
+  const int64_t blocks = std::max<int64_t>(1, (p.K + kDepth - 1) / kDepth);
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t k0 = block * kDepth;
+    const int64_t steps = std::min(kDepth, p.K - k0);
+    // A panel's block stays in the L1 cache while the item's strips pass under it.
+    for (int64_t q = 0; q < panels; ++q)
+      for (int64_t s = 0; s < strips; ++s)
+        tile<P>(p.a + ((s0 + s) * p.K + k0) * R, p.b + ((q0 + q) * p.K + k0) * C, steps, acc.data() + (q * strips + s) * R * C,
+                block == 0);
+  }
+  for (int64_t q = 0; q < panels; ++q) {
+    const int64_t n0 = (q0 + q) * C;
+    const int64_t cols = std::min(C, p.N - n0);
+    for (int64_t s = 0; s < strips; ++s) {
+      const int64_t m0 = (s0 + s) * R;
+      const int64_t rows = std::min(R, p.M - m0);
+      const float* out = acc.data() + (q * strips + s) * R * C;
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) {
-          const float sum = out[i * kCols + j];
+          const float sum = out[i * C + j];
           c[(m0 + i) * p.N + n0 + j] = from_float<T>(p.bias != nullptr ? add_rn(sum, p.bias[n0 + j]) : sum);
         }
     }
   }
 }
 
-// Portable path: 4 lanes (SSE2, NEON), a 3 x 16 tile in 12 vector registers.
-constexpr int kRowsGeneric = 3;
 template <typename T>
 void compute_item_generic(const Packed& p, int64_t item, T* c) {
-  compute_item<T, kRowsGeneric, 4>(p, item, c);
+  compute_item<T, GenericPath>(p, item, c);
 }
 
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-// AVX2 path, chosen at run time: 8 lanes, a 6 x 16 tile in 12 of the 16 ymm registers.
-// The target adds AVX2 only, not FMA, so no fused multiply-add can be emitted.
-#define RLK_HOST_AVX2 1
-constexpr int kRowsAvx2 = 6;
+#ifdef RLK_HOST_X86_LANES
+// Everything a work item calls, compiled for the path's instructions (flatten inlines the
+// lanes type's operations, which carry that target themselves).
 template <typename T>
-__attribute__((target("avx2"))) void compute_item_avx2(const Packed& p, int64_t item, T* c) {
-  compute_item<T, kRowsAvx2, 8>(p, item, c);
+RLK_LANES_AVX2 __attribute__((flatten)) void compute_item_avx2(const Packed& p, int64_t item, T* c) {
+  compute_item<T, Avx2Path>(p, item, c);
 }
 
-bool cpu_has_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") != 0;  // also checks that the OS saves ymm registers
+template <typename T>
+RLK_LANES_AVX512 __attribute__((flatten)) void compute_item_avx512(const Packed& p, int64_t item, T* c) {
+  compute_item<T, Avx512Path>(p, item, c);
 }
 #endif
 
-// The code path of this call: its tile height and its work-item function.
+// The code path of this call: its tile and its work-item function.
 template <typename T>
-struct Path {
-  int rows;
+struct PathChoice {
+  int rows, cols;
   void (*compute_item)(const Packed&, int64_t, T*);
 };
 
 template <typename T>
-Path<T> choose_path() {
-#ifdef RLK_HOST_AVX2
-  static const bool has_avx2 = cpu_has_avx2();
-  const char* simd = std::getenv("RLK_CPU_SIMD");
-  const bool generic_asked = simd != nullptr && std::strcmp(simd, "generic") == 0;
-  if (has_avx2 && !generic_asked) return {kRowsAvx2, compute_item_avx2<T>};
+PathChoice<T> choose_path() {
+#ifdef RLK_HOST_X86_LANES
+  switch (host_simd()) {
+    case Simd::avx512: return {Avx512Path::kRows, Avx512Path::kCols, compute_item_avx512<T>};
+    case Simd::avx2: return {Avx2Path::kRows, Avx2Path::kCols, compute_item_avx2<T>};
+    case Simd::generic: break;
+  }
 #endif
-  return {kRowsGeneric, compute_item_generic<T>};
+  return {GenericPath::kRows, GenericPath::kCols, compute_item_generic<T>};
 }
 
-// float32 scratch aligned to a cache line, left uninitialised (every element is written).
-class Scratch {
- public:
-  explicit Scratch(int64_t n) : storage_(new float[static_cast<size_t>(n) + 16]) {
-    void* p = storage_.get();
-    size_t space = (static_cast<size_t>(n) + 16) * sizeof(float);
-    data_ = static_cast<float*>(std::align(64, static_cast<size_t>(n) * sizeof(float), p, space));
-  }
-  float* data() const { return data_; }
-
- private:
-  std::unique_ptr<float[]> storage_;
-  float* data_;
-};
+// Packing reads each operand along its storage order, so that it walks memory (and its pages)
+// in sequence, and writes a block of at most kDepth k values at a time, which stays in the L1
+// cache while it fills.  The values are the same whatever the loop order.
 
 // Strip s of A: rows [s*rows, s*rows + rows) as float32, k-major.  Rows past M are zeros;
 // their results are computed and dropped, which touches no other row.
 template <typename T>
 void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst) {
-  for (int i = 0; i < rows; ++i) {
-    const int64_t m = s * rows + i;
-    for (int64_t k = 0; k < K; ++k) dst[k * rows + i] = m < M ? to_float(a[k * M + m]) : 0.0f;
-  }
+  // A is stored [K, M]: each k holds the strip's rows side by side.
+  for (int64_t k = 0; k < K; ++k)
+    for (int i = 0; i < rows; ++i) {
+      const int64_t m = s * rows + i;
+      dst[k * rows + i] = m < M ? to_float(a[k * M + m]) : 0.0f;
+    }
 }
 
-// Panel q of B: columns [q*kCols, q*kCols + kCols) as float32, k-major, zeros past N.
+// Rows [k0, k0 + kPackRows) of B, stored [K, N], into every panel (panel q at dst + q * K * cols)
+// as float32, zeros past N.
+constexpr int64_t kPackRows = 16;
+
 template <typename T>
-void pack_b_panel(const T* b, int64_t K, int64_t N, int64_t q, float* dst) {
-  const int64_t n0 = q * kCols;
-  const int64_t cols = std::min(kCols, N - n0);
-  for (int64_t k = 0; k < K; ++k) {
-    for (int64_t n = n0; n < n0 + cols; ++n) dst[k * kCols + (n - n0)] = to_float(b[k * N + n]);
-    for (int64_t j = cols; j < kCols; ++j) dst[k * kCols + j] = 0.0f;
-  }
+void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t item, float* dst) {
+  const int64_t panels = (N + cols - 1) / cols;
+  const int64_t k0 = item * kPackRows;
+  for (int64_t k = k0; k < std::min(K, k0 + kPackRows); ++k)
+    for (int64_t q = 0; q < panels; ++q) {
+      float* out = dst + (q * K + k) * cols;
+      const int64_t n0 = q * cols;
+      const int64_t inside = std::min<int64_t>(cols, N - n0);
+      for (int64_t n = n0; n < n0 + inside; ++n) out[n - n0] = to_float(b[k * N + n]);
+      for (int64_t j = inside; j < cols; ++j) out[j] = 0.0f;
+    }
+}
+
+// Work items of B's packing: blocks of kPackRows rows of k.
+inline int64_t b_pack_items(int64_t K, int64_t panels) {
+  (void)panels;
+  return (K + kPackRows - 1) / kPackRows;
 }
 
 // T: the operands' storage type; TC: the output's (T, or float32 on request).
@@ -244,22 +239,25 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   const T* a = static_cast<const T*>(a_ptr);
   const T* b = static_cast<const T*>(b_ptr);
   TC* c = static_cast<TC*>(c_ptr);
-  const Path<TC> path = choose_path<TC>();
+  const PathChoice<TC> path = choose_path<TC>();
   const int threads = thread_count(M * K * N, kMinWorkPerThread, num_threads);
 
   Packed p{};
   p.M = M;
   p.K = K;
   p.N = N;
+  p.rows = path.rows;
+  p.cols = path.cols;
   p.strips = (M + path.rows - 1) / path.rows;
-  p.panels = (N + kCols - 1) / kCols;
+  p.panels = (N + path.cols - 1) / path.cols;
   const Scratch a_packed(p.strips * path.rows * K);
-  const Scratch b_packed(p.panels * kCols * K);
-  parallel_for(p.panels + p.strips, threads, [&](int64_t i) {
-    if (i < p.panels) {
-      pack_b_panel(b, K, N, i, b_packed.data() + i * K * kCols);
+  const Scratch b_packed(p.panels * path.cols * K);
+  const int64_t b_items = b_pack_items(K, p.panels);
+  parallel_for(b_items + p.strips, threads, [&](int64_t i) {
+    if (i < b_items) {
+      pack_b(b, K, N, path.cols, i, b_packed.data() + 0);
     } else {
-      const int64_t s = i - p.panels;
+      const int64_t s = i - b_items;
       pack_a_strip(a, M, K, path.rows, s, a_packed.data() + s * K * path.rows);
     }
   });
@@ -270,8 +268,8 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   for (int64_t n = 0; bias_ptr != nullptr && n < N; ++n) bias_f32.data()[n] = to_float(static_cast<const T*>(bias_ptr)[n]);
   p.bias = bias_ptr != nullptr ? bias_f32.data() : nullptr;
 
-  // Item sizes depend on K only, never on M, like every other tiling choice here.
-  p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (std::max<int64_t>(K, 1) * kCols * int64_t{sizeof(float)}));
+  // Item sizes depend on the path only, never on M, like every other tiling choice here.
+  p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
   p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
   const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
   parallel_for(p.strip_items * panel_items, threads, [&](int64_t item) { path.compute_item(p, item, c); });

@@ -25,13 +25,12 @@ namespace rlk {
 namespace rocm {
 namespace {
 
-// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, a rounding
-// after each multiply and each add -- det_gemm_nt's order, so z is det_linear's float32
+// z = sum over k of h[k] * w[k]: one float32 accumulator from 0, k ascending, one fused multiply-add per product (acc = fma(a, b, acc), rounded once) -- det_gemm_nt's order, so z is det_linear's float32
 // output bit for bit.
 template <typename T>
 RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   float acc = 0.0f;
-  for (int64_t k = 0; k < H; ++k) acc = add_rn(acc, mul_rn(to_float(h[k]), to_float(w[k])));
+  for (int64_t k = 0; k < H; ++k) acc = fma_rn(to_float(h[k]), to_float(w[k]), acc);
   return acc;
 }
 
@@ -91,7 +90,7 @@ __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_h(
       __syncthreads();
       const int n = static_cast<int>(V - c0 < kChunk ? V - c0 : kChunk);
       if (k < H)
-        for (int j = 0; j < n; ++j) acc = add_rn(acc, mul_rn(dz[j], to_float(weight[(c0 + j) * H + k])));
+        for (int j = 0; j < n; ++j) acc = fma_rn(dz[j], to_float(weight[(c0 + j) * H + k]), acc);
       __syncthreads();
     }
     if (k < H) grad_h[row * H + k] = from_float<T>(acc);
@@ -123,7 +122,7 @@ __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_weight(
       __syncthreads();
       if (k < H) {
         const float x = to_float(h[row * H + k]);
-        for (int j = 0; j < kVocabTile; ++j) acc[j] = add_rn(acc[j], mul_rn(dz[j], x));
+        for (int j = 0; j < kVocabTile; ++j) acc[j] = fma_rn(dz[j], x, acc[j]);
       }
       __syncthreads();
     }
