@@ -1,12 +1,14 @@
 """Benchmarks, as ratios against baselines measured in the same process.
 
     python tools/bench.py [kernel] [model] [transformers] [tp] [generator]   (make bench: all five)
+    python tools/bench.py gemm                              (det_gemm's rows of kernel only)
     python tools/bench.py model --op swiglu --op logp       (some rows of the model table)
 
 Prints, and writes to docs/performance.md:
   * the CPU det_gemm kernel (float32 and bfloat16 inputs) against torch.matmul on the
     same tensors, on one thread and on all of them, with the GFLOP/s each achieved and
-    whether the kernel's outputs were bitwise deterministic and batch-invariant in the run;
+    whether the kernel's outputs were bitwise deterministic and batch-invariant in the run
+    (a table per code path -- AVX-512, AVX2, portable -- each from the last run that took it);
   * logp and rms_norm against the PyTorch code they replace, the same way;
   * model: every op of one layer of a small model (det_linear projections, swiglu, silu,
     rms_norm, logp) at its shapes, against the PyTorch code it replaces;
@@ -37,6 +39,7 @@ import hashlib
 import io
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -1182,18 +1185,59 @@ SECTION_TITLES = {
 }
 
 
-def previous_sections() -> tuple[dict[str, str], str]:
-    """The sections of the doc as it stands (title -> body), and the date of the run that wrote it."""
+def _facts(lines: list[str]) -> dict[str, str]:
+    """The machine table's rows (``| key | value |``) as a mapping."""
+    return {line.split("|")[1].strip(): line.split("|")[2].strip() for line in lines if line.count("|") >= 3}
+
+
+def _run_of(facts: dict[str, str]) -> str:
+    return f"{facts.get('Date (UTC)', 'an earlier date')} on {facts.get('CPU', 'another machine')}, torch {facts.get('torch', 'unknown')}"
+
+
+def previous_sections() -> tuple[dict[str, str], dict[str, str]]:
+    """The sections of the doc as it stands (title -> body), and the machine facts of the run that wrote it."""
     if not DOC.is_file():
-        return {}, ""
+        return {}, {}
     text = DOC.read_text()
-    facts = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in text.split("\n## ")[0].splitlines() if line.count("|") >= 3}
-    date = f"{facts.get('Date (UTC)', 'an earlier date')} on {facts.get('CPU', 'another machine')}, torch {facts.get('torch', 'unknown')}"
+    facts = _facts(text.split("\n## ")[0].splitlines())
     sections = {}
     for chunk in text.split("\n## ")[1:]:
         title, _, body = chunk.partition("\n")
         sections[title.strip()] = body.strip("\n")
-    return sections, date
+    return sections, facts
+
+
+GEMM_PATH_HEADING = "### Code path: "
+
+
+def gemm_tables(body: str | None, facts: dict[str, str]) -> dict[str, str]:
+    """The det_gemm section as it stands: code path -> its run's line and table.  Each code path
+    (AVX-512, AVX2, portable) keeps the table of the last run that took it, as one machine runs one."""
+    if not body:
+        return {}
+    if GEMM_PATH_HEADING not in body:  # a section from before the tables were kept per code path
+        table = [line for line in body.splitlines() if line.startswith("|")]
+        path = facts.get("det_gemm code path")
+        kept = re.match(r"\*Not measured by this run: the table of the run of (.*)\.\*", body)
+        run = kept.group(1) if kept else _run_of(facts)
+        return {path: f"*Run of {run}.*\n\n" + "\n".join(table)} if table and path else {}
+    tables = {}
+    for chunk in body.split(GEMM_PATH_HEADING)[1:]:
+        path, _, rest = chunk.partition("\n")
+        lines = rest.strip("\n").splitlines()
+        keep = [line for line in lines if line.startswith(("|", "*Run of"))]
+        tables[path.strip()] = "\n".join(keep[:1] + [""] + keep[1:]) if keep else ""
+    return tables
+
+
+def gemm_section(machine: list[str], rows: list[GemmRow], previous: dict[str, str]) -> list[str]:
+    facts = _facts(machine)
+    path = facts.get("det_gemm code path", "unknown")
+    parts = [f"{GEMM_PATH_HEADING}{path}\n", f"*Run of {_run_of(facts)}.*\n", GEMM_HEADER, *map(format_gemm_row, rows)]
+    for other, table in previous.items():
+        if other != path:
+            parts += ["", f"{GEMM_PATH_HEADING}{other}\n", table]
+    return [*parts, "", GEMM_NOTES]
 
 
 def write_doc(
@@ -1209,9 +1253,10 @@ def write_doc(
         "| Machine | |\n| --- | --- |",
         *machine,
     ]
-    previous, previous_date = previous_sections()
+    previous, previous_facts = previous_sections()
+    previous_date = _run_of(previous_facts)
     measured = {
-        "gemm": [GEMM_HEADER, *map(format_gemm_row, gemm_rows), "", GEMM_NOTES] if gemm_rows else None,
+        "gemm": gemm_section(machine, gemm_rows, gemm_tables(previous.get(SECTION_TITLES["gemm"]), previous_facts)) if gemm_rows else None,
         "ops": [OP_HEADER, *map(format_op_row, op_rows), "", OP_NOTES] if op_rows else None,
         "model": [MODEL_HEADER, *map(format_model_row, model_rows), "", model_notes()] if model_rows else None,
         "transformers": [DECODER_HEADER, *map(format_decoder_row, decoder_rows), "", decoder_notes()] if decoder_rows else None,
@@ -1235,21 +1280,24 @@ def write_doc(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("sections", nargs="*", metavar="kernel|model|transformers|tp|generator", help="what to run (default: all)")
+    parser.add_argument(
+        "sections", nargs="*", metavar="kernel|gemm|model|transformers|tp|generator", help="what to run (default: all; gemm: det_gemm's rows of kernel)"
+    )
     parser.add_argument("--op", action="append", metavar="NAME", help="model section only, this op only (repeatable); writes no report")
     args = parser.parse_args()
     sections = args.sections or ["kernel", "model", "transformers", "tp", "generator"]
-    if not set(sections) <= {"kernel", "model", "transformers", "tp", "generator"}:
-        parser.error(f"unknown section in {sections}; expected kernel, model, transformers, tp and/or generator")
+    if not set(sections) <= {"kernel", "gemm", "model", "transformers", "tp", "generator"}:
+        parser.error(f"unknown section in {sections}; expected kernel, gemm, model, transformers, tp and/or generator")
     command = " ".join([os.path.relpath(sys.executable, ROOT), os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
-    machine = machine_lines(command, with_torch=bool({"kernel", "model", "transformers", "tp"} & set(sections)))
+    machine = machine_lines(command, with_torch=bool({"kernel", "gemm", "model", "transformers", "tp"} & set(sections)))
     print("\n".join(machine))
     gemm_rows, op_rows, model_rows, gen_rows, decoder_rows, tp_rows = [], [], [], [], [], []
-    if {"kernel", "model", "transformers", "tp"} & set(sections):
+    if {"kernel", "gemm", "model", "transformers", "tp"} & set(sections):
         rlkernels = build_cpu_package()
-    if "kernel" in sections:
+    if {"kernel", "gemm"} & set(sections):
         print("\n" + GEMM_HEADER)
         gemm_rows = run_gemm(rlkernels)
+    if "kernel" in sections:
         print("\n" + OP_HEADER)
         op_rows = run_ops(rlkernels)
     if "model" in sections:
