@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -60,18 +60,21 @@ def field_path(path: Path_) -> str:
 _NEWLINE = re.compile("\n")
 
 
-class _SpecComposer(Composer):
-    """Composes a spec's nodes, refusing aliases, with lines as editors count them."""
+class _LineCounter:
+    """Line numbers as editors and grep count them (only "\n" ends a line); PyYAML's own marks also
+    break lines at \r, U+0085, U+2028 and U+2029, which would point past the real line."""
 
     newlines: list[int]
 
     def _count_lines(self, text: str) -> None:
-        # Line numbers as editors and grep count them (only "\n" ends a line); PyYAML's own marks
-        # also break lines at \r, U+0085, U+2028 and U+2029, which would point past the real line.
         self.newlines = [m.start() for m in _NEWLINE.finditer(text)]
 
     def line_of(self, mark: yaml.Mark | None) -> int:
         return bisect.bisect_left(self.newlines, mark.index) + 1 if mark is not None else 1
+
+
+class _SpecComposer(_LineCounter, Composer):
+    """Composes a spec's nodes, refusing aliases, with lines as editors count them."""
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):  # type: ignore[attr-defined]
@@ -89,12 +92,18 @@ class _NoAliasLoader(_SpecComposer, yaml.SafeLoader):
         self._count_lines(text)
 
 
-# libyaml's scanner and parser, with the same composer, resolver and constructor: about ten times
-# faster on a spec.  It is given only text made of the characters specs are written in (no tab,
-# carriage return, byte-order mark or U+0085 / U+2028 / U+2029 line break, nothing YAML forbids),
-# where the two parsers agree; other text, and any text this reading finds fault with, goes to the
-# reference reader, so that errors and edge cases read exactly as they always have.
+# libyaml's scanner, parser and composer, with PyYAML's resolver and constructor: many times faster
+# on a spec.  It is given only text made of the characters specs are written in (no tab, carriage
+# return, byte-order mark or U+0085 / U+2028 / U+2029 line break, nothing YAML forbids), where the
+# two readers agree; other text, and any text this reading finds fault with, goes to the reference
+# reader, so that errors and edge cases read exactly as they always have.
 _FAST_TEXT = re.compile("[\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]*")
+# libyaml's composer recurses in C, beyond Python's recursion limit, so it only reads text whose
+# nesting is shallow by construction: a block collection nested in another starts at a greater
+# column, right after its line's indentation and any "- " or "? " indicators (so no further right
+# than the longest such run on any line), and each flow collection at its own [ or {.
+_FAST_NESTING = 256
+_LEADING = re.compile("^[ ?-]*", re.MULTILINE)
 
 try:
     from yaml._yaml import CParser
@@ -106,27 +115,49 @@ except ImportError:  # PyYAML built without libyaml: the reference reader reads 
 
 if _HAVE_LIBYAML:
 
-    class _FastLoader(_SpecComposer, CParser, SafeConstructor, Resolver):
+    class _FastLoader(_LineCounter, CParser, SafeConstructor, Resolver):
         def __init__(self, text: str) -> None:
             CParser.__init__(self, text)
-            Composer.__init__(self)
             SafeConstructor.__init__(self)
             Resolver.__init__(self)
             self._count_lines(text)
 
+        # The composer asks for every node's tag; specs repeat their values (dtypes, dimension
+        # names, copies of one op), and a safe resolver's answer depends on nothing else.
+        _tags: ClassVar[dict[tuple[type, Any, Any], str]] = {}
+
+        def resolve(self, kind: type, value: Any, implicit: Any) -> str:
+            key = (kind, value if kind is yaml.ScalarNode else None, implicit)
+            tag = self._tags.get(key)
+            if tag is None:
+                if len(self._tags) > 65536:  # any number of distinct values, in bounded memory
+                    self._tags.clear()
+                tag = self._tags[key] = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            return tag
+
+
+class _Alias(Exception):
+    """libyaml's composer met an alias: one node reached twice."""
+
+
+def _shallow(text: str) -> bool:
+    deepest = max(map(len, _LEADING.findall(text)))
+    return deepest + text.count("[") + text.count("{") < _FAST_NESTING
+
 
 def _read_fast(text: str, src: SourceMap) -> tuple[Any, dict[Path_, int]] | None:
     """The values and lines of ``text`` read by libyaml, or None where the reference reader must
-    read it (libyaml absent, unusual characters, or any problem, which that reader reports)."""
-    if not _HAVE_LIBYAML or _FAST_TEXT.fullmatch(text) is None:
+    read it (libyaml absent, unusual characters, deep nesting, an alias, or any problem, which that
+    reader reports)."""
+    if not _HAVE_LIBYAML or _FAST_TEXT.fullmatch(text) is None or not _shallow(text):
         return None
     try:
         loader = _FastLoader(text)
-        root = loader.get_single_node()
+        root = CParser.get_single_node(loader)
         if root is None:
             return None
         lines: dict[Path_, int] = {}
-        return _to_python(root, (), lines, src, loader), lines
+        return _to_python(root, (), lines, src, loader, set()), lines
     except Exception:  # noqa: BLE001 -- the reference reader reads it again and reports the problem
         return None
 
@@ -137,7 +168,13 @@ _YAML = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_YAML}{t}" for t in ("str", "int", "float", "bool", "null")}
 
 
-def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: _SpecComposer) -> Any:
+def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: Any, seen: set[int] | None = None) -> Any:
+    """``seen``: the nodes met so far, where a composer that resolves aliases built the tree (an
+    alias is the node it names, met again), so that none is followed."""
+    if seen is not None:
+        if id(node) in seen:
+            raise _Alias
+        seen.add(id(node))
     lines[path] = loader.line_of(node.start_mark)
     if len(path) > MAX_DEPTH:
         raise SpecError([src.problem(path, f"nesting deeper than {MAX_DEPTH} levels")])
@@ -148,22 +185,26 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != f"{_YAML}str":
                 raise SpecError([SpecProblem(src.file, loader.line_of(key_node.start_mark), field_path(path), "keys must be plain strings")])
+            if seen is not None:
+                if id(key_node) in seen:
+                    raise _Alias
+                seen.add(id(key_node))
             key = key_node.value
             if key in out:
                 raise SpecError([SpecProblem(src.file, loader.line_of(key_node.start_mark), field_path((*path, key)), "duplicate key")])
-            out[key] = _to_python(value_node, (*path, key), lines, src, loader)
+            out[key] = _to_python(value_node, (*path, key), lines, src, loader, seen)
             # the key's line, not the value's: a block value starts on the line below its key
             lines[path + (key,)] = loader.line_of(key_node.start_mark)
         return out
     if isinstance(node, yaml.SequenceNode):
         if node.tag != f"{_YAML}seq":
             raise SpecError([src.problem(path, f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain list")])
-        return [_to_python(item, (*path, i), lines, src, loader) for i, item in enumerate(node.value)]
+        return [_to_python(item, (*path, i), lines, src, loader, seen) for i, item in enumerate(node.value)]
     if node.tag not in _SCALAR_TAGS:
         what = "a date or time" if node.tag == f"{_YAML}timestamp" else f"YAML tag {node.tag.removeprefix(_YAML)}"
         raise SpecError([src.problem(path, f"{what} is not allowed in spec files; write a string, number, boolean or null (quote it to keep it as text)")])
     try:
-        value = loader.construct_object(node, deep=True)  # type: ignore[attr-defined]
+        value = loader.construct_object(node, deep=True)
     except (ValueError, KeyError, TypeError, OverflowError) as exc:
         # e.g. `!!int abc`, `!!bool maybe`, or an integer beyond Python's digit limit
         raise SpecError([src.problem(path, f"cannot read {node.value[:40]!r} as {node.tag.removeprefix(_YAML)}: {exc}")]) from None
