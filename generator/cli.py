@@ -17,6 +17,7 @@ from .errors import ContractError, GeneratorError, SpecError, one_line
 from .explain import explain
 from .load import load_catalog
 from .pipeline import Layout, Output, load_checked, produce_all
+from .render import PARALLEL_MIN_JOBS
 from .schema import schema_files
 from .source_hash import package_files
 from .write import MANIFEST, Changes, compute_changes, exclusive, manifest_bytes, recover, write_files, write_tree
@@ -25,8 +26,8 @@ EXIT_OK, EXIT_DIFFERS, EXIT_ERROR = 0, 1, 2
 REGISTRY = "registry.json"
 
 
-def _expected(layout: Layout) -> Output:
-    output = produce_all(layout)
+def _expected(layout: Layout, workers: int | None = None) -> Output:
+    output = produce_all(layout, workers)
     return Output({**output.files, MANIFEST: manifest_bytes(output.files)}, output.extras, output.evidence)
 
 
@@ -68,7 +69,7 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
             for line in state.report_err:
                 print(line, file=sys.stderr)
             return EXIT_OK
-    output = produce_all(layout)
+    output = produce_all(layout, args.jobs)
     changes = write_tree(layout.generated, output.files, output.extras)
     elapsed = time.perf_counter() - start
     for rel in changes.written:
@@ -94,7 +95,7 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
 
 def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
     recover(layout.generated, layout.extras, read_only=True)
-    expected = _expected(layout)
+    expected = _expected(layout, args.jobs)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     _report_evidence(expected, "check")
     if changes.empty:
@@ -163,7 +164,7 @@ def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> 
 
 def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
     recover(layout.generated, layout.extras, read_only=True)
-    expected = _expected(layout)
+    expected = _expected(layout, args.jobs)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     summary = _semantic(layout, args, expected.files.get(REGISTRY, b'{"ops": {}}'))
     semantic_changed = not summary[0].endswith(": none")
@@ -259,9 +260,29 @@ COMMANDS: dict[str, Callable[[Layout, argparse.Namespace], int]] = {
 }
 
 
+MAX_JOBS = 256
+
+
+def _jobs(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_JOBS}, got {_shown_value(value)}")
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m generator", description="Generate per-platform kernel packages from specs.")
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding specs/, templates/ and generated/")
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=_jobs,
+        metavar="N",
+        help=f"render in N processes, 1 to {MAX_JOBS} (default: one per CPU for {PARALLEL_MIN_JOBS:,} files to render or more, else 1); the output is the same",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="render generated/, the README's operator table and schema/ (writes only changed files)")
     gen.add_argument(

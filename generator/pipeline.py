@@ -32,6 +32,11 @@ class Layout:
         return self.root / "generated"
 
     @property
+    def template_cache(self) -> Path:
+        """Compiled templates, kept between runs (ignored by git, like the rest of .build/)."""
+        return self.root / ".build" / "jinja"
+
+    @property
     def evidence(self) -> Path:
         return self.root / evidence.DIR
 
@@ -63,17 +68,19 @@ def produce(layout: Layout) -> dict[str, bytes]:
     return produce_all(layout).files
 
 
-def produce_all(layout: Layout) -> Output:
+def produce_all(layout: Layout, workers: int | None = None) -> Output:
     """Every output, generated/ and extras, rendered in memory after the contracts hold.
+    ``workers``: processes to render in (None: as many as the CPUs, for a large catalog); the
+    bytes never depend on it.
 
     REGISTRY.md and the README's blocks show the evidence ledger judged against the sources
     rendered in this same run, so they are rendered last."""
     catalog = load_checked(layout)
     jobs = make_plan(catalog)
-    files = render_all([j for j in jobs if j.path != REGISTRY_MD], layout.templates)
+    files = render_all([j for j in jobs if j.path != REGISTRY_MD], layout.templates, layout.template_cache, workers)
     judged = evidence.assess(catalog, files, evidence.read_ledger(layout.root))
     late = [replace(j, context={**j.context, "evidence": judged}) for j in jobs if j.path == REGISTRY_MD]
-    files.update(render_all(late, layout.templates))
+    files.update(render_all(late, layout.templates, layout.template_cache, 1))
     files = dict(sorted(files.items()))
     extras = schema_files()
     readme_path = layout.root / readme.README
@@ -86,7 +93,7 @@ def produce_all(layout: Layout) -> Output:
         context = {"package": catalog.package, "ops": ops, "platforms": catalog.platforms, "evidence": judged, "writers": evidence.WRITERS}
         spliced_any = False
         for block in readme.BLOCKS:
-            rendered = render_text(layout.templates, block.template, context, f"{block.what} of {readme.README}")
+            rendered = render_text(layout.templates, block.template, context, f"{block.what} of {readme.README}", layout.template_cache)
             spliced = readme.splice(text, rendered, block)
             if spliced is not None:
                 text, spliced_any = spliced, True

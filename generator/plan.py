@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from .load import Catalog
@@ -438,12 +438,52 @@ class RenderJob:
     """Spec files the output depends on, for the provenance header."""
     blame: tuple[str, int, str] | None = None
     """The spec (file, line, field) a failure to render this file is reported against; None: the first op among ``sources``, line 1."""
+    copies: tuple[str, ...] = ()
+    """Other paths that receive the same bytes (a kernel platform's files in each package that carries them)."""
 
 
 def package_targets(catalog: Catalog, platform: PlatformSpec) -> tuple[PlatformSpec, ...]:
     """Platforms whose kernels a package carries: its own, then the host's (every package has CPU kernels)."""
     hosts = [p for p in catalog.platforms if p.kind == "host"]
     return (platform,) + tuple(h for h in hosts if h.name != platform.name)
+
+
+def _kernel_platform_jobs(catalog: Catalog, ops: tuple[OpView, ...], base: dict[str, Any], target: PlatformSpec) -> list[RenderJob]:
+    """The files under ``csrc/kernels/<target>/`` of a package (paths relative to the package): the
+    shared headers, then a launcher header and a source for each native kernel."""
+    tdir = f"csrc/kernels/{target.name}"
+    tfile = catalog.spec_file(f"platform:{target.name}")
+    tctx = {**base, "target": target}
+    jobs = [
+        RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,)),
+        RenderJob(f"{tdir}/rlk_math.h", "package/rlk_math.h.j2", tctx, (tfile,)),
+        RenderJob(f"{tdir}/rlk_reduce.h", "package/rlk_reduce.h.j2", tctx, (tfile,)),
+    ]
+    if target.kind == "host":
+        jobs.append(RenderJob(f"{tdir}/rlk_parallel.h", "package/rlk_parallel.h.j2", tctx, (tfile,)))
+        jobs.append(RenderJob(f"{tdir}/rlk_lanes.h", "package/rlk_lanes.h.j2", tctx, (tfile,)))
+        jobs.append(RenderJob(f"{tdir}/rlk_scratch.h", "package/rlk_scratch.h.j2", tctx, (tfile,)))
+    wanted: dict[str, list[str]] = {}
+    for op in ops:
+        for kernel in op.native_kernels(target.name):
+            spec = op.spec.kernels[kernel]
+            assert isinstance(spec, NativeKernel)
+            for wanted_header in spec.support_headers:
+                wanted.setdefault(wanted_header, []).append(op.spec_file)
+    # Support headers: only next to kernels that include them, citing the specs that ask.
+    for name, users in sorted(wanted.items()):
+        jobs.append(RenderJob(f"{tdir}/{name}", f"package/{name}.j2", tctx, (*sorted(set(users)), tfile)))
+    for op in ops:
+        for kernel in op.native_kernels(target.name):
+            spec = op.spec.kernels[kernel]
+            assert isinstance(spec, NativeKernel)
+            kctx = {**tctx, "op": op, "kernel": kernel}
+            stem = f"{tdir}/{op.name}_{kernel}"
+            jobs.append(RenderJob(f"{stem}.h", "package/launcher.h.j2", kctx, (op.spec_file, tfile)))
+            where = ("kernels", kernel, "template")
+            blame = (op.spec_file, catalog.sources[f"op:{op.name}"].line(where), "kernels." + kernel + ".template")
+            jobs.append(RenderJob(f"{stem}{target.source_suffix}", spec.template, kctx, (op.spec_file, tfile), blame))
+    return jobs
 
 
 def make_plan(catalog: Catalog) -> list[RenderJob]:
@@ -453,6 +493,8 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
     op_files = tuple(op.spec_file for op in ops)
     base = {"package": catalog.package, "ops": ops, "op_by_name": {op.name: op for op in ops}, "platforms": catalog.platforms}
     jobs: list[RenderJob] = []
+    kernel_jobs: dict[str, list[RenderJob]] = {}
+    packages_of: dict[str, list[str]] = {}
 
     for platform in catalog.platforms:
         targets = package_targets(catalog, platform)
@@ -466,41 +508,22 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
                 RenderJob(f"{root}/tests/test_{op.name}.py", "package/tests/test_op.py.j2", {**ctx, "op": op}, (package_file, op.spec_file))
             )
         for target in targets:
-            tdir = f"{root}/csrc/kernels/{target.name}"
-            tfile = catalog.spec_file(f"platform:{target.name}")
-            tctx = {**ctx, "target": target}
-            jobs.append(RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,)))
-            jobs.append(RenderJob(f"{tdir}/rlk_math.h", "package/rlk_math.h.j2", tctx, (tfile,)))
-            jobs.append(RenderJob(f"{tdir}/rlk_reduce.h", "package/rlk_reduce.h.j2", tctx, (tfile,)))
-            if target.kind == "host":
-                jobs.append(RenderJob(f"{tdir}/rlk_parallel.h", "package/rlk_parallel.h.j2", tctx, (tfile,)))
-                jobs.append(RenderJob(f"{tdir}/rlk_lanes.h", "package/rlk_lanes.h.j2", tctx, (tfile,)))
-                jobs.append(RenderJob(f"{tdir}/rlk_scratch.h", "package/rlk_scratch.h.j2", tctx, (tfile,)))
-            wanted: dict[str, list[str]] = {}
-            for op in ops:
-                for kernel in op.native_kernels(target.name):
-                    spec = op.spec.kernels[kernel]
-                    assert isinstance(spec, NativeKernel)
-                    for wanted_header in spec.support_headers:
-                        wanted.setdefault(wanted_header, []).append(op.spec_file)
-            # Support headers: only next to kernels that include them, citing the specs that ask.
-            for name, users in sorted(wanted.items()):
-                jobs.append(RenderJob(f"{tdir}/{name}", f"package/{name}.j2", tctx, (*sorted(set(users)), tfile)))
-            for op in ops:
-                for kernel in op.native_kernels(target.name):
-                    spec = op.spec.kernels[kernel]
-                    assert isinstance(spec, NativeKernel)
-                    kctx = {**tctx, "op": op, "kernel": kernel}
-                    stem = f"{tdir}/{op.name}_{kernel}"
-                    jobs.append(RenderJob(f"{stem}.h", "package/launcher.h.j2", kctx, (op.spec_file, tfile)))
-                    where = ("kernels", kernel, "template")
-                    blame = (op.spec_file, catalog.sources[f"op:{op.name}"].line(where), "kernels." + kernel + ".template")
-                    jobs.append(RenderJob(f"{stem}{target.source_suffix}", spec.template, kctx, (op.spec_file, tfile), blame))
+            if target.name not in kernel_jobs:
+                kernel_jobs[target.name] = _kernel_platform_jobs(catalog, ops, base, target)
+            for job in kernel_jobs[target.name]:
+                packages_of.setdefault(job.path, []).append(root)
+
+    # A kernel platform's files are the same in every package that carries them (their templates see
+    # the kernel platform, never the package's): each is rendered once and written into each package.
+    for name, target_jobs in kernel_jobs.items():
+        for job in target_jobs:
+            roots = sorted(packages_of[job.path], key=lambda package: (package != name, package))
+            jobs.append(replace(job, path=f"{roots[0]}/{job.path}", copies=tuple(f"{package}/{job.path}" for package in roots[1:])))
 
     # The pipeline renders REGISTRY.md last, with the evidence ledger judged against the other files.
     jobs.append(RenderJob(REGISTRY_MD, "review/REGISTRY.md.j2", {**base, "evidence": None}, (package_file, *all_platform_files, *op_files)))
     jobs.append(RenderJob("registry.json", "review/registry.json.j2", base, (package_file, *all_platform_files, *op_files)))
     jobs.sort(key=lambda j: j.path)
-    paths = [j.path for j in jobs]
+    paths = [path for j in jobs for path in (j.path, *j.copies)]
     assert len(paths) == len(set(paths)), "two render jobs write the same file"
     return jobs

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import multiprocessing
+import os
 import re
+import stat
+import sys
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from json.encoder import encode_basestring as _encode_str
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -67,14 +73,51 @@ def _md_cell(value: object) -> str:
     return "".join(_MD_CELL.get(c, c) for c in str(value))
 
 
-def make_environment(templates_dir: Path) -> jinja2.Environment:
-    """The environment for ``templates_dir``, one per directory and process: compiling the templates
-    is most of a small generate's time.  Jinja reloads a template whose file has changed since."""
-    return _environment(str(templates_dir.resolve()))
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs (compiling them is most of a small generate's time),
+    keyed by each template's source and the Jinja and Python versions.  A cache that cannot be read
+    or written is skipped: a damaged entry is compiled again, and a read-only tree still renders."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except (OSError, ValueError, EOFError, TypeError):
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _cache_in(directory: Path | None) -> _BytecodeCache | None:
+    """A bytecode cache in ``directory`` (it and its parent made where missing), or None where
+    either is not a real directory (never through a symbolic link, which could lead anywhere)."""
+    if directory is None:
+        return None
+    for path in (directory.parent, directory):
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                return None
+        except OSError:
+            return None
+    return _BytecodeCache(str(directory))
+
+
+def make_environment(templates_dir: Path, cache_dir: Path | None = None) -> jinja2.Environment:
+    """The environment for ``templates_dir``, one per directory and process; ``cache_dir``: where
+    compiled templates are kept between processes.  Jinja reloads a template whose file has
+    changed since."""
+    return _environment(str(templates_dir.resolve()), str(cache_dir) if cache_dir is not None else None)
 
 
 @functools.lru_cache(maxsize=8)
-def _environment(templates_dir: str) -> jinja2.Environment:
+def _environment(templates_dir: str, cache_dir: str | None = None) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates_dir),
         undefined=jinja2.StrictUndefined,
@@ -82,6 +125,7 @@ def _environment(templates_dir: str) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        bytecode_cache=_cache_in(Path(cache_dir)) if cache_dir is not None else None,
     )
     env.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
     env.filters["pystr"] = _py_str
@@ -132,17 +176,78 @@ def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], 
         raise RenderError(f"templates/{template}: while rendering {output}: {type(exc).__name__}: {exc}") from None
 
 
-def render_all(jobs: list[RenderJob], templates_dir: Path) -> dict[str, bytes]:
-    env = make_environment(templates_dir)
+def _render_job(env: jinja2.Environment, job: RenderJob) -> bytes:
+    blame = job.blame or (next((f for f in job.sources if f.startswith("specs/ops/")), job.sources[0]), 1, "") if job.sources else None
+    body = _render(env, job.template, {**job.context, "provenance": provenance(job)}, job.path, blame)
+    max_blank = 2 if job.path.endswith(".py") else 1
+    return (_header(job) + _normalise(body, max_blank)).encode("utf-8")
+
+
+# Rendering in worker processes: below this many jobs starting them costs more than it saves.
+PARALLEL_MIN_JOBS = 1500
+# What forked workers render: set just before they start, inherited by them, never pickled.
+_SHARED: tuple[list[RenderJob], jinja2.Environment, int] | None = None
+
+
+def _render_share(index: int) -> list[bytes] | None:
+    """Every ``count``-th job from ``index`` (expensive and cheap jobs mixed); None if one fails,
+    which the parent then renders itself, so that the error reads as it always does."""
+    assert _SHARED is not None
+    jobs, env, count = _SHARED
+    try:
+        return [_render_job(env, job) for job in jobs[index::count]]
+    except Exception:  # noqa: BLE001 -- reported by the serial render that follows
+        return None
+
+
+def default_workers(jobs: int) -> int:
+    """Worker processes for ``jobs`` render jobs: the CPUs this process may use, where it can fork
+    (POSIX but macOS, whose system libraries are not fork-safe) and there is enough to share."""
+    if jobs < PARALLEL_MIN_JOBS or sys.platform == "darwin" or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _render_parallel(jobs: list[RenderJob], env: jinja2.Environment, workers: int) -> list[bytes] | None:
+    """Each job's bytes, rendered by ``workers`` forked processes; None where they could not run
+    or a job failed."""
+    global _SHARED
+    shares = workers * 4
+    _SHARED = (jobs, env, shares)
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(_render_share, range(shares)))
+    except Exception:  # noqa: BLE001 -- no processes (limits, a dead worker, a refused fork): render here instead
+        return None
+    finally:
+        _SHARED = None
+    if any(part is None for part in parts):
+        return None
+    out: list[bytes] = [b""] * len(jobs)
+    for index, part in enumerate(parts):
+        assert part is not None
+        out[index::shares] = part
+    return out
+
+
+def render_all(jobs: list[RenderJob], templates_dir: Path, cache_dir: Path | None = None, workers: int | None = None) -> dict[str, bytes]:
+    """Every job's bytes, by output path.  ``cache_dir``: compiled templates kept between runs;
+    ``workers``: processes to render in (None: ``default_workers``); the bytes are the same."""
+    env = make_environment(templates_dir, cache_dir)
+    count = default_workers(len(jobs)) if workers is None else workers
+    datas = _render_parallel(jobs, env, count) if count > 1 else None
+    if datas is None:
+        datas = [_render_job(env, job) for job in jobs]
     rendered: dict[str, bytes] = {}
-    for job in jobs:
-        blame = job.blame or (next((f for f in job.sources if f.startswith("specs/ops/")), job.sources[0]), 1, "") if job.sources else None
-        body = _render(env, job.template, {**job.context, "provenance": provenance(job)}, job.path, blame)
-        max_blank = 2 if job.path.endswith(".py") else 1
-        rendered[job.path] = (_header(job) + _normalise(body, max_blank)).encode("utf-8")
+    for job, data in zip(jobs, datas, strict=True):
+        for path in (job.path, *job.copies):
+            rendered[path] = data
     return rendered
 
 
-def render_text(templates_dir: Path, template: str, context: Mapping[str, Any], output: str) -> str:
+def render_text(templates_dir: Path, template: str, context: Mapping[str, Any], output: str, cache_dir: Path | None = None) -> str:
     """One template rendered on its own (e.g. a block spliced into a hand-written file), normalised like the rest."""
-    return _normalise(_render(make_environment(templates_dir), template, context, output), 1)
+    return _normalise(_render(make_environment(templates_dir, cache_dir), template, context, output), 1)

@@ -32,9 +32,9 @@ class Renders:
         self.count = 0
         real = cli.produce_all
 
-        def counting(layout):  # type: ignore[no-untyped-def]
+        def counting(layout, workers=None):  # type: ignore[no-untyped-def]
             self.count += 1
-            return real(layout)
+            return real(layout, workers)
 
         monkeypatch.setattr(cli, "produce_all", counting)
 
@@ -169,9 +169,9 @@ def test_an_input_edited_while_rendering_renders_next_time(project: Project, ren
     """The inputs are digested before they are read: the stored digest is the one before the edit."""
     real = cli.produce_all
 
-    def edited_meanwhile(layout):  # type: ignore[no-untyped-def]
+    def edited_meanwhile(layout, workers=None):  # type: ignore[no-untyped-def]
         edit_spec(project)
-        return real(layout)
+        return real(layout, workers)
 
     monkeypatch.setattr(cli, "produce_all", edited_meanwhile)
     assert SKIPPED not in generate(project, capsys, "--full")

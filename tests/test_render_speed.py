@@ -1,0 +1,82 @@
+"""What makes a large generate fast changes no byte: rendering in worker processes, compiled
+templates kept between runs in .build/jinja, and a kernel platform's files rendered once for every
+package that carries them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Project
+from generator import render
+from generator.load import load_catalog
+from generator.pipeline import Layout, produce_all
+from generator.plan import make_plan
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
+def test_rendering_in_worker_processes_gives_the_same_bytes(tmp_path: Path) -> None:
+    layout = Layout(REPO)
+    serial = produce_all(layout, workers=1)
+    parallel = produce_all(layout, workers=3)
+    assert parallel.files.keys() == serial.files.keys()
+    assert [path for path in serial.files if serial.files[path] != parallel.files[path]] == []
+    assert parallel.extras == serial.extras
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
+def test_a_template_failure_in_a_worker_reads_as_it_does_without_workers(project: Project, capsys) -> None:
+    project.edit("templates/package/launcher.h.j2", "for op {{ op.name }}", "for op {{ op.no_such_value }}")
+    before = project.snapshot()
+    code = project.run("--jobs", "2", "generate")
+    parallel = capsys.readouterr().err
+    assert code != 0 and project.run("--jobs", "1", "generate") == code
+    assert parallel == capsys.readouterr().err
+    assert "no_such_value" in parallel and "nothing was written" in parallel
+    assert project.snapshot() == before
+
+
+def test_jobs_must_be_a_bounded_whole_number(project: Project, capsys) -> None:
+    for bad in ("0", "-1", "257", "two", "1e3"):
+        with pytest.raises(SystemExit):
+            project.run("--jobs", bad, "check")
+        assert f"argument -j/--jobs: expected a whole number from 1 to 256, got {bad}" in capsys.readouterr().err
+
+
+def test_compiled_templates_are_kept_and_a_damaged_cache_is_compiled_again(project: Project) -> None:
+    cache = project.root / ".build" / "jinja"
+    entries = sorted(cache.iterdir())
+    assert entries, "generate kept no compiled template in .build/jinja"
+    expected = produce_all(Layout(project.root), workers=1).files
+    for entry in entries:
+        entry.write_bytes(b"not bytecode")
+    render._environment.cache_clear()  # a new process: read the cache again
+    assert produce_all(Layout(project.root), workers=1).files == expected
+
+
+def test_a_cache_that_cannot_be_used_is_skipped(project: Project, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    build = project.root / ".build"
+    for entry in sorted(build.rglob("*"), reverse=True):
+        entry.rmdir() if entry.is_dir() else entry.unlink()
+    build.rmdir()
+    build.symlink_to(elsewhere)  # a link could lead the cache anywhere: not followed
+    render._environment.cache_clear()
+    assert project.run("generate", "--full") == 0
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_kernel_platforms_files_are_rendered_once_for_every_package() -> None:
+    catalog = load_catalog(REPO / "specs", REPO)
+    jobs = make_plan(catalog)
+    host = [j for j in jobs if "/csrc/kernels/cpu/" in j.path]
+    assert host and all(j.path.startswith("cpu/") for j in host)
+    devices = sorted(p.name for p in catalog.platforms if p.kind != "host")
+    assert all(sorted(c.split("/")[0] for c in j.copies) == devices for j in host)
+    files = render.render_all(host, REPO / "templates", workers=1)
+    for job in host:
+        for copy in job.copies:
+            assert files[copy] == files[job.path] == (REPO / "generated" / copy).read_bytes()
