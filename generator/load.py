@@ -100,10 +100,10 @@ class _NoAliasLoader(_SpecComposer, yaml.SafeLoader):
 _FAST_TEXT = re.compile("[\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]*")
 # libyaml's composer recurses in C, beyond Python's recursion limit, so it only reads text whose
 # nesting is shallow by construction: a block collection nested in another starts at a greater
-# column, right after its line's indentation and any "- " or "? " indicators (so no further right
+# column, right after its line's indentation and any "- ", "? " or ": " indicators (so no further right
 # than the longest such run on any line), and each flow collection at its own [ or {.
 _FAST_NESTING = 256
-_LEADING = re.compile("^[ ?-]*", re.MULTILINE)
+_LEADING = re.compile("^[ ?:-]*", re.MULTILINE)
 
 try:
     from yaml._yaml import CParser
@@ -127,13 +127,16 @@ if _HAVE_LIBYAML:
         _tags: ClassVar[dict[tuple[type, Any, Any], str]] = {}
 
         def resolve(self, kind: type, value: Any, implicit: Any) -> str:
+            if kind is yaml.ScalarNode and len(value) > 64:  # long text (a doc string) is rarely repeated
+                tag: str = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+                return tag
             key = (kind, value if kind is yaml.ScalarNode else None, implicit)
-            tag = self._tags.get(key)
-            if tag is None:
+            found = self._tags.get(key)
+            if found is None:
                 if len(self._tags) > 65536:  # any number of distinct values, in bounded memory
                     self._tags.clear()
-                tag = self._tags[key] = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
-            return tag
+                found = self._tags[key] = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            return found
 
 
 class _Alias(Exception):

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import multiprocessing
 import os
+import pickle
 import re
+import shutil
 import stat
 import sys
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from json.encoder import encode_basestring as _encode_str
@@ -73,15 +77,42 @@ def _md_cell(value: object) -> str:
     return "".join(_MD_CELL.get(c, c) for c in str(value))
 
 
+# A cache entry larger than this is not read (an entry is tens of kilobytes).
+_MAX_CACHE_ENTRY = 16 * 1024 * 1024
+
+
 class _BytecodeCache(jinja2.FileSystemBytecodeCache):
     """Compiled templates kept between runs (compiling them is most of a small generate's time),
-    keyed by each template's source and the Jinja and Python versions.  A cache that cannot be read
-    or written is skipped: a damaged entry is compiled again, and a read-only tree still renders."""
+    each entry checked against its template's source.  The folder is named by what else the
+    compiled code depends on (``_cache_key``), so that no entry outlives a change to them.  An
+    entry that cannot be read or written is skipped: it is compiled again, and a read-only tree
+    still renders.  Like Python's own __pycache__, the cache is trusted to hold code this
+    generator compiled: it lives in .build/, which git ignores, so a checkout never brings one."""
 
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        # Only a regular file, opened without following a link or blocking (a FIFO could hang the
+        # run), and only after its header matches what dump_bytecode writes for this source, so
+        # that nothing else is ever unpickled.
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
-            super().load_bytecode(bucket)
-        except (OSError, ValueError, EOFError, TypeError):
+            fd = os.open(self._get_cache_filename(bucket), flags)
+        except OSError:
+            return
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_CACHE_ENTRY:
+                return
+            data = os.read(fd, _MAX_CACHE_ENTRY + 1)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        header = jinja2.bccache.bc_magic + pickle.dumps(bucket.checksum, 2)
+        if not data.startswith(header):
+            return
+        try:
+            bucket.bytecode_from_string(data)
+        except Exception:  # noqa: BLE001 -- a damaged entry: compiled again
             bucket.reset()
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
@@ -89,12 +120,25 @@ class _BytecodeCache(jinja2.FileSystemBytecodeCache):
             super().dump_bytecode(bucket)
 
 
+@functools.lru_cache(maxsize=1)
+def _cache_key() -> str:
+    """What compiled templates depend on besides their sources: Jinja's and Python's versions and
+    the environment's options (this file's source, which sets them)."""
+    digest = hashlib.sha256()
+    for part in (jinja2.__version__, sys.version, sys.implementation.cache_tag or "", Path(__file__).read_bytes()):
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
 def _cache_in(directory: Path | None) -> _BytecodeCache | None:
-    """A bytecode cache in ``directory`` (it and its parent made where missing), or None where
-    either is not a real directory (never through a symbolic link, which could lead anywhere)."""
+    """A bytecode cache in ``directory``/<key> (the folders made where missing; older keys'
+    folders removed), or None where one is not a real directory (never through a symbolic link,
+    which could lead anywhere)."""
     if directory is None:
         return None
-    for path in (directory.parent, directory):
+    keyed = directory / _cache_key()
+    for path in (directory.parent, directory, keyed):
         try:
             os.mkdir(path)
         except FileExistsError:
@@ -106,7 +150,11 @@ def _cache_in(directory: Path | None) -> _BytecodeCache | None:
                 return None
         except OSError:
             return None
-    return _BytecodeCache(str(directory))
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            if entry.name != keyed.name and re.fullmatch("[0-9a-f]{16}", entry.name) and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+    return _BytecodeCache(str(keyed))
 
 
 def make_environment(templates_dir: Path, cache_dir: Path | None = None) -> jinja2.Environment:
@@ -200,21 +248,38 @@ def _render_share(index: int) -> list[bytes] | None:
         return None
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a container's)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    with contextlib.suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
+    return max(1, cpus)
+
+
 def default_workers(jobs: int) -> int:
-    """Worker processes for ``jobs`` render jobs: the CPUs this process may use, where it can fork
-    (POSIX but macOS, whose system libraries are not fork-safe) and there is enough to share."""
+    """Worker processes for ``jobs`` render jobs: the CPUs this process may use, where there is
+    enough to share and it can fork (POSIX but macOS, whose system libraries are not fork-safe)."""
     if jobs < PARALLEL_MIN_JOBS or sys.platform == "darwin" or "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    return _usable_cpus()
 
 
 def _render_parallel(jobs: list[RenderJob], env: jinja2.Environment, workers: int) -> list[bytes] | None:
     """Each job's bytes, rendered by ``workers`` forked processes; None where they could not run
-    or a job failed."""
+    or a job failed.  Only a process with no other thread forks: a lock another thread held at the
+    fork would stay locked in the workers forever (Jinja's template cache has one)."""
     global _SHARED
+    if threading.active_count() > 1:
+        return None
+    # Compiled once here, before the fork, for every worker (and stored in the cache once).
+    for name in sorted({job.template for job in jobs}):
+        with contextlib.suppress(Exception):  # a template that does not compile fails in its job, as without workers
+            env.get_template(name)
     shares = workers * 4
     _SHARED = (jobs, env, shares)
     try:

@@ -380,6 +380,13 @@ BILLION_LAUGHS = b'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
         pytest.param(b"{a: " * 50_000, id="deep-flow-mapping"),
         pytest.param("".join(f"{'  ' * i}k{i}:\n" for i in range(400)).encode(), id="deep-block-mapping"),
         pytest.param(b"- " * 60_000, id="deep-block-sequence"),
+        # Compact nesting on one line after an explicit key's value indicator, which libyaml's
+        # composer (recursing in C) must never be given.
+        pytest.param(b"? k\n: " + b"- " * 120_000 + b"x\n", id="deep-compact-after-value-indicator"),
+        pytest.param(b"? " + b"- " * 120_000 + b"x\n", id="deep-compact-after-key-indicator"),
+        pytest.param(b"? k\n: " + b"? " * 120_000 + b"x\n", id="deep-compact-keys"),
+        pytest.param(b"- " + b"&a - " * 40_000 + b"x\n", id="deep-compact-with-anchors"),
+        pytest.param(b"- " + b"!!seq - " * 25_000 + b"x\n", id="deep-compact-with-tags"),
         pytest.param(b"a: " + b"9" * 10_000 + b"\n", id="huge-integer"),
         pytest.param(b"a: 1e99999\nb: -.inf\nc: .nan\n", id="infinities"),
         pytest.param(b"a: " + b"x" * (MAX_SPEC_BYTES + 1), id="over-size-limit"),

@@ -5,6 +5,7 @@ package that carries them."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,18 +13,36 @@ import pytest
 from conftest import REPO, Project
 from generator import render
 from generator.load import load_catalog
-from generator.pipeline import Layout, produce_all
+from generator.pipeline import Layout, load_checked, produce_all
 from generator.plan import make_plan
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
 def test_rendering_in_worker_processes_gives_the_same_bytes(tmp_path: Path) -> None:
     layout = Layout(REPO)
-    serial = produce_all(layout, workers=1)
-    parallel = produce_all(layout, workers=3)
-    assert parallel.files.keys() == serial.files.keys()
-    assert [path for path in serial.files if serial.files[path] != parallel.files[path]] == []
-    assert parallel.extras == serial.extras
+    jobs = make_plan(load_checked(layout))
+    env = render.make_environment(layout.templates)
+    parallel = render._render_parallel(jobs, env, 3)
+    assert parallel is not None, "the workers did not run"
+    serial = [render._render_job(env, job) for job in jobs]
+    assert [job.path for job, a, b in zip(jobs, serial, parallel, strict=True) if a != b] == []
+    whole, alone = produce_all(layout, workers=3), produce_all(layout, workers=1)
+    assert whole.files == alone.files and whole.extras == alone.extras
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
+def test_workers_are_forked_only_from_a_process_without_other_threads() -> None:
+    jobs = make_plan(load_checked(Layout(REPO)))[:40]
+    env = render.make_environment(REPO / "templates")
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert render._render_parallel(jobs, env, 2) is None
+    finally:
+        release.set()
+        other.join()
+    assert render._render_parallel(jobs, env, 2) == [render._render_job(env, job) for job in jobs]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
@@ -45,15 +64,41 @@ def test_jobs_must_be_a_bounded_whole_number(project: Project, capsys) -> None:
         assert f"argument -j/--jobs: expected a whole number from 1 to 256, got {bad}" in capsys.readouterr().err
 
 
-def test_compiled_templates_are_kept_and_a_damaged_cache_is_compiled_again(project: Project) -> None:
-    cache = project.root / ".build" / "jinja"
-    entries = sorted(cache.iterdir())
+def test_compiled_templates_are_kept_and_a_damaged_cache_is_compiled_again(project: Project, tmp_path: Path) -> None:
+    import jinja2
+
+    folders = [p for p in (project.root / ".build" / "jinja").iterdir() if p.is_dir()]
+    assert len(folders) == 1, "one cache folder, named by the Jinja and Python versions and the environment"
+    entries = sorted(folders[0].iterdir())
     assert entries, "generate kept no compiled template in .build/jinja"
     expected = produce_all(Layout(project.root), workers=1).files
-    for entry in entries:
-        entry.write_bytes(b"not bytecode")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    damages = [
+        lambda entry: entry.write_bytes(b"not bytecode"),
+        lambda entry: entry.write_bytes(jinja2.bccache.bc_magic + b"garbage after the magic"),
+        lambda entry: entry.write_bytes(entry.read_bytes()[:-7]),  # cut short
+        lambda entry: (entry.unlink(), entry.symlink_to(fifo)),  # a link to a FIFO: never opened for reading
+    ]
+    for i, entry in enumerate(entries):
+        damages[i % len(damages)](entry)
     render._environment.cache_clear()  # a new process: read the cache again
     assert produce_all(Layout(project.root), workers=1).files == expected
+
+
+def test_a_change_to_what_compiled_code_depends_on_gets_a_cache_of_its_own(project: Project, monkeypatch) -> None:
+    cache = project.root / ".build" / "jinja"
+    (before,) = [p.name for p in cache.iterdir()]
+    render._cache_key.cache_clear()
+    render._environment.cache_clear()
+    monkeypatch.setattr(render.jinja2, "__version__", "0.0-other")
+    try:
+        assert project.run("generate", "--full") == 0
+        (after,) = [p.name for p in cache.iterdir()]  # the old folder is removed
+        assert after != before
+    finally:
+        render._cache_key.cache_clear()
+        render._environment.cache_clear()
 
 
 def test_a_cache_that_cannot_be_used_is_skipped(project: Project, tmp_path: Path) -> None:
