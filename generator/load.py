@@ -14,7 +14,7 @@ import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -122,22 +122,6 @@ if _HAVE_LIBYAML:
             Resolver.__init__(self)
             self._count_lines(text)
 
-        # The composer asks for every node's tag; specs repeat their values (dtypes, dimension
-        # names, copies of one op), and a safe resolver's answer depends on nothing else.
-        _tags: ClassVar[dict[tuple[type, Any, Any], str]] = {}
-
-        def resolve(self, kind: type, value: Any, implicit: Any) -> str:
-            if kind is yaml.ScalarNode and len(value) > 64:  # long text (a doc string) is rarely repeated
-                tag: str = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
-                return tag
-            key = (kind, value if kind is yaml.ScalarNode else None, implicit)
-            found = self._tags.get(key)
-            if found is None:
-                if len(self._tags) > 65536:  # any number of distinct values, in bounded memory
-                    self._tags.clear()
-                found = self._tags[key] = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
-            return found
-
 
 class _Alias(Exception):
     """libyaml's composer met an alias: one node reached twice."""
@@ -171,13 +155,18 @@ _YAML = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_YAML}{t}" for t in ("str", "int", "float", "bool", "null")}
 
 
-def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: Any, seen: set[int] | None = None) -> Any:
-    """``seen``: the nodes met so far, where a composer that resolves aliases built the tree (an
-    alias is the node it names, met again), so that none is followed."""
+def _meet(node: yaml.Node, seen: set[int] | None) -> None:
+    """Note ``node`` as met; meeting it again is an alias (the node it names, reached twice)."""
     if seen is not None:
         if id(node) in seen:
             raise _Alias
         seen.add(id(node))
+
+
+def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: Any, seen: set[int] | None = None) -> Any:
+    """``seen``: the nodes met so far, where a composer that resolves aliases built the tree (an
+    alias is the node it names, met again), so that none is followed."""
+    _meet(node, seen)
     lines[path] = loader.line_of(node.start_mark)
     if len(path) > MAX_DEPTH:
         raise SpecError([src.problem(path, f"nesting deeper than {MAX_DEPTH} levels")])
@@ -188,10 +177,7 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != f"{_YAML}str":
                 raise SpecError([SpecProblem(src.file, loader.line_of(key_node.start_mark), field_path(path), "keys must be plain strings")])
-            if seen is not None:
-                if id(key_node) in seen:
-                    raise _Alias
-                seen.add(id(key_node))
+            _meet(key_node, seen)
             key = key_node.value
             if key in out:
                 raise SpecError([SpecProblem(src.file, loader.line_of(key_node.start_mark), field_path((*path, key)), "duplicate key")])

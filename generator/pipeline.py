@@ -8,6 +8,7 @@ from pathlib import Path
 from . import contracts, evidence, readme
 from .errors import GeneratorError
 from .load import Catalog, load_catalog
+from .noop import STATE_DIR
 from .plan import REGISTRY_MD, OpView, make_plan
 from .render import render_all, render_text
 from .schema import schema_files
@@ -34,7 +35,7 @@ class Layout:
     @property
     def template_cache(self) -> Path:
         """Compiled templates, kept between runs (ignored by git, like the rest of .build/)."""
-        return self.root / ".build" / "jinja"
+        return self.root / STATE_DIR / "jinja"
 
     @property
     def evidence(self) -> Path:

@@ -463,26 +463,23 @@ def _kernel_platform_jobs(catalog: Catalog, ops: tuple[OpView, ...], base: dict[
         jobs.append(RenderJob(f"{tdir}/rlk_parallel.h", "package/rlk_parallel.h.j2", tctx, (tfile,)))
         jobs.append(RenderJob(f"{tdir}/rlk_lanes.h", "package/rlk_lanes.h.j2", tctx, (tfile,)))
         jobs.append(RenderJob(f"{tdir}/rlk_scratch.h", "package/rlk_scratch.h.j2", tctx, (tfile,)))
+    native = [(op, kernel, op.spec.kernels[kernel]) for op in ops for kernel in op.native_kernels(target.name)]
     wanted: dict[str, list[str]] = {}
-    for op in ops:
-        for kernel in op.native_kernels(target.name):
-            spec = op.spec.kernels[kernel]
-            assert isinstance(spec, NativeKernel)
-            for wanted_header in spec.support_headers:
-                wanted.setdefault(wanted_header, []).append(op.spec_file)
+    for op, _, spec in native:
+        assert isinstance(spec, NativeKernel)
+        for wanted_header in spec.support_headers:
+            wanted.setdefault(wanted_header, []).append(op.spec_file)
     # Support headers: only next to kernels that include them, citing the specs that ask.
     for name, users in sorted(wanted.items()):
         jobs.append(RenderJob(f"{tdir}/{name}", f"package/{name}.j2", tctx, (*sorted(set(users)), tfile)))
-    for op in ops:
-        for kernel in op.native_kernels(target.name):
-            spec = op.spec.kernels[kernel]
-            assert isinstance(spec, NativeKernel)
-            kctx = {**tctx, "op": op, "kernel": kernel}
-            stem = f"{tdir}/{op.name}_{kernel}"
-            jobs.append(RenderJob(f"{stem}.h", "package/launcher.h.j2", kctx, (op.spec_file, tfile)))
-            where = ("kernels", kernel, "template")
-            blame = (op.spec_file, catalog.sources[f"op:{op.name}"].line(where), "kernels." + kernel + ".template")
-            jobs.append(RenderJob(f"{stem}{target.source_suffix}", spec.template, kctx, (op.spec_file, tfile), blame))
+    for op, kernel, spec in native:
+        assert isinstance(spec, NativeKernel)
+        kctx = {**tctx, "op": op, "kernel": kernel}
+        stem = f"{tdir}/{op.name}_{kernel}"
+        jobs.append(RenderJob(f"{stem}.h", "package/launcher.h.j2", kctx, (op.spec_file, tfile)))
+        where = ("kernels", kernel, "template")
+        blame = (op.spec_file, catalog.sources[f"op:{op.name}"].line(where), "kernels." + kernel + ".template")
+        jobs.append(RenderJob(f"{stem}{target.source_suffix}", spec.template, kctx, (op.spec_file, tfile), blame))
     return jobs
 
 
@@ -493,8 +490,7 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
     op_files = tuple(op.spec_file for op in ops)
     base = {"package": catalog.package, "ops": ops, "op_by_name": {op.name: op for op in ops}, "platforms": catalog.platforms}
     jobs: list[RenderJob] = []
-    kernel_jobs: dict[str, list[RenderJob]] = {}
-    packages_of: dict[str, list[str]] = {}
+    carriers: dict[str, list[str]] = {}  # kernel platform -> the packages that carry its files
 
     for platform in catalog.platforms:
         targets = package_targets(catalog, platform)
@@ -508,17 +504,16 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
                 RenderJob(f"{root}/tests/test_{op.name}.py", "package/tests/test_op.py.j2", {**ctx, "op": op}, (package_file, op.spec_file))
             )
         for target in targets:
-            if target.name not in kernel_jobs:
-                kernel_jobs[target.name] = _kernel_platform_jobs(catalog, ops, base, target)
-            for job in kernel_jobs[target.name]:
-                packages_of.setdefault(job.path, []).append(root)
+            carriers.setdefault(target.name, []).append(root)
 
     # A kernel platform's files are the same in every package that carries them (their templates see
-    # the kernel platform, never the package's): each is rendered once and written into each package.
-    for name, target_jobs in kernel_jobs.items():
-        for job in target_jobs:
-            roots = sorted(packages_of[job.path], key=lambda package: (package != name, package))
-            jobs.append(replace(job, path=f"{roots[0]}/{job.path}", copies=tuple(f"{package}/{job.path}" for package in roots[1:])))
+    # the kernel platform, never the package's): each is rendered once and written into each package,
+    # the kernel platform's own package first.
+    for target in catalog.platforms:
+        roots = sorted(carriers.get(target.name, []), key=lambda package: (package != target.name, package))
+        if roots:
+            for job in _kernel_platform_jobs(catalog, ops, base, target):
+                jobs.append(replace(job, path=f"{roots[0]}/{job.path}", copies=tuple(f"{package}/{job.path}" for package in roots[1:])))
 
     # The pipeline renders REGISTRY.md last, with the evidence ledger judged against the other files.
     jobs.append(RenderJob(REGISTRY_MD, "review/REGISTRY.md.j2", {**base, "evidence": None}, (package_file, *all_platform_files, *op_files)))

@@ -254,7 +254,7 @@ def _usable_cpus() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    with contextlib.suppress(OSError, ValueError):
+    with contextlib.suppress(OSError, ValueError, ZeroDivisionError):
         quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
         if quota != "max":
             cpus = min(cpus, max(1, -(-int(quota) // int(period))))
