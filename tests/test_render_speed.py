@@ -5,7 +5,9 @@ package that carries them."""
 from __future__ import annotations
 
 import os
-import threading
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,36 +15,67 @@ import pytest
 from conftest import REPO, Project
 from generator import render
 from generator.load import load_catalog
-from generator.pipeline import Layout, load_checked, produce_all
+from generator.pipeline import Layout, produce_all
 from generator.plan import make_plan
 
 
+def _in_a_fresh_interpreter(script: str) -> None:
+    """Runs ``script`` in a new Python, as the generator's command runs: the workers fork only from
+    a process without other threads, and this one may hold some (torch.compile leaves a pool)."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
-def test_rendering_in_worker_processes_gives_the_same_bytes(tmp_path: Path) -> None:
-    layout = Layout(REPO)
-    jobs = make_plan(load_checked(layout))
-    env = render.make_environment(layout.templates)
-    parallel = render._render_parallel(jobs, env, 3)
-    assert parallel is not None, "the workers did not run"
-    serial = [render._render_job(env, job) for job in jobs]
-    assert [job.path for job, a, b in zip(jobs, serial, parallel, strict=True) if a != b] == []
-    whole, alone = produce_all(layout, workers=3), produce_all(layout, workers=1)
-    assert whole.files == alone.files and whole.extras == alone.extras
+def test_rendering_in_worker_processes_gives_the_same_bytes() -> None:
+    _in_a_fresh_interpreter(
+        """
+        import sys
+        from pathlib import Path
+        from generator import render
+        from generator.pipeline import Layout, load_checked, produce_all
+        from generator.plan import make_plan
+
+        layout = Layout(Path(sys.argv[1]))
+        jobs = make_plan(load_checked(layout))
+        env = render.make_environment(layout.templates)
+        parallel = render._render_parallel(jobs, env, 3)
+        assert parallel is not None, "the workers did not run"
+        serial = [render._render_job(env, job) for job in jobs]
+        differ = [job.path for job, a, b in zip(jobs, serial, parallel, strict=True) if a != b]
+        assert differ == [], f"rendered differently by the workers: {differ}"
+        whole, alone = produce_all(layout, workers=3), produce_all(layout, workers=1)
+        assert whole.files == alone.files and whole.extras == alone.extras
+        """
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
 def test_workers_are_forked_only_from_a_process_without_other_threads() -> None:
-    jobs = make_plan(load_checked(Layout(REPO)))[:40]
-    env = render.make_environment(REPO / "templates")
-    release = threading.Event()
-    other = threading.Thread(target=release.wait)
-    other.start()
-    try:
-        assert render._render_parallel(jobs, env, 2) is None
-    finally:
-        release.set()
-        other.join()
-    assert render._render_parallel(jobs, env, 2) == [render._render_job(env, job) for job in jobs]
+    _in_a_fresh_interpreter(
+        """
+        import sys
+        import threading
+        from pathlib import Path
+        from generator import render
+        from generator.pipeline import Layout, load_checked
+        from generator.plan import make_plan
+
+        layout = Layout(Path(sys.argv[1]))
+        jobs = make_plan(load_checked(layout))[:40]
+        env = render.make_environment(layout.templates)
+        release = threading.Event()
+        other = threading.Thread(target=release.wait)
+        other.start()
+        try:
+            assert render._render_parallel(jobs, env, 2) is None, "forked while another thread ran"
+        finally:
+            release.set()
+            other.join()
+        alone = [render._render_job(env, job) for job in jobs]
+        assert render._render_parallel(jobs, env, 2) == alone, "no workers once the other thread ended"
+        """
+    )
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
