@@ -114,6 +114,35 @@ def test_a_broken_kernel_fails_and_is_named(tmp_path: Path, platform: str, sourc
     assert f"OK      generated/{platform}/csrc/kernels/cpu/silu_elementwise.cpp" in result.stdout
 
 
+def test_a_host_kernel_every_package_carries_is_compiled_once_and_a_changed_copy_on_its_own(tmp_path: Path) -> None:
+    """Every package carries the CPU kernels, byte for byte the same: one compile of a translation
+    unit speaks for its copies, and a copy that differs in its source or in a header it includes
+    is compiled by itself."""
+    require("g++")
+    generated = copy_packages(tmp_path, "cpu", "cuda", "rocm", only="silu_elementwise")
+    for device in generated.glob("*/csrc/kernels/*/silu_elementwise.*"):
+        if device.suffix in (".cu", ".hip"):
+            device.unlink()
+    header = generated / "cuda" / "csrc" / "kernels" / "cpu" / "rlk_math.h"
+    header.write_text(header.read_text() + "\nstatic const int changed_on_purpose = 1;\n")
+    broken = generated / "rocm" / "csrc" / "kernels" / "cpu" / "silu_elementwise.cpp"
+    broken.write_text(broken.read_text() + "\nint broken_on_purpose = ;\n")
+    result = compile_check("--generated", str(generated))
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = result.stdout
+    shown = {p: f"generated/{p}/csrc/kernels/cpu/silu_elementwise.cpp" for p in ("cpu", "cuda", "rocm")}
+    assert f"OK      {shown['cpu']}" in out and f"OK      {shown['cuda']}" in out
+    assert f"FAIL    {shown['rocm']}" in out and "expected primary-expression" in out
+    assert "the same translation unit as" not in out, "each copy differs, so each was compiled"
+    broken.write_text(broken.read_text().replace("int broken_on_purpose = ;", ""))
+    header.write_text(header.read_text().replace("static const int changed_on_purpose = 1;", "// a comment changes no token"))
+    result = compile_check("--generated", str(generated))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for platform in ("cuda", "rocm"):
+        assert re.search(rf"^OK +{re.escape(shown[platform])} +g\+\+ host\n +the same translation unit as {re.escape(shown['cpu'])}, compiled once$",
+                         result.stdout, re.MULTILINE), result.stdout
+
+
 def test_missing_hipcc_fails_with_install_hint_unless_skipped(tmp_path: Path) -> None:
     generated = tmp_path / "generated"
     shutil.copytree(GENERATED / "rocm" / "csrc" / "kernels" / "rocm", generated / "rocm" / "csrc" / "kernels" / "rocm")

@@ -6,6 +6,8 @@ Kernel sources are torch-free, so each compiles in seconds with the vendor compi
 `.cu` with nvcc, `.hip` with hipcc (once per arch), `.cpp` with g++, and `.mu` with nvcc
 through the header shim in tools/musa_shim, because mcc is not obtainable here. Flags and
 arch lists come from specs/platforms/*.yaml, so the check compiles what the build compiles.
+Every package carries the CPU kernels; a host source whose preprocessed translation unit and
+flags equal an earlier one's is reported with that compile instead of compiled again.
 A spec arch the local hipcc cannot compile for (Debian's hipcc 5.2.3 predates gfx942, gfx950
 and RDNA 3.5/4, and ships no device library for RDNA 3) is reported as SKIPPED with the reason,
 after a one-line probe asks hipcc; gfx942 is then compiled as gfx940, its ISA family's first
@@ -31,6 +33,7 @@ runs, which catches a source that does not compile at all in a third of the time
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -316,6 +319,34 @@ def compile_one(job: Job, compiler: str, out_dir: Path, index: int) -> Result:
     return Result(job, "OK", output)  # warnings, if any, are shown too
 
 
+def translation_unit(job: Job, compiler: str) -> str | None:
+    """A digest of what the compiler compiles for a host job: its flags and the source as the
+    preprocessor hands it on (every include expanded, no line markers).  Every package carries the
+    host kernels, byte for byte the same with the same headers: two jobs with one digest compile
+    alike, so the check compiles the first and reports the others with it.  None where the
+    preprocessor fails (the compile then runs, and reports the failure)."""
+    flags = [arg for arg in job.args if arg not in ("-c", str(job.source))]
+    try:
+        proc = subprocess.run([compiler, *flags, "-E", "-P", str(job.source)], capture_output=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode != 0:
+        return None
+    return hashlib.sha256("\0".join(flags).encode() + b"\0\0" + proc.stdout).hexdigest()
+
+
+def shared_compiles(jobs: list[Job], compilers: dict[str, str | None], pool: ThreadPoolExecutor) -> dict[int, int]:
+    """For each host job whose translation unit an earlier job already compiles: that job's index."""
+    host = [i for i, job in enumerate(jobs) if job.compiler == "g++" and job.skip is None and compilers.get("g++")]
+    digests = pool.map(lambda i: translation_unit(jobs[i], str(compilers["g++"])), host)
+    first: dict[str, int] = {}
+    same: dict[int, int] = {}
+    for index, digest in zip(host, digests, strict=True):
+        if digest is not None:
+            same[index] = first.setdefault(digest, index)
+    return {index: original for index, original in same.items() if index != original}
+
+
 @dataclass(frozen=True)
 class Probe:
     """The contraction probe compiled to assembly for one platform and target."""
@@ -515,7 +546,15 @@ def main(argv: list[str] | None = None) -> int:
                 return Result(job, "SKIPPED", job.skip)
             return compile_one(job, compiler, Path(tmp), index)
 
-        for result in pool.map(run, enumerate(jobs)):  # in plan order, printed as they finish
+        same = shared_compiles(jobs, compilers, pool)
+        compiled = iter(pool.map(run, [(i, job) for i, job in enumerate(jobs) if i not in same]))
+        for index, job in enumerate(jobs):  # in plan order, printed as they finish
+            if index in same:
+                original = results[same[index]]
+                note = f"the same translation unit as {original.job.shown}, compiled once"
+                result = Result(job, original.status, "\n".join(filter(None, [note, original.output])))
+            else:
+                result = next(compiled)
             results.append(result)
             print(f"{result.status:<7} {result.job.shown:<{width}}  {result.job.label}", flush=True)
             if result.output and (result.status != "SKIPPED" or result.job.skip is not None):
