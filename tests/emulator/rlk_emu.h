@@ -30,7 +30,7 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
-#if !defined(__x86_64__)
+#if !defined(__x86_64__) || defined(RLK_EMU_UCONTEXT)
 #include <ucontext.h>
 #endif
 
@@ -83,8 +83,8 @@ struct CopyRecord {
 // between fibers hundreds of thousands of times.  On x86-64 a switch is a few instructions:
 // the callee-saved registers and the SSE/x87 control words pushed on the running stack, the
 // stack pointer exchanged.  (swapcontext also saves the signal mask, a system call each time,
-// which made it most of a launch's cost.)  Elsewhere, ucontext.
-#if defined(__x86_64__)
+// which made it most of a launch's cost.)  Elsewhere, or with RLK_EMU_UCONTEXT defined, ucontext.
+#if defined(__x86_64__) && !defined(RLK_EMU_UCONTEXT)
 struct FiberContext {
   void* sp = nullptr;
 };
