@@ -342,9 +342,9 @@ def shared_compiles(jobs: list[Job], compilers: dict[str, str | None], pool: Thr
     first: dict[str, int] = {}
     same: dict[int, int] = {}
     for index, digest in zip(host, digests, strict=True):
-        if digest is not None:
-            same[index] = first.setdefault(digest, index)
-    return {index: original for index, original in same.items() if index != original}
+        if digest is not None and first.setdefault(digest, index) != index:
+            same[index] = first[digest]
+    return same
 
 
 @dataclass(frozen=True)
