@@ -204,6 +204,35 @@ def test_logp_ids_outside_the_vocabulary_give_nan_rows_only(rlkernels):
         assert "outside [0, V)" in doc and "NaN" in doc
 
 
+def test_logp_finds_the_maximum_in_every_position_of_a_row(rlkernels):
+    """logp's row maximum runs in interleaved pieces on the host: a maximum in any position --
+    each piece's, and the tail past the last whole group -- still shifts the row (a large logit
+    missed would overflow exp to an infinite lse), a NaN there still makes the row NaN, and a
+    zero maximum gives the same bits whichever signs its zeros have."""
+    V = 16 * 3 + 5
+    canonical_nan = 0x7FC00000
+    ids = (torch.arange(V) + 1) % V
+    base = torch.randn(V, V, generator=torch.Generator().manual_seed(10))
+    for special in (200.0, float("nan"), float("inf")):
+        logits = base.clone()
+        logits[torch.arange(V), torch.arange(V)] = special  # row p holds it at position p
+        lp, lse = rlkernels.logp(logits, ids)
+        if special != special:
+            assert (lse.view(torch.int32) == canonical_nan).all() and (lp.view(torch.int32) == canonical_nan).all()
+        elif special == float("inf"):
+            assert torch.isposinf(lse).all() and torch.isneginf(lp).all()
+        else:
+            want = torch.log_softmax(logits.double(), -1)
+            torch.testing.assert_close(lse.double(), torch.logsumexp(logits.double(), -1))
+            torch.testing.assert_close(lp.double(), want.gather(-1, ids[:, None])[:, 0])
+    signs = torch.randint(0, 2, (4, V), generator=torch.Generator().manual_seed(11)).bool()
+    zeros = torch.where(signs, torch.tensor(-0.0), torch.tensor(0.0))
+    zeros[0], zeros[1] = 0.0, -0.0
+    lp, lse = rlkernels.logp(zeros, torch.zeros(4, dtype=torch.int64))
+    assert (lse.view(torch.int32) == lse[0].view(torch.int32)).all() and (lp.view(torch.int32) == lp[0].view(torch.int32)).all()
+    torch.testing.assert_close(lse[0].double(), torch.tensor(V, dtype=torch.float64).log())
+
+
 def test_embedding_rows_are_copies_and_ids_outside_the_table_give_nan_rows(rlkernels):
     """The spec's rule for ids outside [0, V): that row of y is the canonical NaN of the dtype and
     sends no gradient; every other row is the table's row bit for bit, whatever it holds (a NaN
