@@ -207,3 +207,64 @@ def test_column_sum_is_the_ascending_float32_sum(rlkernels, configure, shape, dt
 def test_column_sum_emulation_can_tell_orders_apart():
     x = inputs(1031, 70, 1, torch.float32, seed=3)[0]
     assert not same_bits(emulate_column_sum(x, reverse=True), emulate_column_sum(x))
+
+
+def cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as info:
+            return any(line.startswith("flags") and flag in line.split() for line in info)
+    except OSError:
+        return False
+
+
+def scaled(rows: int, cols: int, exponent: int, seed: int) -> torch.Tensor:
+    """bfloat16 values of magnitude about 2^exponent, random signs and significands."""
+    g = torch.Generator().manual_seed(seed)
+    return ((torch.rand(rows, cols, generator=g) + 1) * torch.randn(rows, cols, generator=g).sign() * 2.0**exponent).to(torch.bfloat16)
+
+
+# (what it is, A's exponent, B's exponent, a value planted in A or None).  The first two run the
+# AVX512-BF16 pairs path (ea + eb >= -112); the others must fall back to the fma path, where the
+# instruction would flush subnormal products and sums (2^-65 x 2^-65 = 2^-130), read a subnormal
+# input as zero (2^-130 x 2^10), or pick another NaN.
+PAIR_CASES = [
+    ("normal", 0, 0, None),
+    ("small, at the bound", -56, -56, None),
+    ("subnormal products", -65, -65, None),
+    ("a subnormal input", 0, 10, 2.0**-130),
+    ("an infinity", 0, 0, float("inf")),
+    ("a NaN", 0, 0, float("nan")),
+]
+
+
+@pytest.mark.skipif(not cpu_has("avx512_bf16"), reason="this CPU has no AVX512-BF16: bfloat16 det_gemm runs the fma path, tested above")
+@pytest.mark.parametrize("case, ea, eb, planted", PAIR_CASES, ids=[c[0] for c in PAIR_CASES])
+def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monkeypatch, case, ea, eb, planted):
+    """On AVX512-BF16, bfloat16 det_gemm adds two products per vdpbf16ps where that is exact and
+    falls back to the fma path where it is not: every layout, an odd K (the last pair padded),
+    float32 and bfloat16 outputs, all give the bits of the AVX-512 fma path (RLK_CPU_SIMD=avx512)
+    and of the ascending-k emulation."""
+    M, K, N = 29, 77, 45
+    a, b = scaled(M, K, ea, 20), scaled(K, N, eb, 21)
+    if planted is not None:  # alone in its row, so that row 3 is what it makes of it
+        a[3] = 0
+        a[3, 5] = planted
+    runs = {
+        "det_gemm": lambda: rlkernels.det_gemm(a, b, out_fp32=True),
+        "det_gemm bf16 out": lambda: rlkernels.det_gemm(a, b),
+        "det_gemm_nt": lambda: rlkernels.det_gemm_nt(a, b.T.contiguous(), out_fp32=True),
+        "det_gemm_tn": lambda: rlkernels.det_gemm_tn(a.T.contiguous(), b, out_fp32=True),
+    }
+    configure("native", "4")
+    got = {name: run() for name, run in runs.items()}
+    monkeypatch.setenv("RLK_CPU_SIMD", "avx512")
+    for name, run in runs.items():
+        want = run()
+        assert got[name].view(torch.int32 if want.dtype == torch.float32 else torch.int16).equal(
+            want.view(torch.int32 if want.dtype == torch.float32 else torch.int16)
+        ), f"{case}: {name} differs from the fma path in {(got[name] != want).sum()} elements"
+    if planted is None or planted == 2.0**-130:
+        want = emulate(a.float(), b.float())  # float32 inputs: the same exact values, a float32 output
+        assert same_bits(got["det_gemm"], want), f"{case}: differs from the ascending-k emulation"
+        if ea + eb < -112:
+            assert (got["det_gemm"] != 0).any(), f"{case}: the case no longer has nonzero results to lose"

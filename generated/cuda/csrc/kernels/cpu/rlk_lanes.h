@@ -64,6 +64,8 @@ struct GenericLanes {
 #ifdef RLK_HOST_X86_LANES
 #define RLK_LANES_AVX2 __attribute__((target("avx2,fma")))
 #define RLK_LANES_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+// AVX-512 with the bfloat16 dot-product instruction (vdpbf16ps), for det_gemm's bfloat16 path.
+#define RLK_LANES_AVX512_BF16 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,avx2,fma")))
 
 struct Avx2Lanes {
   static constexpr int kWidth = 8;

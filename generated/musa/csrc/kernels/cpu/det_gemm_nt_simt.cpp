@@ -45,6 +45,8 @@ namespace {
 // rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx2 or generic
 // caps the instruction set, read on every call).
 
+struct Packed;
+
 // One code path: its lanes type and its register tile.
 template <typename L, int Rows, int Cols>
 struct TilePath {
@@ -53,6 +55,8 @@ struct TilePath {
   static constexpr int kCols = Cols;
   static constexpr int kVecs = Cols / L::kWidth;
   static_assert(kVecs * L::kWidth == Cols, "a tile row is a whole number of vectors");
+  // Tile (strip, panel) over k in [k0, k0 + steps).
+  static void run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero);
 };
 // Each path's tile rows (its columns are 16, or 32 on AVX-512).
 constexpr int kRowsGeneric = 3;   // 12 accumulators of 4 lanes
@@ -74,7 +78,8 @@ constexpr int64_t kBlockBytes = 256 * 1024;
 // Products smaller than this many multiply-adds per thread run on fewer threads.
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 
-// Both operands as packed float32, plus how the output is split into work items.
+// Both operands as packed float32 (or, on the bfloat16 pairs path, as pairs of k: see there),
+// plus how the output is split into work items.
 struct Packed {
   int64_t M, K, N;
   int rows, cols;     // the code path's tile
@@ -118,6 +123,12 @@ inline void tile(const float* a_strip, const float* b_panel, int64_t steps, floa
     for (int v = 0; v < P::kVecs; ++v) L::store(acc_out + i * P::kCols + v * W, acc[i][v]);
 }
 
+template <typename L, int Rows, int Cols>
+inline void TilePath<L, Rows, Cols>::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc,
+                                              bool from_zero) {
+  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + (panel * p.K + k0) * Cols, steps, acc, from_zero);
+}
+
 // Computes work item `item` and stores each of its outputs once, with from_float<T>.
 template <typename T, typename P>
 inline void compute_item(const Packed& p, int64_t item, T* c) {
@@ -136,8 +147,7 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
     // A panel's block stays in the L1 cache while the item's strips pass under it.
     for (int64_t q = 0; q < panels; ++q)
       for (int64_t s = 0; s < strips; ++s)
-        tile<P>(p.a + ((s0 + s) * p.K + k0) * R, p.b + ((q0 + q) * p.K + k0) * C, steps, acc.data() + (q * strips + s) * R * C,
-                block == 0);
+        P::run_tile(p, s0 + s, q0 + q, k0, steps, acc.data() + (q * strips + s) * R * C, block == 0);
   }
   for (int64_t q = 0; q < panels; ++q) {
     const int64_t n0 = (q0 + q) * C;
@@ -174,6 +184,87 @@ RLK_LANES_AVX512 __attribute__((flatten)) void compute_item_avx512(const Packed&
 }
 #endif
 
+#ifdef RLK_HOST_X86_LANES
+// bfloat16 on CPUs with AVX512-BF16.  vdpbf16ps adds two products to each float32 lane, each
+// addition an fma rounded to nearest even (Intel's definition), the pair's high half first.
+// Packed with k in a pair's high half and k + 1 in its low half, one instruction is then the
+// fma path's two steps acc = fma(a_k, b_k, acc), acc = fma(a_k+1, b_k+1, acc) -- at twice their
+// rate, since a bfloat16 product is exact in float32 either way.  The instruction also reads
+// subnormal inputs as zero and flushes subnormal results to zero, which the fma path does not;
+// so it runs only on operands where neither can happen (bf16_pairs_exact): every value finite,
+// and the smallest nonzero magnitudes of A and B at least 2^ea and 2^eb with ea + eb >= -112.
+// Every product, and so every partial sum, is then a multiple of 2^(ea + eb - 14) >= 2^-126
+// (a bfloat16 has 8 significant bits): no subnormal ever arises, and the bits are the fma
+// path's (tests/test_cpu_det_gemm_order.py compares them, and the fallback past that bound).
+// An odd K ends with a pair whose low half is -0 x +0: adding -0 changes no accumulator, not
+// even a zero's sign.  The tile and the work items are the AVX-512 path's.
+struct PairPath {
+  static constexpr int kRows = Avx512Path::kRows;
+  static constexpr int kCols = Avx512Path::kCols;
+  static void run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero);
+};
+static_assert(kDepth % 2 == 0, "a k-block holds whole pairs");
+
+// a_strip, b_panel: pair words (two bfloat16 bit patterns, stored in floats' places);
+// `pairs` pairs of k from the start of each.
+RLK_LANES_AVX512_BF16 inline void pair_tile(const float* a_strip, const float* b_panel, int64_t pairs, float* acc_out, bool from_zero) {
+  constexpr int R = PairPath::kRows;
+  __m512 acc[R][2];
+#pragma GCC unroll 32
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 2; ++v) acc[i][v] = from_zero ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_out + i * 32 + v * 16);
+  for (int64_t j = 0; j < pairs; ++j) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_ps(b_panel + j * 32);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_ps(b_panel + j * 32 + 16);
+#pragma GCC unroll 32
+    for (int i = 0; i < R; ++i) {
+      const __m512bh av = (__m512bh)_mm512_set1_ps(a_strip[j * R + i]);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+    }
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_out + i * 32 + v * 16, acc[i][v]);
+}
+
+inline void PairPath::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero) {
+  const int64_t pairs = (p.K + 1) / 2;
+  pair_tile(p.a + (strip * pairs + k0 / 2) * kRows, p.b + (panel * pairs + k0 / 2) * kCols, (steps + 1) / 2, acc, from_zero);
+}
+
+template <typename T>
+RLK_LANES_AVX512_BF16 __attribute__((flatten)) void compute_item_pairs(const Packed& p, int64_t item, T* c) {
+  compute_item<T, PairPath>(p, item, c);
+}
+
+// The exponent fields of n bfloat16 values: the largest, and the smallest of the nonzero ones.
+struct ExponentRange {
+  uint32_t smallest_nonzero = 0xffu, largest = 0;
+};
+
+RLK_LANES_AVX512 __attribute__((flatten)) inline ExponentRange exponent_range(const bfloat16_t* x, int64_t n) {
+  uint32_t smallest = 0xffu, largest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t magnitude = storage_bits(x[i]) & 0x7fffu;
+    const uint32_t e = magnitude >> 7;
+    const uint32_t key = magnitude == 0 ? 0xffu : e;
+    largest = e > largest ? e : largest;
+    smallest = key < smallest ? key : smallest;
+  }
+  return {smallest, largest};
+}
+
+// Whether vdpbf16ps gives the fma path's bits on these operands (see above): no infinity or NaN
+// (exponent field 0xff), no subnormal (a nonzero value with exponent field 0), and biased
+// exponents ea + eb >= 2 * 127 - 112.
+inline bool bf16_pairs_exact(const bfloat16_t* a, int64_t a_count, const bfloat16_t* b, int64_t b_count) {
+  const ExponentRange ra = exponent_range(a, a_count), rb = exponent_range(b, b_count);
+  return ra.largest < 0xffu && rb.largest < 0xffu && ra.smallest_nonzero >= 1 && rb.smallest_nonzero >= 1 &&
+         ra.smallest_nonzero + rb.smallest_nonzero >= 2 * 127 - 112;
+}
+#endif
+
 // The code path of this call: its tile and its work-item function.
 template <typename T>
 struct PathChoice {
@@ -182,13 +273,16 @@ struct PathChoice {
 };
 
 template <typename T>
-PathChoice<T> choose_path() {
+PathChoice<T> choose_path(Simd simd) {
 #ifdef RLK_HOST_X86_LANES
-  switch (host_simd()) {
+  switch (simd) {
+    case Simd::avx512_bf16:
     case Simd::avx512: return {Avx512Path::kRows, Avx512Path::kCols, compute_item_avx512<T>};
     case Simd::avx2: return {Avx2Path::kRows, Avx2Path::kCols, compute_item_avx2<T>};
     case Simd::generic: break;
   }
+#else
+  (void)simd;
 #endif
   return {GenericPath::kRows, GenericPath::kCols, compute_item_generic<T>};
 }
@@ -252,6 +346,44 @@ inline int64_t b_pack_items(int64_t K, int64_t panels) {
   return panels;
 }
 
+#ifdef RLK_HOST_X86_LANES
+// A pair word: bfloat16 x in the high half, y in the low half, in a float's place.
+inline float pair_word(uint16_t x, uint16_t y) { return bits_float(static_cast<uint32_t>(x) << 16 | y); }
+
+// Strip s of A as pairs of k, [pairs][rows]: word (j, i) holds a[m, 2j] and a[m, 2j + 1], the
+// latter -0 past K; rows past M are zeros.
+template <typename T>
+void pack_a_pairs(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst) {
+  const int64_t pairs = (K + 1) / 2;
+  for (int i = 0; i < rows; ++i) {
+    const int64_t m = s * rows + i;
+    for (int64_t j = 0; j < pairs; ++j) {
+      int64_t k = 2 * j;
+      const uint16_t high = m < M ? storage_bits(a[m * K + k]) : 0;
+      k += 1;
+      const uint16_t low = m >= M ? 0 : k < K ? storage_bits(a[m * K + k]) : 0x8000u;
+      dst[j * rows + i] = pair_word(high, low);
+    }
+  }
+}
+
+// Panel q of B as pairs of k, [pairs][cols]: word (j, jj) holds b[2j, n] and b[2j + 1, n], the
+// latter +0 past K; columns past N are zeros.
+template <typename T>
+void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
+  const int64_t pairs = (K + 1) / 2;
+  for (int64_t j = 0; j < pairs; ++j)
+    for (int jj = 0; jj < cols; ++jj) {
+      const int64_t n = q * cols + jj;
+      int64_t k = 2 * j;
+      const uint16_t high = n < N ? storage_bits(b[n * K + k]) : 0;
+      k += 1;
+      const uint16_t low = n < N && k < K ? storage_bits(b[n * K + k]) : 0;
+      dst[j * cols + jj] = pair_word(high, low);
+    }
+}
+#endif
+
 // T: the operands' storage type; TC: the output's (T, or float32 on request).
 template <typename T, typename TC>
 void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr, int64_t M, int64_t K, int64_t N,
@@ -260,8 +392,15 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   const T* a = static_cast<const T*>(a_ptr);
   const T* b = static_cast<const T*>(b_ptr);
   TC* c = static_cast<TC*>(c_ptr);
-  const PathChoice<TC> path = choose_path<TC>();
+  const Simd simd = host_simd();
+  PathChoice<TC> path = choose_path<TC>(simd);
   const int threads = thread_count(M * K * N, kMinWorkPerThread, num_threads);
+  bool pairs = false;
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same<T, bfloat16_t>::value)
+    pairs = simd == Simd::avx512_bf16 && bf16_pairs_exact(a, M * K, b, K * N);
+  if (pairs) path = {PairPath::kRows, PairPath::kCols, compute_item_pairs<TC>};
+#endif
 
   Packed p{};
   p.M = M;
@@ -271,10 +410,21 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   p.cols = path.cols;
   p.strips = (M + path.rows - 1) / path.rows;
   p.panels = (N + path.cols - 1) / path.cols;
-  const Scratch a_packed(p.strips * path.rows * K);
-  const Scratch b_packed(p.panels * path.cols * K);
-  const int64_t b_items = b_pack_items(K, p.panels);
+  // Pairs of k take one float's place per two values of k.
+  const int64_t packed_k = pairs ? (K + 1) / 2 : K;
+  const Scratch a_packed(p.strips * path.rows * packed_k);
+  const Scratch b_packed(p.panels * path.cols * packed_k);
+  const int64_t b_items = pairs ? p.panels : b_pack_items(K, p.panels);
   parallel_for(b_items + p.strips, threads, [&](int64_t i) {
+#ifdef RLK_HOST_X86_LANES
+    if (pairs) {
+      if (i < b_items)
+        pack_b_pairs(b, K, N, path.cols, i, b_packed.data() + i * packed_k * path.cols);
+      else
+        pack_a_pairs(a, M, K, path.rows, i - b_items, a_packed.data() + (i - b_items) * packed_k * path.rows);
+      return;
+    }
+#endif
     if (i < b_items) {
       pack_b(b, K, N, path.cols, i, b_packed.data() + i * K * path.cols);
     } else {

@@ -17,8 +17,8 @@
 //
 // Instructions: on x86 CPUs, parallel_rows runs each piece in a copy of its code compiled
 // for the widest vector instructions the CPU has among AVX-512 (F, VL, BW, DQ) and AVX2 with
-// FMA; RLK_CPU_SIMD, read on every call, caps them (`avx2`, or `generic` for the baseline
-// copy).  Every copy performs the same IEEE operations in the same order -- the build never
+// FMA; RLK_CPU_SIMD, read on every call, caps them (`avx512` without AVX512-BF16's dot
+// products, `avx2`, or `generic` for the baseline copy).  Every copy performs the same IEEE operations in the same order -- the build never
 // contracts a multiply and an add, vector lanes only hold different elements side by side,
 // and rlk_math.h's explicit fused multiply-adds are exact either way, in an instruction
 // instead of a library call -- so they give the same bits; only the speed differs.  A body
@@ -84,8 +84,9 @@ void parallel_for(int64_t count, int threads, const Body& body) {
   run_host_workers(std::min<int64_t>(threads, count), task, &shared);
 }
 
-// The instruction sets a piece may run with, widest last.
-enum class Simd { generic, avx2, avx512 };
+// The instruction sets a piece may run with, widest last.  avx512_bf16 adds vdpbf16ps, which
+// only det_gemm's bfloat16 path uses; every other kernel runs its AVX-512 copy there.
+enum class Simd { generic, avx2, avx512, avx512_bf16 };
 
 // body(begin, end, Lanes{}) where the body takes the lanes type, else body(begin, end).
 template <typename Lanes, typename Body>
@@ -108,23 +109,25 @@ RLK_LANES_AVX512 __attribute__((flatten)) void run_piece_avx512(const Body& body
   call_piece<Avx512Lanes>(body, begin, end);
 }
 
-// The widest copy this CPU runs, capped by RLK_CPU_SIMD (generic or avx2).
+// The widest copy this CPU runs, capped by RLK_CPU_SIMD (generic, avx2 or avx512).
 inline Simd host_simd() {
   static const Simd widest = [] {
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-    return avx512 ? Simd::avx512 : avx2 ? Simd::avx2 : Simd::generic;
+    const bool bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+    return bf16 ? Simd::avx512_bf16 : avx512 ? Simd::avx512 : avx2 ? Simd::avx2 : Simd::generic;
   }();
   const char* cap = std::getenv("RLK_CPU_SIMD");
   if (cap != nullptr && std::strcmp(cap, "generic") == 0) return Simd::generic;
   if (cap != nullptr && std::strcmp(cap, "avx2") == 0) return std::min(widest, Simd::avx2);
+  if (cap != nullptr && std::strcmp(cap, "avx512") == 0) return std::min(widest, Simd::avx512);
   return widest;
 }
 
 template <typename Body>
 void run_piece(Simd simd, const Body& body, int64_t begin, int64_t end) {
-  if (simd == Simd::avx512)
+  if (simd >= Simd::avx512)
     run_piece_avx512(body, begin, end);
   else if (simd == Simd::avx2)
     run_piece_avx2(body, begin, end);
