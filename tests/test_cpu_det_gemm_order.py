@@ -240,10 +240,10 @@ PAIR_CASES = [
 @pytest.mark.skipif(not cpu_has("avx512_bf16"), reason="this CPU has no AVX512-BF16: bfloat16 det_gemm runs the fma path, tested above")
 @pytest.mark.parametrize("case, ea, eb, planted", PAIR_CASES, ids=[c[0] for c in PAIR_CASES])
 def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monkeypatch, case, ea, eb, planted):
-    """On AVX512-BF16, bfloat16 det_gemm adds two products per vdpbf16ps where that is exact and
-    falls back to the fma path where it is not: every layout, an odd K (the last pair padded),
-    float32 and bfloat16 outputs, all give the bits of the AVX-512 fma path (RLK_CPU_SIMD=avx512)
-    and of the ascending-k emulation."""
+    """On AVX512-BF16, bfloat16 det_gemm and linear_logp's logits add two products per vdpbf16ps
+    where that is exact and fall back to the fma path where it is not: every layout, an odd K
+    (the last pair padded), float32 and bfloat16 outputs, all give the bits of the AVX-512 fma
+    path (RLK_CPU_SIMD=avx512) and of the ascending-k emulation."""
     M, K, N = 29, 77, 45
     a, b = scaled(M, K, ea, 20), scaled(K, N, eb, 21)
     if planted is not None:  # alone in its row, so that row 3 is what it makes of it
@@ -254,6 +254,8 @@ def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monk
         "det_gemm bf16 out": lambda: rlkernels.det_gemm(a, b),
         "det_gemm_nt": lambda: rlkernels.det_gemm_nt(a, b.T.contiguous(), out_fp32=True),
         "det_gemm_tn": lambda: rlkernels.det_gemm_tn(a.T.contiguous(), b, out_fp32=True),
+        # linear_logp's logits are det_gemm_nt's sums, in its own tiles: lp, entropy and lse
+        "linear_logp": lambda: torch.cat(rlkernels.linear_logp(a, b.T.contiguous(), torch.arange(M) % N)),
     }
     configure("native", "4")
     got = {name: run() for name, run in runs.items()}

@@ -213,6 +213,98 @@ void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst) {
   const int64_t panels = (V + kCols - 1) / kCols;
   parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols); });
 }
+#ifdef RLK_HOST_X86_LANES
+
+// bfloat16 on CPUs with AVX512-BF16: the logits take two values of k per vdpbf16ps where that
+// gives the fma step's bits (rlk_lanes.h's bf16 pairs say why and when).  Strips and panels
+// are then packed as pair words, (H + 1) / 2 per row, and a tile is two strips of kStripRows
+// rows of kCols logits, one 16-lane vector each.
+inline bool use_bf16_pairs(const bfloat16_t* h, int64_t N, const bfloat16_t* w, int64_t V, int64_t H) {
+  return host_simd() == Simd::avx512_bf16 && bf16_pairs_exact(h, N * H, w, V * H);
+}
+
+template <typename T>
+inline bool use_bf16_pairs(const T*, int64_t, const T*, int64_t, int64_t) {
+  return false;
+}
+
+// Pairs of k of rows [first, first + kStripRows) of x [rows, H], [pairs][kStripRows]: word
+// (j, i) holds x[r, 2j] and x[r, 2j + 1], the latter -0 past H; zeros past `rows`.
+inline void pack_strip_pairs(const bfloat16_t* x, int64_t rows, int64_t H, int64_t first, float* dst) {
+  const int64_t pairs = (H + 1) / 2;
+  for (int i = 0; i < kStripRows; ++i) {
+    const int64_t r = first + i;
+    for (int64_t j = 0; j < pairs; ++j) {
+      const uint16_t high = r < rows ? storage_bits(x[r * H + 2 * j]) : 0;
+      const uint16_t low = r >= rows ? 0 : 2 * j + 1 < H ? storage_bits(x[r * H + 2 * j + 1]) : 0x8000u;
+      dst[j * kStripRows + i] = bf16_pair_word(high, low);
+    }
+  }
+}
+
+// Pairs of k of panel q of the weight [V, H], [pairs][kCols]: the latter half +0 past H,
+// zeros past V.
+inline void pack_panel_pairs(const bfloat16_t* w, int64_t V, int64_t H, int64_t q, float* dst) {
+  const int64_t pairs = (H + 1) / 2;
+  for (int64_t jj = 0; jj < kCols; ++jj) {
+    const int64_t v = q * kCols + jj;
+    for (int64_t j = 0; j < pairs; ++j) {
+      const uint16_t high = v < V ? storage_bits(w[v * H + 2 * j]) : 0;
+      const uint16_t low = v < V && 2 * j + 1 < H ? storage_bits(w[v * H + 2 * j + 1]) : 0;
+      dst[j * kCols + jj] = bf16_pair_word(high, low);
+    }
+  }
+}
+
+inline void pack_weight_pairs(const bfloat16_t* w, int64_t V, int64_t H, int threads, float* dst) {
+  const int64_t panels = (V + kCols - 1) / kCols;
+  parallel_for(panels, threads, [&](int64_t q) { pack_panel_pairs(w, V, H, q, dst + q * ((H + 1) / 2) * kCols); });
+}
+
+// tile_sum over P pairs of pair words, for S strips of kStripRows rows.
+template <int S>
+RLK_LANES_AVX512_BF16 inline void pair_tile_sum(const float* const* a, const float* b, int64_t P, float* const* c, int64_t ldc,
+                                                bool from_zero) {
+  __m512 acc[S][kStripRows];
+  for (int t = 0; t < S; ++t)
+    for (int i = 0; i < kStripRows; ++i) acc[t][i] = from_zero ? _mm512_setzero_ps() : _mm512_loadu_ps(c[t] + i * ldc);
+  for (int64_t p = 0; p < P; ++p) {
+    const __m512bh bv = (__m512bh)_mm512_loadu_ps(b + p * kCols);
+#pragma GCC unroll 2
+    for (int t = 0; t < S; ++t)
+#pragma GCC unroll 16
+      for (int i = 0; i < kStripRows; ++i) acc[t][i] = _mm512_dpbf16_ps(acc[t][i], (__m512bh)_mm512_set1_ps(a[t][p * kStripRows + i]), bv);
+  }
+  for (int t = 0; t < S; ++t)
+    for (int i = 0; i < kStripRows; ++i) _mm512_storeu_ps(c[t] + i * ldc + 0, acc[t][i]);
+}
+
+// logits_tiles on pair words: strips (H + 1) / 2 x kStripRows floats apart, panels
+// (H + 1) / 2 x kCols.
+RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void logits_tiles_pairs(const float* strips, int64_t strip_count, const float* panels,
+                                                                                int64_t panel_count, int64_t H, float* out, int64_t ld) {
+  static_assert(kCols == 16 && kDepth % 2 == 0, "a tile row is one 16-lane vector; a k-block holds whole pairs");
+  const int64_t pairs = (H + 1) / 2;
+  for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
+    const int64_t steps = (std::min(kDepth, H - k0) + 1) / 2;
+    const int64_t j0 = k0 / 2;
+    for (int64_t q = 0; q < panel_count; ++q) {
+      const float* panel = panels + (q * pairs + j0) * kCols;
+      int64_t s = 0;
+      for (; s + 2 <= strip_count; s += 2) {
+        const float* a[2] = {strips + (s * pairs + j0) * kStripRows, strips + ((s + 1) * pairs + j0) * kStripRows};
+        float* c[2] = {out + s * kStripRows * ld + q * kCols, out + (s + 1) * kStripRows * ld + q * kCols};
+        pair_tile_sum<2>(a, panel, steps, c, ld, k0 == 0);
+      }
+      for (; s < strip_count; ++s) {
+        const float* a[1] = {strips + (s * pairs + j0) * kStripRows};
+        float* c[1] = {out + s * kStripRows * ld + q * kCols};
+        pair_tile_sum<1>(a, panel, steps, c, ld, k0 == 0);
+      }
+    }
+  }
+}
+#endif
 
 // The host computes each chunk of dz once, for every row, and uses it for both gradients:
 //   grad_h     [M, H] += dz [M, chunk] weight[chunk, H]   (the chunk's v ascending, after the

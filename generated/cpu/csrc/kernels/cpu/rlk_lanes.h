@@ -25,6 +25,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "rlk_numerics.h"
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #define RLK_HOST_X86_LANES 1
@@ -88,6 +90,50 @@ struct Avx512Lanes {
   RLK_LANES_AVX512 static void fma(V& acc, const V& a, const V& b) { acc = _mm512_fmadd_ps(a, b, acc); }
   RLK_LANES_AVX512 static void mul_add(V& acc, const V& a, const V& b) { acc = _mm512_add_ps(acc, _mm512_mul_ps(a, b)); }
 };
+
+// ---------------------------------------------------------------- bfloat16 pairs
+// On CPUs with AVX512-BF16, vdpbf16ps adds two products to each float32 lane, each addition an
+// fma rounded to nearest even (Intel's definition), the pair's high half first.  With k in a
+// pair's high half and k + 1 in its low half, one instruction is then the fma step's
+// acc = fma(a_k, b_k, acc), acc = fma(a_k+1, b_k+1, acc) -- at twice its rate, a bfloat16
+// product being exact in float32 either way.  The instruction also reads subnormal inputs as
+// zero and flushes subnormal results to zero, which the fma step does not; so kernels use it
+// only on operands where neither can happen (bf16_pairs_exact): every value finite, and the
+// smallest nonzero magnitudes of the two operands at least 2^ea and 2^eb with ea + eb >= -112.
+// Every product, and so every partial sum, is then a multiple of 2^(ea + eb - 14) >= 2^-126
+// (a bfloat16 has 8 significant bits): no subnormal ever arises, and the bits are the fma
+// step's (tests/test_cpu_det_gemm_order.py compares them, and the fallback past that bound).
+// A sum over an odd count ends with a pair whose low half is -0 x +0: adding -0 changes no
+// accumulator, not even a zero's sign.
+
+// A pair word, stored in a float's place: bfloat16 bits `high` in its high half, `low` in its low.
+inline float bf16_pair_word(uint16_t high, uint16_t low) { return bits_float(static_cast<uint32_t>(high) << 16 | low); }
+
+// The exponent fields of n bfloat16 values: the largest, and the smallest of the nonzero ones.
+struct Bf16ExponentRange {
+  uint32_t smallest_nonzero = 0xffu, largest = 0;
+};
+
+RLK_LANES_AVX512 __attribute__((flatten)) inline Bf16ExponentRange bf16_exponent_range(const bfloat16_t* x, int64_t n) {
+  uint32_t smallest = 0xffu, largest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t magnitude = storage_bits(x[i]) & 0x7fffu;
+    const uint32_t e = magnitude >> 7;
+    const uint32_t key = magnitude == 0 ? 0xffu : e;
+    largest = e > largest ? e : largest;
+    smallest = key < smallest ? key : smallest;
+  }
+  return {smallest, largest};
+}
+
+// Whether vdpbf16ps gives the fma step's bits on every product of a value of `a` and one of
+// `b`: no infinity or NaN (exponent field 0xff), no subnormal (a nonzero value with exponent
+// field 0), and biased exponents ea + eb >= 2 * 127 - 112.  Call only where AVX-512 runs.
+inline bool bf16_pairs_exact(const bfloat16_t* a, int64_t a_count, const bfloat16_t* b, int64_t b_count) {
+  const Bf16ExponentRange ra = bf16_exponent_range(a, a_count), rb = bf16_exponent_range(b, b_count);
+  return ra.largest < 0xffu && rb.largest < 0xffu && ra.smallest_nonzero >= 1 && rb.smallest_nonzero >= 1 &&
+         ra.smallest_nonzero + rb.smallest_nonzero >= 2 * 127 - 112;
+}
 #endif
 
 }  // namespace cpu

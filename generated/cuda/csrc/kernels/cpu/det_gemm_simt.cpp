@@ -183,19 +183,9 @@ RLK_LANES_AVX512 __attribute__((flatten)) void compute_item_avx512(const Packed&
 #endif
 
 #ifdef RLK_HOST_X86_LANES
-// bfloat16 on CPUs with AVX512-BF16.  vdpbf16ps adds two products to each float32 lane, each
-// addition an fma rounded to nearest even (Intel's definition), the pair's high half first.
-// Packed with k in a pair's high half and k + 1 in its low half, one instruction is then the
-// fma path's two steps acc = fma(a_k, b_k, acc), acc = fma(a_k+1, b_k+1, acc) -- at twice their
-// rate, since a bfloat16 product is exact in float32 either way.  The instruction also reads
-// subnormal inputs as zero and flushes subnormal results to zero, which the fma path does not;
-// so it runs only on operands where neither can happen (bf16_pairs_exact): every value finite,
-// and the smallest nonzero magnitudes of A and B at least 2^ea and 2^eb with ea + eb >= -112.
-// Every product, and so every partial sum, is then a multiple of 2^(ea + eb - 14) >= 2^-126
-// (a bfloat16 has 8 significant bits): no subnormal ever arises, and the bits are the fma
-// path's (tests/test_cpu_det_gemm_order.py compares them, and the fallback past that bound).
-// An odd K ends with a pair whose low half is -0 x +0: adding -0 changes no accumulator, not
-// even a zero's sign.  The tile and the work items are the AVX-512 path's.
+// bfloat16 on CPUs with AVX512-BF16: two values of k per vdpbf16ps where that gives the fma
+// path's bits (rlk_lanes.h's bf16 pairs say why and when).  The tile and the work items are the
+// AVX-512 path's.
 struct PairPath {
   static constexpr int kRows = Avx512Path::kRows;
   static constexpr int kCols = Avx512Path::kCols;
@@ -236,31 +226,6 @@ RLK_LANES_AVX512_BF16 __attribute__((flatten)) void compute_item_pairs(const Pac
   compute_item<T, PairPath>(p, item, c);
 }
 
-// The exponent fields of n bfloat16 values: the largest, and the smallest of the nonzero ones.
-struct ExponentRange {
-  uint32_t smallest_nonzero = 0xffu, largest = 0;
-};
-
-RLK_LANES_AVX512 __attribute__((flatten)) inline ExponentRange exponent_range(const bfloat16_t* x, int64_t n) {
-  uint32_t smallest = 0xffu, largest = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t magnitude = storage_bits(x[i]) & 0x7fffu;
-    const uint32_t e = magnitude >> 7;
-    const uint32_t key = magnitude == 0 ? 0xffu : e;
-    largest = e > largest ? e : largest;
-    smallest = key < smallest ? key : smallest;
-  }
-  return {smallest, largest};
-}
-
-// Whether vdpbf16ps gives the fma path's bits on these operands (see above): no infinity or NaN
-// (exponent field 0xff), no subnormal (a nonzero value with exponent field 0), and biased
-// exponents ea + eb >= 2 * 127 - 112.
-inline bool bf16_pairs_exact(const bfloat16_t* a, int64_t a_count, const bfloat16_t* b, int64_t b_count) {
-  const ExponentRange ra = exponent_range(a, a_count), rb = exponent_range(b, b_count);
-  return ra.largest < 0xffu && rb.largest < 0xffu && ra.smallest_nonzero >= 1 && rb.smallest_nonzero >= 1 &&
-         ra.smallest_nonzero + rb.smallest_nonzero >= 2 * 127 - 112;
-}
 #endif
 
 // The code path of this call: its tile and its work-item function.
@@ -350,9 +315,6 @@ inline int64_t b_pack_items(int64_t K, int64_t panels) {
 }
 
 #ifdef RLK_HOST_X86_LANES
-// A pair word: bfloat16 x in the high half, y in the low half, in a float's place.
-inline float pair_word(uint16_t x, uint16_t y) { return bits_float(static_cast<uint32_t>(x) << 16 | y); }
-
 // Strip s of A as pairs of k, [pairs][rows]: word (j, i) holds a[m, 2j] and a[m, 2j + 1], the
 // latter -0 past K; rows past M are zeros.
 template <typename T>
@@ -365,7 +327,7 @@ void pack_a_pairs(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* 
       const uint16_t high = m < M ? storage_bits(a[m * K + k]) : 0;
       k += 1;
       const uint16_t low = m >= M ? 0 : k < K ? storage_bits(a[m * K + k]) : 0x8000u;
-      dst[j * rows + i] = pair_word(high, low);
+      dst[j * rows + i] = bf16_pair_word(high, low);
     }
   }
 }
@@ -382,7 +344,7 @@ void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* 
       const uint16_t high = n < N ? storage_bits(b[k * N + n]) : 0;
       k += 1;
       const uint16_t low = n < N && k < K ? storage_bits(b[k * N + n]) : 0;
-      dst[j * cols + jj] = pair_word(high, low);
+      dst[j * cols + jj] = bf16_pair_word(high, low);
     }
 }
 #endif
