@@ -240,7 +240,7 @@ PAIR_CASES = [
 @pytest.mark.skipif(not cpu_has("avx512_bf16"), reason="this CPU has no AVX512-BF16: bfloat16 det_gemm runs the fma path, tested above")
 @pytest.mark.parametrize("case, ea, eb, planted", PAIR_CASES, ids=[c[0] for c in PAIR_CASES])
 def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monkeypatch, case, ea, eb, planted):
-    """On AVX512-BF16, bfloat16 det_gemm and linear_logp's logits add two products per vdpbf16ps
+    """On AVX512-BF16, bfloat16 det_gemm and linear_logp's logits (forward and backward) add two products per vdpbf16ps
     where that is exact and fall back to the fma path where it is not: every layout, an odd K
     (the last pair padded), float32 and bfloat16 outputs, all give the bits of the AVX-512 fma
     path (RLK_CPU_SIMD=avx512) and of the ascending-k emulation."""
@@ -256,6 +256,10 @@ def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monk
         "det_gemm_tn": lambda: rlkernels.det_gemm_tn(a.T.contiguous(), b, out_fp32=True),
         # linear_logp's logits are det_gemm_nt's sums, in its own tiles: lp, entropy and lse
         "linear_logp": lambda: torch.cat(rlkernels.linear_logp(a, b.T.contiguous(), torch.arange(M) % N)),
+        # and its backward recomputes them so
+        "linear_logp_backward": lambda: torch.cat(
+            [g.reshape(-1) for g in rlkernels.linear_logp_backward(torch.ones(M), torch.full((M,), 0.5), a, b.T.contiguous(), torch.arange(M) % N, torch.zeros(M), torch.zeros(M))]
+        ),
     }
     configure("native", "4")
     got = {name: run() for name, run in runs.items()}

@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "rlk_parallel.h"
@@ -304,6 +305,26 @@ RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void logits_tiles_pairs(c
     }
   }
 }
+
+// The logits of `count` (1 or 2) consecutive strips against panel_count consecutive panels, on
+// pair words: tile (t, q) to out[t] + q * kStripRows * kCols, its rows kCols apart.
+RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void strip_tiles_pairs(const float* strips, int count, const float* panels,
+                                                                               int64_t panel_count, int64_t H, float* const* out) {
+  const int64_t pairs = (H + 1) / 2;
+  for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
+    const int64_t steps = (std::min(kDepth, H - k0) + 1) / 2;
+    const int64_t j0 = k0 / 2;
+    for (int64_t q = 0; q < panel_count; ++q) {
+      const float* panel = panels + (q * pairs + j0) * kCols;
+      const float* a[2] = {strips + j0 * kStripRows, strips + (pairs + j0) * kStripRows};
+      float* c[2] = {out[0] + q * kStripRows * kCols, count > 1 ? out[1] + q * kStripRows * kCols : nullptr};
+      if (count > 1)
+        pair_tile_sum<2>(a, panel, steps, c, kCols, k0 == 0);
+      else
+        pair_tile_sum<1>(a, panel, steps, c, kCols, k0 == 0);
+    }
+  }
+}
 #endif
 
 // The host computes each chunk of dz once, for every row, and uses it for both gradients:
@@ -424,14 +445,40 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
   const int64_t col_panels = (H + kCols - 1) / kCols;
   const int64_t Hp = col_panels * kCols;
   const int pack_threads = thread_count((M + V) * H, int64_t{1} << 20, num_threads);
-  const Scratch h_strips(strips * H * kTileRows);
-  const Scratch w_panels(panels * H * kCols);
+  // The logits' operands as bfloat16 pair words where that is exact (rlk_lanes.h), two values
+  // of k in each float's place; the gradients' sums take float32 dz, always by fma.
+  bool pairs = false;
+#ifdef RLK_HOST_X86_LANES
+  pairs = use_bf16_pairs(h, N, weight, V, H);
+#endif
+  const int64_t packed_h = pairs ? (H + 1) / 2 : H;
+  const Scratch h_strips(strips * packed_h * kTileRows);
+  const Scratch w_panels(panels * packed_h * kCols);
   const Scratch h_cols(col_strips * Mp * kTileRows);
   const Scratch w_cols(col_panels * V * kCols);
-  pack_weight(weight, V, H, pack_threads, w_panels.data());
+  if (!pairs) pack_weight(weight, V, H, pack_threads, w_panels.data());
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same<T, bfloat16_t>::value)
+    if (pairs) pack_weight_pairs(weight, V, H, pack_threads, w_panels.data());
+#endif
   const auto row_of = [&](int64_t j) { return rows[j]; };
   parallel_for(strips, pack_threads, [&](int64_t s) {
-    float* dst = h_strips.data() + s * H * kTileRows;
+    float* dst = h_strips.data() + s * packed_h * kTileRows;
+#ifdef RLK_HOST_X86_LANES
+    if (pairs) {
+      static_assert(kTileRows == kStripRows, "the pair tiles' strips");
+      for (int i = 0; i < kTileRows; ++i) {
+        const int64_t j = s * kTileRows + i;
+        const T* x = j < M ? h + rows[j] * H : nullptr;
+        for (int64_t p = 0; p < packed_h; ++p) {
+          const uint16_t high = x != nullptr ? storage_bits(x[2 * p]) : 0;
+          const uint16_t low = x == nullptr ? 0 : 2 * p + 1 < H ? storage_bits(x[2 * p + 1]) : 0x8000u;
+          dst[p * kTileRows + i] = bf16_pair_word(high, low);
+        }
+      }
+      return;
+    }
+#endif
     for (int i = 0; i < kTileRows; ++i) {
       const int64_t j = s * kTileRows + i;
       const T* x = j < M ? h + rows[j] * H : nullptr;
@@ -461,7 +508,14 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
       for (int64_t s0 = begin; s0 < end; s0 += S) {
         const int count = static_cast<int>(std::min<int64_t>(S, end - s0));
         // The strips' logits of the chunk: strip s0 + t's tile of panel q at dz[t] + q * kTileRows * kCols.
-        for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
+#ifdef RLK_HOST_X86_LANES
+        if (pairs) {
+          float* out[2] = {dz[0], count > 1 ? dz[count - 1] : nullptr};
+          strip_tiles_pairs(h_strips.data() + s0 * packed_h * kTileRows, count, w_panels.data() + (c0 / kCols) * packed_h * kCols,
+                            chunk_panels, H, out);
+        }
+#endif
+        for (int64_t k0 = 0; !pairs && (k0 == 0 || k0 < H); k0 += kDepth) {
           const int64_t steps = std::min(kDepth, H - k0);
           for (int64_t q = 0; q < chunk_panels; ++q) {
             const float* panel = w_panels.data() + ((c0 / kCols + q) * H + k0) * kCols;

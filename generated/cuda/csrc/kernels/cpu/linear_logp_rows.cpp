@@ -296,6 +296,26 @@ RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void logits_tiles_pairs(c
     }
   }
 }
+
+// The logits of `count` (1 or 2) consecutive strips against panel_count consecutive panels, on
+// pair words: tile (t, q) to out[t] + q * kStripRows * kCols, its rows kCols apart.
+RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void strip_tiles_pairs(const float* strips, int count, const float* panels,
+                                                                               int64_t panel_count, int64_t H, float* const* out) {
+  const int64_t pairs = (H + 1) / 2;
+  for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
+    const int64_t steps = (std::min(kDepth, H - k0) + 1) / 2;
+    const int64_t j0 = k0 / 2;
+    for (int64_t q = 0; q < panel_count; ++q) {
+      const float* panel = panels + (q * pairs + j0) * kCols;
+      const float* a[2] = {strips + j0 * kStripRows, strips + (pairs + j0) * kStripRows};
+      float* c[2] = {out[0] + q * kStripRows * kCols, count > 1 ? out[1] + q * kStripRows * kCols : nullptr};
+      if (count > 1)
+        pair_tile_sum<2>(a, panel, steps, c, kCols, k0 == 0);
+      else
+        pair_tile_sum<1>(a, panel, steps, c, kCols, k0 == 0);
+    }
+  }
+}
 #endif
 
 // Rows are taken kGroupRows at a time: the group's logits, in panel ranges of kItemPanels on
