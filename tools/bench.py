@@ -1161,6 +1161,9 @@ def machine_lines(command: str, with_torch: bool) -> list[str]:
         # det_gemm's register tile on each.
         if {"avx512f", "avx512vl", "avx512bw", "avx512dq", "avx2", "fma"} <= flags and cap not in ("generic", "avx2"):
             rows_path, path = "AVX-512 (F, VL, BW, DQ) + FMA", "AVX-512, 12 × 32 tiles, an fma per product"
+            if "avx512_bf16" in flags and cap != "avx512":
+                # det_gemm_simt.j2: bfloat16 operands two k per vdpbf16ps where that is exact
+                path += " (bfloat16: two per AVX512-BF16 dot product)"
         elif {"avx2", "fma"} <= flags and cap != "generic":
             rows_path, path = "AVX2 + FMA", "AVX2 + FMA, 6 × 16 tiles, an fma per product"
         else:
@@ -1187,8 +1190,11 @@ GEMM_NOTES = """\
   order, one rounding at the store; threads split rows and columns, never K.
   Threads: `RLK_NUM_THREADS`, set with `torch.set_num_threads` for each row.
 * The bfloat16 baseline is torch.matmul on the bfloat16 tensors, which may use bfloat16
-  dot-product instructions (e.g. AVX512-BF16) that add products in pairs at twice the float32
-  rate; det_gemm's fixed order (one float32 fma per product, in sequence) cannot use them.
+  dot-product instructions (AVX512-BF16, AMX) that add products in pairs at twice the float32
+  rate or more.  det_gemm uses AVX512-BF16's vdpbf16ps where the CPU has it and the operands
+  make it exact (each of its two additions is an fma, in k order: the same bits; see
+  rlk_lanes.h), and the fma path elsewhere; AMX, whose sums are not specified step by step,
+  it cannot use.
 * "rows 0–7 alone = in batch": det_gemm(a[:8], b) compared bitwise with rows 0–7 of
   det_gemm(a, b) from the timed runs; "same bits every repeat": every timed output compared
   bitwise with the first."""
