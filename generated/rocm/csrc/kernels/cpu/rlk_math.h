@@ -3,11 +3,12 @@
 // Template: templates/package/rlk_math.h.j2
 #pragma once
 // Portable float32 math for CPU, built from +, x, correctly rounded fma,
-// comparisons and bit operations only, so every platform returns the same bits.
+// comparisons, bit operations and (in the sigmoid) IEEE division only, so every platform
+// returns the same bits.
 //
 // Why these results are the same everywhere:
 //   * Every operation used is exactly specified by IEEE 754 (one rounding to nearest even):
-//     float +, x, fma (fmaf is correctly rounded by C99/IEEE 754 on hosts and devices alike),
+//     float +, x, fma (fmaf is correctly rounded by C99/IEEE 754 on hosts and devices alike), /,
 //     integer and bit operations, and comparisons. No library transcendental or vendor
 //     intrinsic is called. Each function evaluates its steps in one fixed order.
 //   * This requires the build flags every generated package uses: FP contraction off (so a*b+c
