@@ -73,23 +73,5 @@ inline float host_sum_lanes_tree(int64_t n, Term term) {
   return lane[0];
 }
 
-// Host maximum, by max_step, like block_max: the largest term, a NaN if any term is one.  The
-// maximum is exact, so any order gives the same number; here 16 running maxima over every
-// 16th term, then combined, because one running maximum is a chain of dependent compares
-// that no vector unit can shorten.  Which NaN, and the sign of a zero maximum, depend on the
-// order (they do on the device too): callers use neither.
-template <typename Term>
-inline float host_max(int64_t n, Term term, float init) {
-  constexpr int kRunning = 16;
-  float best[kRunning];
-  for (int l = 0; l < kRunning; ++l) best[l] = init;
-  int64_t i = 0;
-  for (; i + kRunning <= n; i += kRunning)
-    for (int l = 0; l < kRunning; ++l) best[l] = max_step(best[l], term(i + l));
-  for (int l = 0; i + l < n; ++l) best[l] = max_step(best[l], term(i + l));
-  for (int l = 1; l < kRunning; ++l) best[0] = max_step(best[0], best[l]);
-  return best[0];
-}
-
 }  // namespace musa
 }  // namespace rlk
