@@ -39,9 +39,10 @@ namespace {
 // so the blocking changes no bit.  Threads share out tiles of rows and columns, never K.
 //
 // Code paths, one chosen per call: AVX-512 (12 x 32 tiles), AVX2 with FMA (6 x 16) and the
-// portable one (3 x 16), on rlk_lanes.h's lanes types.  Threads and the code path: as
-// rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx2 or generic
-// caps the instruction set, read on every call).
+// portable one (3 x 16), on rlk_lanes.h's lanes types, and for bfloat16 operands on
+// AVX512-BF16 the pairs path (12 x 32, below).  Threads and the code path: as
+// rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx512, avx2 or
+// generic caps the instruction set, read on every call).
 
 struct Packed;
 
