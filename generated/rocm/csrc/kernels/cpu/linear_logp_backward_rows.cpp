@@ -229,15 +229,16 @@ inline bool use_bf16_pairs(const T*, int64_t, const T*, int64_t, int64_t) {
   return false;
 }
 
-// Pairs of k of rows [first, first + kStripRows) of x [rows, H], [pairs][kStripRows]: word
-// (j, i) holds x[r, 2j] and x[r, 2j + 1], the latter -0 past H; zeros past `rows`.
-inline void pack_strip_pairs(const bfloat16_t* x, int64_t rows, int64_t H, int64_t first, float* dst) {
+// Pairs of k of one strip, [pairs][kStripRows]: word (j, i) holds x[2j] and x[2j + 1] of the
+// row x = row_of(i), the latter -0 past H; zeros where row_of(i) is null (past the last row).
+template <typename RowOf>
+inline void pack_strip_pairs(const RowOf& row_of, int64_t H, float* dst) {
   const int64_t pairs = (H + 1) / 2;
   for (int i = 0; i < kStripRows; ++i) {
-    const int64_t r = first + i;
+    const bfloat16_t* x = row_of(i);
     for (int64_t j = 0; j < pairs; ++j) {
-      const uint16_t high = r < rows ? storage_bits(x[r * H + 2 * j]) : 0;
-      const uint16_t low = r >= rows ? 0 : 2 * j + 1 < H ? storage_bits(x[r * H + 2 * j + 1]) : 0x8000u;
+      const uint16_t high = x != nullptr ? storage_bits(x[2 * j]) : 0;
+      const uint16_t low = x == nullptr ? 0 : 2 * j + 1 < H ? storage_bits(x[2 * j + 1]) : 0x8000u;
       dst[j * kStripRows + i] = bf16_pair_word(high, low);
     }
   }
@@ -277,13 +278,16 @@ RLK_LANES_AVX512_BF16 inline void pair_tile_sum(const float* const* a, const flo
       for (int i = 0; i < kStripRows; ++i) acc[t][i] = _mm512_dpbf16_ps(acc[t][i], (__m512bh)_mm512_set1_ps(a[t][p * kStripRows + i]), bv);
   }
   for (int t = 0; t < S; ++t)
-    for (int i = 0; i < kStripRows; ++i) _mm512_storeu_ps(c[t] + i * ldc + 0, acc[t][i]);
+    for (int i = 0; i < kStripRows; ++i) _mm512_storeu_ps(c[t] + i * ldc, acc[t][i]);
 }
 
-// logits_tiles on pair words: strips (H + 1) / 2 x kStripRows floats apart, panels
-// (H + 1) / 2 x kCols.
+// The logits of strip_count consecutive strips ((H + 1) / 2 x kStripRows pair words apart)
+// against panel_count consecutive panels ((H + 1) / 2 x kCols apart): the tile of strip s and
+// panel q at out + s * strip_stride + q * panel_stride, its rows ldc apart.  Two strips share a
+// tile, as logits_tiles does on AVX-512.
 RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void logits_tiles_pairs(const float* strips, int64_t strip_count, const float* panels,
-                                                                                int64_t panel_count, int64_t H, float* out, int64_t ld) {
+                                                                                int64_t panel_count, int64_t H, float* out, int64_t strip_stride,
+                                                                                int64_t panel_stride, int64_t ldc) {
   static_assert(kCols == 16 && kDepth % 2 == 0, "a tile row is one 16-lane vector; a k-block holds whole pairs");
   const int64_t pairs = (H + 1) / 2;
   for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
@@ -294,34 +298,14 @@ RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void logits_tiles_pairs(c
       int64_t s = 0;
       for (; s + 2 <= strip_count; s += 2) {
         const float* a[2] = {strips + (s * pairs + j0) * kStripRows, strips + ((s + 1) * pairs + j0) * kStripRows};
-        float* c[2] = {out + s * kStripRows * ld + q * kCols, out + (s + 1) * kStripRows * ld + q * kCols};
-        pair_tile_sum<2>(a, panel, steps, c, ld, k0 == 0);
+        float* c[2] = {out + s * strip_stride + q * panel_stride, out + (s + 1) * strip_stride + q * panel_stride};
+        pair_tile_sum<2>(a, panel, steps, c, ldc, k0 == 0);
       }
       for (; s < strip_count; ++s) {
         const float* a[1] = {strips + (s * pairs + j0) * kStripRows};
-        float* c[1] = {out + s * kStripRows * ld + q * kCols};
-        pair_tile_sum<1>(a, panel, steps, c, ld, k0 == 0);
+        float* c[1] = {out + s * strip_stride + q * panel_stride};
+        pair_tile_sum<1>(a, panel, steps, c, ldc, k0 == 0);
       }
-    }
-  }
-}
-
-// The logits of `count` (1 or 2) consecutive strips against panel_count consecutive panels, on
-// pair words: tile (t, q) to out[t] + q * kStripRows * kCols, its rows kCols apart.
-RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void strip_tiles_pairs(const float* strips, int count, const float* panels,
-                                                                               int64_t panel_count, int64_t H, float* const* out) {
-  const int64_t pairs = (H + 1) / 2;
-  for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
-    const int64_t steps = (std::min(kDepth, H - k0) + 1) / 2;
-    const int64_t j0 = k0 / 2;
-    for (int64_t q = 0; q < panel_count; ++q) {
-      const float* panel = panels + (q * pairs + j0) * kCols;
-      const float* a[2] = {strips + j0 * kStripRows, strips + (pairs + j0) * kStripRows};
-      float* c[2] = {out[0] + q * kStripRows * kCols, count > 1 ? out[1] + q * kStripRows * kCols : nullptr};
-      if (count > 1)
-        pair_tile_sum<2>(a, panel, steps, c, kCols, k0 == 0);
-      else
-        pair_tile_sum<1>(a, panel, steps, c, kCols, k0 == 0);
     }
   }
 }
@@ -465,19 +449,12 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
   parallel_for(strips, pack_threads, [&](int64_t s) {
     float* dst = h_strips.data() + s * packed_h * kTileRows;
 #ifdef RLK_HOST_X86_LANES
-    if (pairs) {
-      static_assert(kTileRows == kStripRows, "the pair tiles' strips");
-      for (int i = 0; i < kTileRows; ++i) {
-        const int64_t j = s * kTileRows + i;
-        const T* x = j < M ? h + rows[j] * H : nullptr;
-        for (int64_t p = 0; p < packed_h; ++p) {
-          const uint16_t high = x != nullptr ? storage_bits(x[2 * p]) : 0;
-          const uint16_t low = x == nullptr ? 0 : 2 * p + 1 < H ? storage_bits(x[2 * p + 1]) : 0x8000u;
-          dst[p * kTileRows + i] = bf16_pair_word(high, low);
-        }
+    static_assert(kTileRows == kStripRows, "the pair tiles' strips");
+    if constexpr (std::is_same<T, bfloat16_t>::value)
+      if (pairs) {
+        const int64_t j0 = s * kTileRows;
+        return pack_strip_pairs([&](int i) { return j0 + i < M ? h + rows[j0 + i] * H : nullptr; }, H, dst);
       }
-      return;
-    }
 #endif
     for (int i = 0; i < kTileRows; ++i) {
       const int64_t j = s * kTileRows + i;
@@ -509,11 +486,9 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
         const int count = static_cast<int>(std::min<int64_t>(S, end - s0));
         // The strips' logits of the chunk: strip s0 + t's tile of panel q at dz[t] + q * kTileRows * kCols.
 #ifdef RLK_HOST_X86_LANES
-        if (pairs) {
-          float* out[2] = {dz[0], count > 1 ? dz[count - 1] : nullptr};
-          strip_tiles_pairs(h_strips.data() + s0 * packed_h * kTileRows, count, w_panels.data() + (c0 / kCols) * packed_h * kCols,
-                            chunk_panels, H, out);
-        }
+        if (pairs)
+          logits_tiles_pairs(h_strips.data() + s0 * packed_h * kTileRows, count, w_panels.data() + (c0 / kCols) * packed_h * kCols,
+                             chunk_panels, H, dz[0], kChunkPanels * kTileRows * kCols, kTileRows * kCols, kCols);
 #endif
         for (int64_t k0 = 0; !pairs && (k0 == 0 || k0 < H); k0 += kDepth) {
           const int64_t steps = std::min(kDepth, H - k0);

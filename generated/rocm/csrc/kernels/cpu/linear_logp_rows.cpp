@@ -220,15 +220,16 @@ inline bool use_bf16_pairs(const T*, int64_t, const T*, int64_t, int64_t) {
   return false;
 }
 
-// Pairs of k of rows [first, first + kStripRows) of x [rows, H], [pairs][kStripRows]: word
-// (j, i) holds x[r, 2j] and x[r, 2j + 1], the latter -0 past H; zeros past `rows`.
-inline void pack_strip_pairs(const bfloat16_t* x, int64_t rows, int64_t H, int64_t first, float* dst) {
+// Pairs of k of one strip, [pairs][kStripRows]: word (j, i) holds x[2j] and x[2j + 1] of the
+// row x = row_of(i), the latter -0 past H; zeros where row_of(i) is null (past the last row).
+template <typename RowOf>
+inline void pack_strip_pairs(const RowOf& row_of, int64_t H, float* dst) {
   const int64_t pairs = (H + 1) / 2;
   for (int i = 0; i < kStripRows; ++i) {
-    const int64_t r = first + i;
+    const bfloat16_t* x = row_of(i);
     for (int64_t j = 0; j < pairs; ++j) {
-      const uint16_t high = r < rows ? storage_bits(x[r * H + 2 * j]) : 0;
-      const uint16_t low = r >= rows ? 0 : 2 * j + 1 < H ? storage_bits(x[r * H + 2 * j + 1]) : 0x8000u;
+      const uint16_t high = x != nullptr ? storage_bits(x[2 * j]) : 0;
+      const uint16_t low = x == nullptr ? 0 : 2 * j + 1 < H ? storage_bits(x[2 * j + 1]) : 0x8000u;
       dst[j * kStripRows + i] = bf16_pair_word(high, low);
     }
   }
@@ -268,13 +269,16 @@ RLK_LANES_AVX512_BF16 inline void pair_tile_sum(const float* const* a, const flo
       for (int i = 0; i < kStripRows; ++i) acc[t][i] = _mm512_dpbf16_ps(acc[t][i], (__m512bh)_mm512_set1_ps(a[t][p * kStripRows + i]), bv);
   }
   for (int t = 0; t < S; ++t)
-    for (int i = 0; i < kStripRows; ++i) _mm512_storeu_ps(c[t] + i * ldc + 0, acc[t][i]);
+    for (int i = 0; i < kStripRows; ++i) _mm512_storeu_ps(c[t] + i * ldc, acc[t][i]);
 }
 
-// logits_tiles on pair words: strips (H + 1) / 2 x kStripRows floats apart, panels
-// (H + 1) / 2 x kCols.
+// The logits of strip_count consecutive strips ((H + 1) / 2 x kStripRows pair words apart)
+// against panel_count consecutive panels ((H + 1) / 2 x kCols apart): the tile of strip s and
+// panel q at out + s * strip_stride + q * panel_stride, its rows ldc apart.  Two strips share a
+// tile, as logits_tiles does on AVX-512.
 RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void logits_tiles_pairs(const float* strips, int64_t strip_count, const float* panels,
-                                                                                int64_t panel_count, int64_t H, float* out, int64_t ld) {
+                                                                                int64_t panel_count, int64_t H, float* out, int64_t strip_stride,
+                                                                                int64_t panel_stride, int64_t ldc) {
   static_assert(kCols == 16 && kDepth % 2 == 0, "a tile row is one 16-lane vector; a k-block holds whole pairs");
   const int64_t pairs = (H + 1) / 2;
   for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
@@ -285,34 +289,14 @@ RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void logits_tiles_pairs(c
       int64_t s = 0;
       for (; s + 2 <= strip_count; s += 2) {
         const float* a[2] = {strips + (s * pairs + j0) * kStripRows, strips + ((s + 1) * pairs + j0) * kStripRows};
-        float* c[2] = {out + s * kStripRows * ld + q * kCols, out + (s + 1) * kStripRows * ld + q * kCols};
-        pair_tile_sum<2>(a, panel, steps, c, ld, k0 == 0);
+        float* c[2] = {out + s * strip_stride + q * panel_stride, out + (s + 1) * strip_stride + q * panel_stride};
+        pair_tile_sum<2>(a, panel, steps, c, ldc, k0 == 0);
       }
       for (; s < strip_count; ++s) {
         const float* a[1] = {strips + (s * pairs + j0) * kStripRows};
-        float* c[1] = {out + s * kStripRows * ld + q * kCols};
-        pair_tile_sum<1>(a, panel, steps, c, ld, k0 == 0);
+        float* c[1] = {out + s * strip_stride + q * panel_stride};
+        pair_tile_sum<1>(a, panel, steps, c, ldc, k0 == 0);
       }
-    }
-  }
-}
-
-// The logits of `count` (1 or 2) consecutive strips against panel_count consecutive panels, on
-// pair words: tile (t, q) to out[t] + q * kStripRows * kCols, its rows kCols apart.
-RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline void strip_tiles_pairs(const float* strips, int count, const float* panels,
-                                                                               int64_t panel_count, int64_t H, float* const* out) {
-  const int64_t pairs = (H + 1) / 2;
-  for (int64_t k0 = 0; k0 == 0 || k0 < H; k0 += kDepth) {
-    const int64_t steps = (std::min(kDepth, H - k0) + 1) / 2;
-    const int64_t j0 = k0 / 2;
-    for (int64_t q = 0; q < panel_count; ++q) {
-      const float* panel = panels + (q * pairs + j0) * kCols;
-      const float* a[2] = {strips + j0 * kStripRows, strips + (pairs + j0) * kStripRows};
-      float* c[2] = {out[0] + q * kStripRows * kCols, count > 1 ? out[1] + q * kStripRows * kCols : nullptr};
-      if (count > 1)
-        pair_tile_sum<2>(a, panel, steps, c, kCols, k0 == 0);
-      else
-        pair_tile_sum<1>(a, panel, steps, c, kCols, k0 == 0);
     }
   }
 }
@@ -395,7 +379,10 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
       float* dst = strips.data() + s * packed_h * kStripRows;
 #ifdef RLK_HOST_X86_LANES
       if constexpr (std::is_same<T, bfloat16_t>::value)
-        if (pairs) return pack_strip_pairs(h, N, H, first + s * kStripRows, dst);
+        if (pairs) {
+          const int64_t r0 = first + s * kStripRows;
+          return pack_strip_pairs([&](int i) { return r0 + i < N ? h + (r0 + i) * H : nullptr; }, H, dst);
+        }
 #endif
       pack_strip(h, N, H, first + s * kStripRows, dst);
     });
@@ -408,7 +395,8 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
         const int64_t item_panel_count = std::min(kItemPanels, panels - q0);
 #ifdef RLK_HOST_X86_LANES
         if (pairs) {
-          logits_tiles_pairs(strips.data(), strip_count, item_panels, item_panel_count, H, logits.data() + q0 * kCols, padded_v);
+          logits_tiles_pairs(strips.data(), strip_count, item_panels, item_panel_count, H, logits.data() + q0 * kCols, kStripRows * padded_v,
+                             kCols, padded_v);
           continue;
         }
 #endif
