@@ -87,7 +87,7 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
     report = evidence.report_lines(output.evidence, "generate") if output.evidence is not None else ([], [])
     _report_evidence(output, "generate")
     if inputs is not None:
-        noop.record(layout.root, inputs, {**output.files, MANIFEST: manifest_bytes(output.files)}, output.extras, report)
+        noop.record(layout.root, inputs, {**output.files, MANIFEST: changes.manifest}, output.extras, report)
     else:
         noop.forget(layout.root)
     return EXIT_OK

@@ -163,19 +163,26 @@ def _meet(node: yaml.Node, seen: set[int] | None) -> None:
         seen.add(id(node))
 
 
+_MAP, _SEQ, _STR = f"{_YAML}map", f"{_YAML}seq", f"{_YAML}str"
+
+
 def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: Any, seen: set[int] | None = None) -> Any:
     """``seen``: the nodes met so far, where a composer that resolves aliases built the tree (an
-    alias is the node it names, met again), so that none is followed."""
+    alias is the node it names, met again), so that none is followed.  Called for every node of
+    every spec: the common cases come first, and a plain string is taken as it stands (what
+    PyYAML's constructor returns for one)."""
     _meet(node, seen)
     lines[path] = loader.line_of(node.start_mark)
     if len(path) > MAX_DEPTH:
         raise SpecError([src.problem(path, f"nesting deeper than {MAX_DEPTH} levels")])
+    if isinstance(node, yaml.ScalarNode) and node.tag == _STR:
+        return node.value
     if isinstance(node, yaml.MappingNode):
-        if node.tag != f"{_YAML}map":
+        if node.tag != _MAP:
             raise SpecError([src.problem(path, f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain mapping")])
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != f"{_YAML}str":
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
                 raise SpecError([SpecProblem(src.file, loader.line_of(key_node.start_mark), field_path(path), "keys must be plain strings")])
             _meet(key_node, seen)
             key = key_node.value
@@ -186,7 +193,7 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
             lines[path + (key,)] = loader.line_of(key_node.start_mark)
         return out
     if isinstance(node, yaml.SequenceNode):
-        if node.tag != f"{_YAML}seq":
+        if node.tag != _SEQ:
             raise SpecError([src.problem(path, f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain list")])
         return [_to_python(item, (*path, i), lines, src, loader, seen) for i, item in enumerate(node.value)]
     if node.tag not in _SCALAR_TAGS:

@@ -14,8 +14,9 @@ anywhere among the inputs or outputs (the loader and Jinja follow links, so thei
 be inputs this digest does not see), an unreadable file, a half-finished commit (its journal and
 staged files lie in the tree), and a state file that is missing, damaged, not a regular file, a
 link, or written by another version of this module.  A run stores a state only after checking
-that every file on disk holds the bytes it rendered, so a file edited while it ran is not
-recorded as generated.  A file larger than ``MAX_FILE_BYTES`` is unknown too, so that a huge
+that every file it rendered is on disk, a regular file of the length it rendered, and it
+digests the bytes it rendered, not what it reads back: a file edited while it ran then no longer
+matches the stored digest, and the next run renders.  A file larger than ``MAX_FILE_BYTES`` is unknown too, so that a huge
 (or sparse) file is never read whole.  README.md is both an input (its hand-written text) and an
 output (its generated tables); any change to it renders.
 
@@ -87,10 +88,18 @@ def _entry(digest: Any, kind: bytes, rel: str, data: bytes = b"") -> None:
     digest.update(data)
 
 
-def _walk(digest: Any, base: str, rel: str, skip: frozenset[str] = frozenset(), files: dict[str, bytes] | None = None) -> None:
+def _walk(
+    digest: Any,
+    base: str,
+    rel: str,
+    skip: frozenset[str] = frozenset(),
+    files: dict[str, bytes] | None = None,
+    rendered: Mapping[str, bytes] | None = None,
+) -> None:
     """Every directory and regular file below ``base`` in a fixed order, with its path and bytes;
     ``files`` also collects the bytes by path.  Anything else (a link, a FIFO, a socket, a device,
-    an unreadable folder) is unknown."""
+    an unreadable folder) is unknown.  ``rendered``: bytes a run has just written, by path; such a
+    file is digested from them, not read back, and is unknown unless it has their length."""
     try:
         entries = sorted(os.scandir(base), key=lambda e: e.name)
     except OSError:
@@ -100,14 +109,19 @@ def _walk(digest: Any, base: str, rel: str, skip: frozenset[str] = frozenset(), 
             continue
         shown = f"{rel}/{item.name}" if rel else item.name
         try:
-            mode = item.stat(follow_symlinks=False).st_mode
+            info = item.stat(follow_symlinks=False)
         except OSError:
             raise _Unknown(item.path) from None
+        mode = info.st_mode
         if stat.S_ISDIR(mode):
             _entry(digest, b"dir", shown)
-            _walk(digest, item.path, shown, skip, files)
+            _walk(digest, item.path, shown, skip, files, rendered)
         elif stat.S_ISREG(mode):
-            data = _read(item.path)
+            data = rendered.get(shown) if rendered is not None else None
+            if data is None:
+                data = _read(item.path)
+            elif info.st_size != len(data) or len(data) > MAX_FILE_BYTES:
+                raise _Unknown(item.path)  # not what was written (changed since), or too large to vouch for
             _entry(digest, b"file", shown, data)
             if files is not None:
                 files[shown] = data
@@ -115,7 +129,14 @@ def _walk(digest: Any, base: str, rel: str, skip: frozenset[str] = frozenset(), 
             raise _Unknown(item.path)
 
 
-def _tree(digest: Any, root: Path, rel: str, skip: frozenset[str] = frozenset(), files: dict[str, bytes] | None = None) -> None:
+def _tree(
+    digest: Any,
+    root: Path,
+    rel: str,
+    skip: frozenset[str] = frozenset(),
+    files: dict[str, bytes] | None = None,
+    rendered: Mapping[str, bytes] | None = None,
+) -> None:
     """``root/rel`` as a whole: absent, or a real directory walked by ``_walk``."""
     path = root / rel
     try:
@@ -128,7 +149,7 @@ def _tree(digest: Any, root: Path, rel: str, skip: frozenset[str] = frozenset(),
     if not stat.S_ISDIR(mode):
         raise _Unknown(str(path))
     _entry(digest, b"top", rel)
-    _walk(digest, str(path), rel, skip, files)
+    _walk(digest, str(path), rel, skip, files, rendered)
 
 
 # The distributions whose code renders or validates (pyproject.toml pins the first three).
@@ -172,16 +193,17 @@ def extra_paths() -> tuple[str, ...]:
     return (readme.README, *(schema_path(kind) for kind in MODELS))
 
 
-def _outputs(root: Path, files: dict[str, bytes] | None = None) -> str:
-    """sha256 over generated/ and the extras as they are on disk; raises ``_Unknown``."""
+def _outputs(root: Path, files: dict[str, bytes] | None = None, rendered: Mapping[str, bytes] | None = None) -> str:
+    """sha256 over generated/ and the extras as they are on disk; raises ``_Unknown``.
+    ``rendered``: as for ``_walk`` (paths relative to the root)."""
     digest = hashlib.sha256(b"rlkernels generate outputs\0")
-    _tree(digest, root, "generated", files=files)
+    _tree(digest, root, "generated", files=files, rendered=rendered)
     for rel in extra_paths():
         if os.path.lexists(root / (rel + NEW_SUFFIX)):
             raise _Unknown(rel + NEW_SUFFIX)  # a killed staging's leftover, which a full run removes
         path = root / rel
         if os.path.lexists(path):
-            data = _read(str(path))
+            data = _read(str(path))  # a few small files: read even where rendered
             _entry(digest, b"file", rel, data)
             if files is not None:
                 files[rel] = data
@@ -295,15 +317,21 @@ def record(
 ) -> bool:
     """Store the state of a run that has just written ``files`` (relative to generated/, the
     manifest included) and ``extras`` (relative to the root).  Stores nothing, and returns False,
-    unless every one of them holds exactly those bytes on disk now; a state that cannot be written
-    (no room, a read-only tree, something other than a directory at .build) is simply not stored."""
+    unless every one of them is on disk, a regular file of its length (the extras holding exactly
+    their bytes); a state that cannot be written (no room, a read-only tree, something other than
+    a directory at .build) is simply not stored.
+
+    The outputs digest is taken over the bytes rendered, not over those files read back (they
+    are most of a large generate's data, and reading them again cost as much as comparing them):
+    a file that was edited since it was written, even to the same length, then does not match it,
+    and the next run renders and repairs it, as it would with no state at all."""
+    expected = {**{f"generated/{rel}": data for rel, data in files.items()}, **extras}
     on_disk: dict[str, bytes] = {}
     try:
-        outputs = _outputs(root, on_disk)
+        outputs = _outputs(root, on_disk, {f"generated/{rel}": data for rel, data in files.items()})
     except _Unknown:
         forget(root)
         return False
-    expected = {**{f"generated/{rel}": data for rel, data in files.items()}, **extras}
     if any(on_disk.get(rel) != data for rel, data in expected.items()) or os.path.lexists(root / "generated" / JOURNAL):
         forget(root)
         return False

@@ -26,7 +26,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ class Changes:
     """Files the generator owned before and no longer produces."""
     extra: tuple[str, ...] = ()
     """Created or changed extras, relative to the project root (the tree's parent)."""
+    manifest: bytes = b""
+    """The manifest ``write_tree`` wrote or found in place (empty from ``compute_changes``)."""
 
     @property
     def empty(self) -> bool:
@@ -387,7 +389,7 @@ def write_tree(out_dir: Path, files: Mapping[str, bytes], extras: Mapping[str, b
     extras = dict(extras or {})
     recover(out_dir, extras)
     files = {**files, MANIFEST: manifest_bytes(files)}
-    changes = compute_changes(out_dir, files, extras)
+    changes = replace(compute_changes(out_dir, files, extras), manifest=files[MANIFEST])
     if changes.empty:
         return changes
     inside = _Inside(out_dir)

@@ -258,22 +258,33 @@ def test_a_file_added_to_generated_renders(project: Project, renders: Renders, c
     assert SKIPPED in generate(project, capsys)
 
 
-def test_an_output_edited_after_writing_is_not_recorded_as_generated(project: Project, capsys, monkeypatch):
-    """Edited between the commit and the digest of the outputs: the run stores no state, so the next renders and repairs it."""
+def lengthened(project: Project) -> None:
+    path = project.generated / "cuda/rlkernels/_ops.py"
+    path.write_bytes(path.read_bytes() + b"# mine\n")
+
+
+@pytest.mark.parametrize("edit", [hand_edit, lengthened, hand_edit_same_mtime, delete_output], ids=lambda f: f.__name__)
+def test_an_output_edited_after_writing_is_not_recorded_as_generated(project: Project, renders: Renders, capsys, monkeypatch, edit):
+    """Edited between the commit and the digest of the outputs: the state stored, if any, is of
+    the bytes rendered, so the next run renders and repairs the file."""
     expected = everything(project)
     real = cli.write_tree
 
     def edited_after(*args, **kwargs):  # type: ignore[no-untyped-def]
         changes = real(*args, **kwargs)
-        hand_edit(project)
+        edit(project)
         return changes
 
-    monkeypatch.setattr(cli, "write_tree", edited_after)
-    generate(project, capsys, "--full")
-    monkeypatch.undo()
-    assert noop.read_state(project.root) is None
+    with monkeypatch.context() as patched:
+        patched.setattr(cli, "write_tree", edited_after)
+        generate(project, capsys, "--full")
+    inputs = noop.inputs_digest(project.root)
+    assert inputs is not None and noop.unchanged(project.root, inputs) is None
+    renders.count = 0
     assert SKIPPED not in generate(project, capsys)
+    assert renders.count == 1
     assert {k: v[0] for k, v in everything(project).items()} == {k: v[0] for k, v in expected.items()}
+    assert SKIPPED in generate(project, capsys)
 
 
 # --------------------------------------------------------------------------- the state file itself
