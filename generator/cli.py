@@ -15,7 +15,7 @@ from pathlib import Path
 from . import evidence, noop, readme, record, semantic_diff
 from .errors import ContractError, GeneratorError, SpecError, one_line
 from .explain import explain
-from .load import load_catalog
+from .load import PARALLEL_MIN_OPS, load_catalog
 from .pipeline import Layout, Output, load_checked, produce_all
 from .render import PARALLEL_MIN_JOBS
 from .schema import schema_files
@@ -281,7 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         "--jobs",
         type=_jobs,
         metavar="N",
-        help=f"render in N processes, 1 to {MAX_JOBS} (default: one per CPU for {PARALLEL_MIN_JOBS:,} files to render or more, else 1); the output is the same",
+        help=(
+            f"render in N processes, 1 to {MAX_JOBS} (default: one per CPU for {PARALLEL_MIN_JOBS:,} files to render or more, else 1), "
+            f"and read the op specs in at most N (one per CPU for {PARALLEL_MIN_OPS} specs or more); the output is the same"
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="render generated/, the README's operator table and schema/ (writes only changed files)")

@@ -22,6 +22,7 @@ from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
+from . import forked
 from .errors import SpecError, SpecProblem
 from .model import OpSpec, PackageSpec, PlatformSpec
 
@@ -457,8 +458,24 @@ def _discover(specs_dir: Path, shown: Callable[[Path], str]) -> tuple[dict[str, 
     return found, problems
 
 
-def load_catalog(specs_dir: Path, display_root: Path | None = None) -> Catalog:
+def _read_spec(path: Path, model: type[M], display: str, root: Path) -> tuple[M, SourceMap] | list[SpecProblem]:
+    """One spec file read and validated, or its problems."""
+    try:
+        data, src = read_yaml(path, display, inside=root)
+        return validate(model, data, src), src
+    except SpecError as exc:
+        return list(exc.problems)
+
+
+# Reading op specs in worker processes: below this many files starting them costs more than it
+# saves (a file takes a couple of milliseconds to read and validate).
+PARALLEL_MIN_OPS = 300
+
+
+def load_catalog(specs_dir: Path, display_root: Path | None = None, workers: int | None = None) -> Catalog:
     """Load ``package.yaml``, ``platforms/*.yaml`` and ``ops/*.yaml``; report every bad file at once.
+    ``workers``: at most this many processes read the op specs (None: no limit), one per CPU
+    from ``PARALLEL_MIN_OPS`` of them; the catalog and the errors never depend on it.
 
     Spec files must be regular files inside the project: a symbolic link is followed when it
     resolves to a regular file inside the project root, and refused when it leads outside (the
@@ -474,13 +491,14 @@ def load_catalog(specs_dir: Path, display_root: Path | None = None) -> Catalog:
     problems: list[SpecProblem] = []
     sources: dict[str, SourceMap] = {}
 
-    def load_one(path: Path, model: type[M], expect_name: bool) -> M | None:
-        try:
-            data, src = read_yaml(path, shown(path), inside=root)
-            spec = validate(model, data, src)
-        except SpecError as exc:
-            problems.extend(exc.problems)
+    def load_one(path: Path, model: type[M], expect_name: bool, read: tuple[M, SourceMap] | list[SpecProblem] | None = None) -> M | None:
+        """``read``: what ``_read_spec`` gave for ``path`` in a worker (None: read it here)."""
+        if read is None:
+            read = _read_spec(path, model, shown(path), root)
+        if isinstance(read, list):
+            problems.extend(read)
             return None
+        spec, src = read
         name = str(getattr(spec, "name", ""))
         if expect_name and name != path.stem:
             problems.append(src.problem(("name",), f"name {name!r} must match the file name {path.stem!r}"))
@@ -495,7 +513,15 @@ def load_catalog(specs_dir: Path, display_root: Path | None = None) -> Catalog:
     package = load_one(package_file, PackageSpec, expect_name=False)
     found, strays = _discover(specs_dir, shown)
     platforms = [p for f in found["platforms"] if (p := load_one(f, PlatformSpec, True))]
-    ops = [o for f in found["ops"] if (o := load_one(f, OpSpec, True))]
+    reads: list[tuple[OpSpec, SourceMap] | list[SpecProblem] | None] = [None] * len(found["ops"])
+    most = forked.default_workers(len(found["ops"]), PARALLEL_MIN_OPS)
+    workers = most if workers is None else min(workers, most)
+    if workers > 1:
+        files = found["ops"]
+        parts = forked.map_shares(lambda index, shares: [_read_spec(f, OpSpec, shown(f), root) for f in files[index::shares]], workers, workers)
+        if parts is not None:
+            reads = [*forked.interleaved(parts, len(files))]
+    ops = [o for f, read in zip(found["ops"], reads, strict=True) if (o := load_one(f, OpSpec, True, read))]
     problems += strays
     if not platforms and not problems:
         problems.append(SpecProblem(shown(specs_dir / "platforms"), 1, "", "no platform specs found"))

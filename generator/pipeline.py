@@ -58,8 +58,9 @@ class Output:
     """The ledger under evidence/ judged against the sources rendered here."""
 
 
-def load_checked(layout: Layout) -> Catalog:
-    catalog = load_catalog(layout.specs, layout.root)
+def load_checked(layout: Layout, workers: int | None = None) -> Catalog:
+    """``workers``: processes to read op specs in (None: as many as the CPUs, for a large catalog)."""
+    catalog = load_catalog(layout.specs, layout.root, workers)
     contracts.check(catalog, layout.templates)
     return catalog
 
@@ -71,12 +72,12 @@ def produce(layout: Layout) -> dict[str, bytes]:
 
 def produce_all(layout: Layout, workers: int | None = None) -> Output:
     """Every output, generated/ and extras, rendered in memory after the contracts hold.
-    ``workers``: processes to render in (None: as many as the CPUs, for a large catalog); the
-    bytes never depend on it.
+    ``workers``: processes to read and render in (None: as many as the CPUs, for a large
+    catalog); the bytes never depend on it.
 
     REGISTRY.md and the README's blocks show the evidence ledger judged against the sources
     rendered in this same run, so they are rendered last."""
-    catalog = load_checked(layout)
+    catalog = load_checked(layout, workers)
     jobs = make_plan(catalog)
     files = render_all([j for j in jobs if j.path != REGISTRY_MD], layout.templates, layout.template_cache, workers)
     judged = evidence.assess(catalog, files, evidence.read_ledger(layout.root))

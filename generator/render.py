@@ -6,7 +6,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import multiprocessing
 import os
 import pickle
 import re
@@ -15,13 +14,13 @@ import stat
 import sys
 import threading
 from collections.abc import Mapping
-from concurrent.futures import ProcessPoolExecutor
 from json.encoder import encode_basestring as _encode_str
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import jinja2
 
+from . import forked
 from .errors import RenderError, SpecError, SpecProblem
 from .plan import RenderJob
 
@@ -233,69 +232,24 @@ def _render_job(env: jinja2.Environment, job: RenderJob) -> bytes:
 
 # Rendering in worker processes: below this many jobs starting them costs more than it saves.
 PARALLEL_MIN_JOBS = 1500
-# What forked workers render: set just before they start, inherited by them, never pickled.
-_SHARED: tuple[list[RenderJob], jinja2.Environment, int] | None = None
-
-
-def _render_share(index: int) -> list[bytes] | None:
-    """Every ``count``-th job from ``index`` (expensive and cheap jobs mixed); None if one fails,
-    which the parent then renders itself, so that the error reads as it always does."""
-    assert _SHARED is not None
-    jobs, env, count = _SHARED
-    try:
-        return [_render_job(env, job) for job in jobs[index::count]]
-    except Exception:  # noqa: BLE001 -- reported by the serial render that follows
-        return None
-
-
-def _usable_cpus() -> int:
-    """The CPUs this process may use: its affinity, capped by a cgroup v2 CPU quota (a container's)."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    with contextlib.suppress(OSError, ValueError, ZeroDivisionError):
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, -(-int(quota) // int(period))))
-    return max(1, cpus)
 
 
 def default_workers(jobs: int) -> int:
-    """Worker processes for ``jobs`` render jobs: the CPUs this process may use, where there is
-    enough to share and it can fork (POSIX but macOS, whose system libraries are not fork-safe)."""
-    if jobs < PARALLEL_MIN_JOBS or sys.platform == "darwin" or "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    return _usable_cpus()
+    """Worker processes for ``jobs`` render jobs (``forked.default_workers``)."""
+    return forked.default_workers(jobs, PARALLEL_MIN_JOBS)
 
 
 def _render_parallel(jobs: list[RenderJob], env: jinja2.Environment, workers: int) -> list[bytes] | None:
-    """Each job's bytes, rendered by ``workers`` forked processes; None where they could not run
-    or a job failed.  Only a process with no other thread forks: a lock another thread held at the
-    fork would stay locked in the workers forever (Jinja's template cache has one)."""
-    global _SHARED
+    """Each job's bytes, rendered by ``workers`` forked processes, each share every few jobs
+    (expensive and cheap ones mixed); None where they could not run or a job failed."""
     if threading.active_count() > 1:
-        return None
+        return None  # before compiling anything: map_shares would refuse anyway
     # Compiled once here, before the fork, for every worker (and stored in the cache once).
     for name in sorted({job.template for job in jobs}):
         with contextlib.suppress(Exception):  # a template that does not compile fails in its job, as without workers
             env.get_template(name)
-    shares = workers * 4
-    _SHARED = (jobs, env, shares)
-    try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            parts = list(pool.map(_render_share, range(shares)))
-    except Exception:  # noqa: BLE001 -- no processes (limits, a dead worker, a refused fork): render here instead
-        return None
-    finally:
-        _SHARED = None
-    if any(part is None for part in parts):
-        return None
-    out: list[bytes] = [b""] * len(jobs)
-    for index, part in enumerate(parts):
-        assert part is not None
-        out[index::shares] = part
-    return out
+    parts = forked.map_shares(lambda index, shares: [_render_job(env, job) for job in jobs[index::shares]], workers * 4, workers)
+    return forked.interleaved(parts, len(jobs)) if parts is not None else None
 
 
 def render_all(jobs: list[RenderJob], templates_dir: Path, cache_dir: Path | None = None, workers: int | None = None) -> dict[str, bytes]:

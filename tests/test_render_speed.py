@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Project
+from conftest import REPO, Project, copy_project
 from generator import render
 from generator.load import load_catalog
 from generator.pipeline import Layout, produce_all
@@ -74,6 +74,46 @@ def test_workers_are_forked_only_from_a_process_without_other_threads() -> None:
             other.join()
         alone = [render._render_job(env, job) for job in jobs]
         assert render._render_parallel(jobs, env, 2) == alone, "no workers once the other thread ended"
+        """
+    )
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="worker processes are forked, and this system cannot fork")
+def test_op_specs_read_in_worker_processes_give_the_same_catalog_and_the_same_errors(tmp_path: Path) -> None:
+    """A catalog read by forked workers (every op file past the first few) equals one read alone,
+    and its problems read the same, in the same order."""
+    project = copy_project(tmp_path / "proj", with_generated=False)
+    _in_a_fresh_interpreter(
+        f"""
+        import sys
+        from pathlib import Path
+        from generator import forked, load
+        from generator.errors import SpecError
+
+        root = Path({str(project.root)!r})
+        ran = []
+        real = forked.map_shares
+        def counted(*args):
+            parts = real(*args)
+            ran.append(parts is not None)
+            return parts
+        forked.map_shares = counted
+
+        def read(min_ops):
+            load.PARALLEL_MIN_OPS = min_ops
+            try:
+                return load.load_catalog(root / "specs", root)
+            except SpecError as exc:
+                return str(exc)
+
+        assert read(2) == read(10**9) and ran == [True], ran
+        ops = sorted((root / "specs" / "ops").glob("*.yaml"))
+        ops[1].write_text(ops[1].read_text().replace("name: ", "nmae: ", 1))
+        ops[-1].write_text("name: [unclosed\\n")
+        ran.clear()
+        broken = read(2)
+        assert isinstance(broken, str) and broken == read(10**9) and ran == [True], (ran, broken)
+        assert ops[1].name in broken and ops[-1].name in broken and broken.index(ops[1].name) < broken.index(ops[-1].name)
         """
     )
 

@@ -1212,7 +1212,8 @@ GEN_NOTES = """\
   tests/test_noop_generate.py); `generate --full` renders everything and compares, which is also
   what any change to an input or an output costs.
 * Timed in-process through `generator.cli.main`, so interpreter start-up is not included.  Catalogs
-  of 1,500 files to render or more are rendered in one worker process per CPU (`--jobs`)."""
+  of 1,500 files to render or more are rendered in one worker process per CPU, and 300 op specs
+  or more are read in one per CPU (`--jobs`)."""
 
 
 SECTION_TITLES = {
