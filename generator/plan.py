@@ -18,11 +18,20 @@ from .model import Attr, BackwardStep, Dtype, NativeKernel, OpSpec, Output, Plat
 REGISTRY_MD = "REGISTRY.md"
 PACKAGE_TEMPLATES = {
     # output path (inside generated/<platform>/)   template
-    "csrc/rlk_abi.h": "package/rlk_abi.h.j2",
     "csrc/bindings.cpp": "package/bindings.cpp.j2",
     "rlkernels/__init__.py": "package/__init__.py.j2",
     "rlkernels/_registry.py": "package/_registry.py.j2",
     "rlkernels/_runtime.py": "package/_runtime.py.j2",
+    "setup.py": "package/setup.py.j2",
+    "README.md": "package/README.md.j2",
+    "tests/conftest.py": "package/tests/conftest.py.j2",
+}
+# Files that are the same in every package: their templates see the ops and the package spec,
+# never the platform (rendered without one, so that a template that starts to use it fails to
+# render instead of silently giving every package the first one's file; it then moves above).
+# Each is rendered once and written into every package.
+SHARED_PACKAGE_TEMPLATES = {
+    "csrc/rlk_abi.h": "package/rlk_abi.h.j2",
     "rlkernels/_checks.py": "package/_checks.py.j2",
     "rlkernels/_ops.py": "package/_ops.py.j2",
     "rlkernels/_references.py": "package/_references.py.j2",
@@ -30,9 +39,6 @@ PACKAGE_TEMPLATES = {
     "rlkernels/aten.py": "package/aten.py.j2",
     "rlkernels/distributed.py": "package/distributed.py.j2",
     "pyproject.toml": "package/pyproject.toml.j2",
-    "setup.py": "package/setup.py.j2",
-    "README.md": "package/README.md.j2",
-    "tests/conftest.py": "package/tests/conftest.py.j2",
 }
 
 
@@ -505,6 +511,12 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
             )
         for target in targets:
             carriers.setdefault(target.name, []).append(root)
+
+    packages = sorted(p.name for p in catalog.platforms)
+    if packages:
+        for out, template in SHARED_PACKAGE_TEMPLATES.items():
+            copies = tuple(f"{package}/{out}" for package in packages[1:])
+            jobs.append(RenderJob(f"{packages[0]}/{out}", template, base, (package_file, *op_files), copies=copies))
 
     # A kernel platform's files are the same in every package that carries them (their templates see
     # the kernel platform, never the package's): each is rendered once and written into each package,

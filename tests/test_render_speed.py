@@ -16,7 +16,7 @@ from conftest import REPO, Project, copy_project
 from generator import render
 from generator.load import load_catalog
 from generator.pipeline import Layout, produce_all
-from generator.plan import make_plan
+from generator.plan import SHARED_PACKAGE_TEMPLATES, make_plan
 
 
 def _in_a_fresh_interpreter(script: str) -> None:
@@ -203,3 +203,28 @@ def test_a_kernel_platforms_files_are_rendered_once_for_every_package() -> None:
     for job in host:
         for copy in job.copies:
             assert files[copy] == files[job.path] == (REPO / "generated" / copy).read_bytes()
+
+
+def test_package_files_that_never_see_the_platform_are_rendered_once_for_every_package() -> None:
+    catalog = load_catalog(REPO / "specs", REPO)
+    packages = sorted(p.name for p in catalog.platforms)
+    shared = [j for j in make_plan(catalog) if j.path.partition("/")[2] in SHARED_PACKAGE_TEMPLATES]
+    assert len(shared) == len(SHARED_PACKAGE_TEMPLATES)
+    for job in shared:
+        assert "platform" not in job.context and "targets" not in job.context
+        assert [path.split("/")[0] for path in (job.path, *job.copies)] == packages
+        assert not any(source.startswith("specs/platforms/") for source in job.sources)
+    files = render.render_all(shared, REPO / "templates", workers=1)
+    for job in shared:
+        for copy in job.copies:
+            assert files[copy] == files[job.path] == (REPO / "generated" / copy).read_bytes()
+
+
+def test_a_shared_package_template_that_uses_the_platform_fails_to_render(project: Project, capsys) -> None:
+    """It would otherwise give every package the first package's file."""
+    project.edit("templates/package/_ops.py.j2", '"""Public functions,', '"""{{ platform.name }}: public functions,')
+    before = project.snapshot()
+    assert project.run("generate") != 0
+    err = capsys.readouterr().err
+    assert "cannot render cpu/rlkernels/_ops.py: templates/package/_ops.py.j2 needs a value named platform" in err
+    assert project.snapshot() == before
