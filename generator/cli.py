@@ -86,7 +86,9 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
     )
     report = evidence.report_lines(output.evidence, "generate") if output.evidence is not None else ([], [])
     _report_evidence(output, "generate")
-    if inputs is not None:
+    # Digested again: an input edited while this ran (even if put back before the next run) may
+    # have been read for rendering, so these outputs are not known to be those of the inputs.
+    if inputs is not None and noop.inputs_digest(layout.root) == inputs:
         noop.record(layout.root, inputs, {**output.files, MANIFEST: changes.manifest}, output.extras, report)
     else:
         noop.forget(layout.root)

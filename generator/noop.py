@@ -16,7 +16,9 @@ staged files lie in the tree), and a state file that is missing, damaged, not a 
 link, or written by another version of this module.  A run stores a state only after checking
 that every file it rendered is on disk, a regular file of the length it rendered, and it
 digests the bytes it rendered, not what it reads back: a file edited while it ran then no longer
-matches the stored digest, and the next run renders.  A file larger than ``MAX_FILE_BYTES`` is unknown too, so that a huge
+matches the stored digest, and the next run renders.  And it stores one only when the inputs
+digest after the run as they did before it: an input edited while it ran may have been read in
+its edited form, even if it is put back before the next run.  A file larger than ``MAX_FILE_BYTES`` is unknown too, so that a huge
 (or sparse) file is never read whole.  README.md is both an input (its hand-written text) and an
 output (its generated tables); any change to it renders.
 

@@ -224,7 +224,11 @@ def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], 
 
 
 def _render_job(env: jinja2.Environment, job: RenderJob) -> bytes:
-    blame = job.blame or (next((f for f in job.sources if f.startswith("specs/ops/")), job.sources[0]), 1, "") if job.sources else None
+    # A file of one op is blamed on that op's spec, a file of one spec on that spec; a file of
+    # many ops on its template alone: naming the first op's spec would point at a file with
+    # nothing wrong in it.
+    suspects = [f for f in job.sources if f.startswith("specs/ops/")] or list(job.sources)
+    blame = job.blame or ((suspects[0], 1, "") if len(suspects) == 1 else None)
     body = _render(env, job.template, {**job.context, "provenance": provenance(job)}, job.path, blame)
     max_blank = 2 if job.path.endswith(".py") else 1
     return (_header(job) + _normalise(body, max_blank)).encode("utf-8")

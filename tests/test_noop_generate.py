@@ -181,6 +181,29 @@ def test_an_input_edited_while_rendering_renders_next_time(project: Project, ren
     assert counted.count == 1
 
 
+def test_an_input_edited_while_rendering_and_reverted_after_renders_next_time(project: Project, renders: Renders, capsys, monkeypatch):
+    """Rendered from the edited spec, then the spec put back: the inputs match the digest taken
+    before the run, but the outputs are the edited spec's, so the run must store no state."""
+    spec = project.spec("ops/det_gemm.yaml")
+    original = spec.read_bytes()
+    expected = everything(project)
+    real = cli.produce_all
+
+    def edited_meanwhile(layout, workers=None):  # type: ignore[no-untyped-def]
+        edit_spec(project)
+        return real(layout, workers)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cli, "produce_all", edited_meanwhile)
+        assert SKIPPED not in generate(project, capsys, "--full")
+    spec.write_bytes(original)
+    assert noop.read_state(project.root) is None
+    renders.count = 0
+    assert SKIPPED not in generate(project, capsys)
+    assert renders.count == 1
+    assert {k: v[0] for k, v in everything(project).items()} == {k: v[0] for k, v in expected.items()}
+
+
 # --------------------------------------------------------------------------- an output changed: render, which repairs it
 
 
