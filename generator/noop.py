@@ -18,9 +18,10 @@ that every file it rendered is on disk, a regular file of the length it rendered
 digests the bytes it rendered, not what it reads back: a file edited while it ran then no longer
 matches the stored digest, and the next run renders.  And it stores one only when the inputs
 digest after the run as they did before it: an input edited while it ran may have been read in
-its edited form, even if it is put back before the next run.  A file larger than ``MAX_FILE_BYTES`` is unknown too, so that a huge
-(or sparse) file is never read whole.  README.md is both an input (its hand-written text) and an
-output (its generated tables); any change to it renders.
+its edited form, even if it is put back before the next run.  A file larger than
+``MAX_FILE_BYTES`` is unknown too, so that a huge (or sparse) file is never read whole.  README.md
+is both an input (its hand-written text) and an output (its generated tables); any change to it
+renders.
 
 The state is trusted as far as the working tree it lies in: one forged to match edited outputs
 makes ``generate`` skip.  ``check`` and ``diff``, which CI and reviewers rely on, never read it:
