@@ -27,14 +27,19 @@ RLK_HD T nan_value() {
 
 RLK_HD bool in_table(int64_t id, int64_t V) { return id >= 0 && id < V; }
 
+constexpr int64_t kCopyCost = 4;
+
 template <typename T>
 void run(const void* weight_ptr, const void* ids_ptr, void* y_ptr, int64_t V, int64_t H, int64_t N, int64_t num_threads) {
   const T* weight = static_cast<const T*>(weight_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   T* y = static_cast<T*>(y_ptr);
   const T nan = nan_value<T>();
-  // Rows are independent: threads split them, and change no bit.
-  parallel_rows(N, H, num_threads, [&](int64_t begin, int64_t end) {
+  // Rows are independent: threads split them, and change no bit.  A copied element counts as
+  // kCopyCost element operations: its load may come from anywhere in the table, so a lookup
+  // is bound by memory, not arithmetic.  At one per element a 512 x 256 lookup stayed on one
+  // thread, at 0.4-0.5 of PyTorch's two; at four it takes two, at about 0.5-0.65.
+  parallel_rows(N, kCopyCost * H, num_threads, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t id = ids[row];
       T* out = y + row * H;
