@@ -328,10 +328,11 @@ def record(
     are most of a large generate's data, and reading them again cost as much as comparing them):
     a file that was edited since it was written, even to the same length, then does not match it,
     and the next run renders and repairs it, as it would with no state at all."""
-    expected = {**{f"generated/{rel}": data for rel, data in files.items()}, **extras}
+    rendered = {f"generated/{rel}": data for rel, data in files.items()}
+    expected = {**rendered, **extras}
     on_disk: dict[str, bytes] = {}
     try:
-        outputs = _outputs(root, on_disk, {f"generated/{rel}": data for rel, data in files.items()})
+        outputs = _outputs(root, on_disk, rendered)
     except _Unknown:
         forget(root)
         return False

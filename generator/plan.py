@@ -512,11 +512,10 @@ def make_plan(catalog: Catalog) -> list[RenderJob]:
         for target in targets:
             carriers.setdefault(target.name, []).append(root)
 
-    packages = sorted(p.name for p in catalog.platforms)
-    if packages:
-        for out, template in SHARED_PACKAGE_TEMPLATES.items():
-            copies = tuple(f"{package}/{out}" for package in packages[1:])
-            jobs.append(RenderJob(f"{packages[0]}/{out}", template, base, (package_file, *op_files), copies=copies))
+    first, *others = sorted(p.name for p in catalog.platforms)  # a catalog has a platform (load_catalog)
+    for out, template in SHARED_PACKAGE_TEMPLATES.items():
+        copies = tuple(f"{package}/{out}" for package in others)
+        jobs.append(RenderJob(f"{first}/{out}", template, base, (package_file, *op_files), copies=copies))
 
     # A kernel platform's files are the same in every package that carries them (their templates see
     # the kernel platform, never the package's): each is rendered once and written into each package,
