@@ -963,7 +963,15 @@ def model_notes() -> str:
   named in the baseline column is the one compared (the others sum over rows).
 * silu and swiglu evaluate rlk_math.h's portable sigmoid, faithful to under 1 ulp and the same bits
   on every platform: e^-|x| as a float pair, then a quotient corrected with its exact residual --
-  several times the instructions of a plain exp and divide, which is what keeps silu's ratio lowest."""
+  several times the instructions of a plain exp and divide.  That keeps float32 silu under 0.5,
+  the one op below the goal of half PyTorch's speed but for linear_logp's bfloat16 fwd+bwd at
+  H = 1024 (next note): faster code for the same sigmoid gives the same bits only with the same
+  operations, and those are already vectorised; a cheaper sigmoid would change silu's bits.
+* linear_logp's backward multiplies a float32 dz, as its spec defines it, so both of its gradient
+  sums take float32 products (an fma each) whatever the inputs' dtype.  PyTorch's bfloat16 autograd
+  rounds dz to bfloat16 and multiplies with bfloat16 dot products, several times its float32 rate
+  (compare torch.matmul's two rates in the det_gemm table): that is what keeps the bfloat16
+  fwd+bwd row at H = 1024 lowest, not the chunking."""
 
 def make_project(dest: Path, copies: int) -> None:
     shutil.copytree(ROOT / "specs", dest / "specs")
