@@ -35,10 +35,51 @@ RLK_ARITH float input_grad(float dy, float x) { return mul_rn(dy, silu_grad_f32<
 
 // Host loops take their elements in blocks of kHostBlock, each in passes -- load as float32,
 // compute, store -- so that every pass is a loop without branches, which the compiler
-// vectorizes.  (In one loop, the store's NaN test on a result whose NaN-ness the math
-// already decided is turned back into a branch, and the loop stays scalar.)  Each element
-// goes through the same operations either way.
+// vectorizes.  (In one loop, a 16-bit store's NaN test on a result whose NaN-ness the math
+// already decided is turned back into a branch, and the loop stays scalar.)  float32 storage
+// needs neither conversion: the compute pass reads its inputs and writes its results in
+// place (the NaN made canonical there, as from_float<float> does, by a select that
+// vectorizes), so that the data crosses the memory bus once, streamed by the prefetcher,
+// instead of being copied into a block first.  Each element goes through the same
+// operations either way.
 constexpr int64_t kHostBlock = 256;
+
+// A block's inputs as float32: float32 storage where it is, other storage converted into buf.
+template <typename T>
+inline const float* load_block(const T* x, int64_t len, float* buf) {
+  if constexpr (std::is_same<T, float>::value) {
+    return x;
+  } else {
+    for (int64_t i = 0; i < len; ++i) buf[i] = to_float(x[i]);
+    return buf;
+  }
+}
+
+// Where the compute pass leaves a block's results: float32 storage itself, else buf, which
+// store_block then rounds into the storage type.
+template <typename T>
+inline float* result_block(T* y, float* buf) {
+  if constexpr (std::is_same<T, float>::value)
+    return y;
+  else
+    return buf;
+}
+
+// A result as the compute pass leaves it: final for float32 storage (from_float<float>),
+// as computed for the others (store_block rounds them).
+template <typename T>
+inline float result_value(float v) {
+  if constexpr (std::is_same<T, float>::value)
+    return from_float<float>(v);
+  else
+    return v;
+}
+
+template <typename T>
+inline void store_block(const float* v, int64_t len, T* y) {
+  if constexpr (!std::is_same<T, float>::value)
+    for (int64_t i = 0; i < len; ++i) y[i] = from_float<T>(v[i]);
+}
 
 // Calls body(near, i) for i in [0, len), near a std::true_type when every x[i] is in
 // sigmoid_near_f32's range and a std::false_type otherwise: one check per block, and a loop
@@ -58,13 +99,14 @@ void run(const void* dy_ptr, const void* x_ptr, void* dx_ptr, int64_t n, int64_t
   const T* x = static_cast<const T*>(x_ptr);
   T* dx = static_cast<T*>(dx_ptr);
   parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
-    float dyv[kHostBlock], xv[kHostBlock];
+    float dy_buf[kHostBlock], x_buf[kHostBlock];
     for (int64_t b = begin; b < end; b += kHostBlock) {
       const int64_t len = std::min(kHostBlock, end - b);
-      for (int64_t i = 0; i < len; ++i) dyv[i] = to_float(dy[b + i]);
-      for (int64_t i = 0; i < len; ++i) xv[i] = to_float(x[b + i]);
-      by_sigmoid_range(xv, len, [&](auto near, int64_t i) { xv[i] = input_grad<decltype(near)::value>(dyv[i], xv[i]); });
-      for (int64_t i = 0; i < len; ++i) dx[b + i] = from_float<T>(xv[i]);
+      const float* dyv = load_block(dy + b, len, dy_buf);
+      const float* xv = load_block(x + b, len, x_buf);
+      float* dxv = result_block(dx + b, x_buf);
+      by_sigmoid_range(xv, len, [&](auto near, int64_t i) { dxv[i] = result_value<T>(input_grad<decltype(near)::value>(dyv[i], xv[i])); });
+      store_block(dxv, len, dx + b);
     }
   });
 }

@@ -45,10 +45,51 @@ RLK_ARITH float up_grad(float dy, float g) { return mul_rn(dy, silu_f32<Near>(g)
 
 // Host loops take their elements in blocks of kHostBlock, each in passes -- load as float32,
 // compute, store -- so that every pass is a loop without branches, which the compiler
-// vectorizes.  (In one loop, the store's NaN test on a result whose NaN-ness the math
-// already decided is turned back into a branch, and the loop stays scalar.)  Each element
-// goes through the same operations either way.
+// vectorizes.  (In one loop, a 16-bit store's NaN test on a result whose NaN-ness the math
+// already decided is turned back into a branch, and the loop stays scalar.)  float32 storage
+// needs neither conversion: the compute pass reads its inputs and writes its results in
+// place (the NaN made canonical there, as from_float<float> does, by a select that
+// vectorizes), so that the data crosses the memory bus once, streamed by the prefetcher,
+// instead of being copied into a block first.  Each element goes through the same
+// operations either way.
 constexpr int64_t kHostBlock = 256;
+
+// A block's inputs as float32: float32 storage where it is, other storage converted into buf.
+template <typename T>
+inline const float* load_block(const T* x, int64_t len, float* buf) {
+  if constexpr (std::is_same<T, float>::value) {
+    return x;
+  } else {
+    for (int64_t i = 0; i < len; ++i) buf[i] = to_float(x[i]);
+    return buf;
+  }
+}
+
+// Where the compute pass leaves a block's results: float32 storage itself, else buf, which
+// store_block then rounds into the storage type.
+template <typename T>
+inline float* result_block(T* y, float* buf) {
+  if constexpr (std::is_same<T, float>::value)
+    return y;
+  else
+    return buf;
+}
+
+// A result as the compute pass leaves it: final for float32 storage (from_float<float>),
+// as computed for the others (store_block rounds them).
+template <typename T>
+inline float result_value(float v) {
+  if constexpr (std::is_same<T, float>::value)
+    return from_float<float>(v);
+  else
+    return v;
+}
+
+template <typename T>
+inline void store_block(const float* v, int64_t len, T* y) {
+  if constexpr (!std::is_same<T, float>::value)
+    for (int64_t i = 0; i < len; ++i) y[i] = from_float<T>(v[i]);
+}
 
 // Calls body(near, i) for i in [0, len), near a std::true_type when every x[i] is in
 // sigmoid_near_f32's range and a std::false_type otherwise: one check per block, and a loop
@@ -70,20 +111,22 @@ void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr,
   T* dg = static_cast<T*>(dg_ptr);
   T* du = static_cast<T*>(du_ptr);
   parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
-    float dyv[kHostBlock], gv[kHostBlock], uv[kHostBlock];
+    float dy_buf[kHostBlock], g_buf[kHostBlock], u_buf[kHostBlock];
     for (int64_t b = begin; b < end; b += kHostBlock) {
       const int64_t len = std::min(kHostBlock, end - b);
-      for (int64_t i = 0; i < len; ++i) dyv[i] = to_float(dy[b + i]);
-      for (int64_t i = 0; i < len; ++i) gv[i] = to_float(g[b + i]);
-      for (int64_t i = 0; i < len; ++i) uv[i] = to_float(u[b + i]);
-      // uv becomes du after dg is done with it; gv stays g for both.
+      const float* dyv = load_block(dy + b, len, dy_buf);
+      const float* gv = load_block(g + b, len, g_buf);
+      const float* uv = load_block(u + b, len, u_buf);
+      // In the buffers, du takes u's place once dg is done with it, and dg dy's; g stays for both.
+      float* dgv = result_block(dg + b, dy_buf);
+      float* duv = result_block(du + b, u_buf);
       by_sigmoid_range(gv, len, [&](auto near, int64_t i) {
         const float dg_i = gate_grad<decltype(near)::value>(dyv[i], gv[i], uv[i]);
-        uv[i] = up_grad<decltype(near)::value>(dyv[i], gv[i]);
-        dyv[i] = dg_i;
+        duv[i] = result_value<T>(up_grad<decltype(near)::value>(dyv[i], gv[i]));
+        dgv[i] = result_value<T>(dg_i);
       });
-      for (int64_t i = 0; i < len; ++i) dg[b + i] = from_float<T>(dyv[i]);
-      for (int64_t i = 0; i < len; ++i) du[b + i] = from_float<T>(uv[i]);
+      store_block(dgv, len, dg + b);
+      store_block(duv, len, du + b);
     }
   });
 }

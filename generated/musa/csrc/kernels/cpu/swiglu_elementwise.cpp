@@ -33,10 +33,51 @@ RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32<Near>(g), u); }
 
 // Host loops take their elements in blocks of kHostBlock, each in passes -- load as float32,
 // compute, store -- so that every pass is a loop without branches, which the compiler
-// vectorizes.  (In one loop, the store's NaN test on a result whose NaN-ness the math
-// already decided is turned back into a branch, and the loop stays scalar.)  Each element
-// goes through the same operations either way.
+// vectorizes.  (In one loop, a 16-bit store's NaN test on a result whose NaN-ness the math
+// already decided is turned back into a branch, and the loop stays scalar.)  float32 storage
+// needs neither conversion: the compute pass reads its inputs and writes its results in
+// place (the NaN made canonical there, as from_float<float> does, by a select that
+// vectorizes), so that the data crosses the memory bus once, streamed by the prefetcher,
+// instead of being copied into a block first.  Each element goes through the same
+// operations either way.
 constexpr int64_t kHostBlock = 256;
+
+// A block's inputs as float32: float32 storage where it is, other storage converted into buf.
+template <typename T>
+inline const float* load_block(const T* x, int64_t len, float* buf) {
+  if constexpr (std::is_same<T, float>::value) {
+    return x;
+  } else {
+    for (int64_t i = 0; i < len; ++i) buf[i] = to_float(x[i]);
+    return buf;
+  }
+}
+
+// Where the compute pass leaves a block's results: float32 storage itself, else buf, which
+// store_block then rounds into the storage type.
+template <typename T>
+inline float* result_block(T* y, float* buf) {
+  if constexpr (std::is_same<T, float>::value)
+    return y;
+  else
+    return buf;
+}
+
+// A result as the compute pass leaves it: final for float32 storage (from_float<float>),
+// as computed for the others (store_block rounds them).
+template <typename T>
+inline float result_value(float v) {
+  if constexpr (std::is_same<T, float>::value)
+    return from_float<float>(v);
+  else
+    return v;
+}
+
+template <typename T>
+inline void store_block(const float* v, int64_t len, T* y) {
+  if constexpr (!std::is_same<T, float>::value)
+    for (int64_t i = 0; i < len; ++i) y[i] = from_float<T>(v[i]);
+}
 
 // Calls body(near, i) for i in [0, len), near a std::true_type when every x[i] is in
 // sigmoid_near_f32's range and a std::false_type otherwise: one check per block, and a loop
@@ -56,13 +97,14 @@ void run(const void* g_ptr, const void* u_ptr, void* y_ptr, int64_t n, int64_t n
   const T* u = static_cast<const T*>(u_ptr);
   T* y = static_cast<T*>(y_ptr);
   parallel_rows(n, kActivationCost, num_threads, [&](int64_t begin, int64_t end) {
-    float gv[kHostBlock], uv[kHostBlock];
+    float g_buf[kHostBlock], u_buf[kHostBlock];
     for (int64_t b = begin; b < end; b += kHostBlock) {
       const int64_t len = std::min(kHostBlock, end - b);
-      for (int64_t i = 0; i < len; ++i) gv[i] = to_float(g[b + i]);
-      for (int64_t i = 0; i < len; ++i) uv[i] = to_float(u[b + i]);
-      by_sigmoid_range(gv, len, [&](auto near, int64_t i) { gv[i] = gated<decltype(near)::value>(gv[i], uv[i]); });
-      for (int64_t i = 0; i < len; ++i) y[b + i] = from_float<T>(gv[i]);
+      const float* gv = load_block(g + b, len, g_buf);
+      const float* uv = load_block(u + b, len, u_buf);
+      float* yv = result_block(y + b, g_buf);
+      by_sigmoid_range(gv, len, [&](auto near, int64_t i) { yv[i] = result_value<T>(gated<decltype(near)::value>(gv[i], uv[i])); });
+      store_block(yv, len, y + b);
     }
   });
 }
