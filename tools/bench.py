@@ -857,7 +857,7 @@ MODEL_SIZES = [ModelSize(tokens=512, hidden=256), ModelSize(tokens=512, hidden=1
 MODEL_DTYPES = ["float32", "bfloat16"]
 # Fewer runs than the tables above: the largest rows (a bfloat16 vocabulary projection at
 # H = 1024) take seconds per call, and the whole section must stay within a few minutes.
-MODEL_MIN_REPS, MODEL_ROW_BUDGET_S = 3, 1.5
+MODEL_MIN_REPS, MODEL_ROW_BUDGET_S = 5, 1.5
 
 
 @dataclass
@@ -963,15 +963,19 @@ def model_notes() -> str:
   named in the baseline column is the one compared (the others sum over rows).
 * silu and swiglu evaluate rlk_math.h's portable sigmoid, faithful to under 1 ulp and the same bits
   on every platform: e^-|x| as a float pair, then a quotient corrected with its exact residual --
-  several times the instructions of a plain exp and divide.  That keeps float32 silu under 0.5,
-  the one op below the goal of half PyTorch's speed but for linear_logp's bfloat16 fwd+bwd at
-  H = 1024 (next note): faster code for the same sigmoid gives the same bits only with the same
-  operations, and those are already vectorised; a cheaper sigmoid would change silu's bits.
+  several times the instructions of a plain exp and divide, so these rows are bound by arithmetic
+  where PyTorch's are closer to bound by memory, and their float32 rows gain less from a second
+  thread than F.silu does (compare the one- and two-thread rows).  float32 blocks are computed where
+  they lie, with no copy first.  Faster code for the same sigmoid gives the same bits only with the
+  same operations, and those are already vectorised; a cheaper sigmoid would change silu's bits.
 * linear_logp's backward multiplies a float32 dz, as its spec defines it, so both of its gradient
-  sums take float32 products (an fma each) whatever the inputs' dtype.  PyTorch's bfloat16 autograd
-  rounds dz to bfloat16 and multiplies with bfloat16 dot products, several times its float32 rate
-  (compare torch.matmul's two rates in the det_gemm table): that is what keeps the bfloat16
-  fwd+bwd row at H = 1024 lowest, not the chunking."""
+  sums take float32 products (an fma each) whatever the inputs' dtype, and it recomputes the logits
+  rather than keep them: bfloat16 fwd+bwd runs two bfloat16 products (the logits, twice) and two
+  float32 ones where PyTorch's autograd runs three bfloat16 ones.  A bfloat16 dot product
+  (vdpbf16ps) does two products per lane in the time of one fma, so if every product, theirs and
+  ours, ran at its instruction's full rate, these rows would take 2/2 + 2 = 3 units of time to
+  PyTorch's 3/2: a ratio of 0.5 that no tiling changes.  They measure above it as far as PyTorch's
+  bfloat16 products fall short of that rate."""
 
 def make_project(dest: Path, copies: int) -> None:
     shutil.copytree(ROOT / "specs", dest / "specs")
@@ -1134,11 +1138,19 @@ def gen_goals(rows: list[GenRow]) -> list[str]:
 
 
 def cpu_model() -> str:
+    """The CPU's name, with its family and model numbers where /proc/cpuinfo gives them: a virtual
+    machine may name only the brand ("AMD EPYC"), which covers generations of different speeds."""
+    fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+            key, _, value = line.partition(":")
+            if not key.strip():
+                break  # the first processor's block is enough
+            fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f", family {fields['cpu family']} model {fields['model']}"
+    return name
 
 
 def cpu_flags() -> set[str]:
