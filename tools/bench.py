@@ -855,7 +855,7 @@ def _rotary_baseline(x, positions):
 
 MODEL_SIZES = [ModelSize(tokens=512, hidden=256), ModelSize(tokens=512, hidden=1024)]
 MODEL_DTYPES = ["float32", "bfloat16"]
-# Fewer runs than the tables above: the largest rows (a bfloat16 vocabulary projection at
+# A shorter budget than the tables above: the largest rows (a bfloat16 vocabulary projection at
 # H = 1024) take seconds per call, and the whole section must stay within a few minutes.
 MODEL_MIN_REPS, MODEL_ROW_BUDGET_S = 5, 1.5
 
@@ -963,9 +963,9 @@ def model_notes() -> str:
   named in the baseline column is the one compared (the others sum over rows).
 * silu and swiglu evaluate rlk_math.h's portable sigmoid, faithful to under 1 ulp and the same bits
   on every platform: e^-|x| as a float pair, then a quotient corrected with its exact residual --
-  several times the instructions of a plain exp and divide, so these rows are bound by arithmetic
-  where PyTorch's are closer to bound by memory, and their float32 rows gain less from a second
-  thread than F.silu does (compare the one- and two-thread rows).  float32 blocks are computed where
+  several times the instructions of a plain exp and divide, so these rows are bound by arithmetic,
+  and their float32 rows gain less from a second thread than F.silu does (compare the one- and
+  two-thread rows).  float32 blocks are computed where
   they lie, with no copy first.  Faster code for the same sigmoid gives the same bits only with the
   same operations, and those are already vectorised; a cheaper sigmoid would change silu's bits.
 * linear_logp's backward multiplies a float32 dz, as its spec defines it, so both of its gradient
@@ -1137,16 +1137,22 @@ def gen_goals(rows: list[GenRow]) -> list[str]:
 # ---------------------------------------------------------------- the report
 
 
-def cpu_model() -> str:
-    """The CPU's name, with its family and model numbers where /proc/cpuinfo gives them: a virtual
-    machine may name only the brand ("AMD EPYC"), which covers generations of different speeds."""
+def cpuinfo() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (none where there is no such file)."""
     fields: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             if not key.strip():
-                break  # the first processor's block is enough
+                break
             fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's name, with its family and model numbers where /proc/cpuinfo gives them: a virtual
+    machine may name only the brand ("AMD EPYC"), which covers generations of different speeds."""
+    fields = cpuinfo()
     name = fields.get("model name") or platform.processor() or platform.machine()
     if "cpu family" in fields and "model" in fields:
         name += f", family {fields['cpu family']} model {fields['model']}"
@@ -1154,11 +1160,7 @@ def cpu_model() -> str:
 
 
 def cpu_flags() -> set[str]:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
+    return set(cpuinfo().get("flags", "").split())
 
 
 def compiler() -> str:
