@@ -43,6 +43,26 @@ def run_in_package(platform: str, body: str) -> str:
     return result.stdout.strip()
 
 
+def test_import_leaves_torch_dynamo_unloaded_and_marks_constants_as_torch_does():
+    """`import rlkernels` costs no torch._dynamo import (about as long as importing torch), and
+    the constant mark it sets instead is the one torch.compiler.assume_constant_result sets."""
+    out = run_in_package(
+        "cpu",
+        """
+        import rlkernels
+        from rlkernels import _runtime
+        print("torch._dynamo" in sys.modules)
+
+        def ours(): pass
+        def torchs(): pass
+        _runtime._assume_constant_result(ours)
+        torch.compiler.assume_constant_result(torchs)
+        print(vars(torchs) != {}, vars(ours) == vars(torchs), vars(_runtime._native_available) == vars(torchs))
+        """,
+    )
+    assert out.splitlines() == ["False", "True True True"]
+
+
 def test_musa_is_detected_through_torch_musa_before_cuda():
     out = run_in_package(
         "musa",

@@ -89,7 +89,20 @@ def platform_of(device: torch.device | str) -> str:
     raise UnsupportedError(f"{PACKAGE}: no platform handles tensors on device type {device_type!r}")
 
 
-@torch.compiler.assume_constant_result  # a fact of the loaded library: torch.compile need not trace it
+def _assume_constant_result(fn: Any) -> Any:
+    """torch.compiler.assume_constant_result's mark, set without importing torch._dynamo.
+
+    That decorator imports torch._dynamo only to set one attribute, and the import takes
+    about as long as importing torch itself, on every `import rlkernels`, whether or
+    not the program ever compiles.  Only torch.compile reads the mark, and by then it has
+    imported torch._dynamo.  tests/test_runtime_dispatch.py checks that this mark is the
+    decorator's own, and the generated tests compile every public function with
+    fullgraph=True, which fails where the mark is not honoured."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_assume_constant_result  # a fact of the loaded library: torch.compile need not trace it
 def _native_available(op: str, kernel: str, platform: str) -> str | None:
     """None when the kernel can run, else why not."""
     if NATIVE_ERROR is not None:
