@@ -77,7 +77,13 @@ _PLATFORM_OF: dict[str, str] = {}
 
 def platform_of(device: torch.device | str) -> str:
     """The platform that owns tensors on ``device`` (platforms that share a device type are told apart by their version attribute)."""
-    device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+    if isinstance(device, torch.device):
+        device_type = device.type
+    else:
+        found = _PLATFORM_OF.get(device)  # a bare device type, as the ops pass it: no parsing
+        if found is not None:
+            return found
+        device_type = torch.device(device).type
     found = _PLATFORM_OF.get(device_type)
     if found is not None:
         return found
@@ -168,12 +174,21 @@ def _records_nothing(args: tuple[Any, ...]) -> bool:
         return False
     if not torch.is_grad_enabled():
         return True
-    return not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    for a in args:  # a loop, not any() over a generator: this runs on every call
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            return False
+    return True
+
+
+# Each kernel's torch.ops overload, looked up once (a plain dict, as _CHOSEN above).
+_OVERLOADS: dict[tuple[str, str], Any] = {}
 
 
 def call(op: str, kernel: Kernel, *args: torch.Tensor) -> Any:
     if kernel.kind == "native":
-        overload = getattr(getattr(torch.ops.rlkernels, op), kernel.name)
+        overload = _OVERLOADS.get((op, kernel.name))
+        if overload is None:
+            overload = _OVERLOADS[op, kernel.name] = getattr(getattr(torch.ops.rlkernels, op), kernel.name)
         if _records_nothing(args):
             with _BELOW_AUTOGRAD():
                 return overload(*args)
