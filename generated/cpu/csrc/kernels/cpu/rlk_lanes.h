@@ -126,6 +126,58 @@ RLK_LANES_AVX512 __attribute__((flatten)) inline Bf16ExponentRange bf16_exponent
   return {smallest, largest};
 }
 
+// Packing into pair words, sixteen at a time.  Both functions only move bits: the words are the
+// ones bf16_pair_word(high, low) makes, so a packed operand is the same whichever packs it.
+//
+// Rows whose pairs of k lie side by side in memory (x[2j], x[2j + 1]): word j of a row is the
+// row's 32-bit word j with its halves swapped (memory holds the low address in the low half).
+// dst[t * stride + r] = word j0 + t of rows[r], for t in [0, 16) and the rows r whose bit is set
+// in `lanes` (a null row gives zeros); nothing else in dst is written, so rows may be fewer than
+// the stride, or the stride shorter than 16.  Each row must hold 2 * j0 + 32 values.  A 16 x 16
+// transpose: 32-bit, 64-bit and 128-bit interleaves in turn.
+//
+// GCC 12's AVX-512 integer intrinsics pass an "undefined" vector it then reports as
+// uninitialised wherever they are inlined (GCC bug 105593, fixed in GCC 13): quieted here only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+RLK_LANES_AVX512 inline void pack_pair_words_16x16(const bfloat16_t* const* rows, __mmask16 lanes, int64_t j0, float* dst, int64_t stride) {
+  __m512i r[16], a[16], b[16];
+  for (int i = 0; i < 16; ++i)
+    r[i] = (lanes >> i & 1) != 0 && rows[i] != nullptr ? _mm512_rol_epi32(_mm512_loadu_si512(rows[i] + 2 * j0), 16) : _mm512_setzero_si512();
+  for (int i = 0; i < 8; ++i) {  // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved word by word
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // b[4i + c], 128-bit lane L: word 4L + c of rows 4i .. 4i + 3
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // word 4L + c of all sixteen rows: lane L of b[c], b[4 + c], ...
+    const __m512i x0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xee);
+    const __m512i y0 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xee);
+    _mm512_mask_storeu_epi32(dst + c * stride, lanes, _mm512_shuffle_i32x4(x0, y0, 0x88));
+    _mm512_mask_storeu_epi32(dst + (4 + c) * stride, lanes, _mm512_shuffle_i32x4(x0, y0, 0xdd));
+    _mm512_mask_storeu_epi32(dst + (8 + c) * stride, lanes, _mm512_shuffle_i32x4(x1, y1, 0x88));
+    _mm512_mask_storeu_epi32(dst + (12 + c) * stride, lanes, _mm512_shuffle_i32x4(x1, y1, 0xdd));
+  }
+}
+
+// Columns whose pairs of k lie in two rows (high: k, low: k + 1), sixteen columns side by side:
+// dst[jj] = bf16_pair_word(high[jj], low[jj]) for jj in [0, 16).
+RLK_LANES_AVX512 inline void pack_pair_words_of_rows16(const bfloat16_t* high, const bfloat16_t* low, float* dst) {
+  const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(high)));
+  const __m512i l = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(low)));
+  _mm512_storeu_si512(dst, _mm512_or_si512(_mm512_slli_epi32(h, 16), l));
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 // Whether vdpbf16ps gives the fma step's bits on every product of a value of `a` and one of
 // `b`: no infinity or NaN (exponent field 0xff), no subnormal (a nonzero value with exponent
 // field 0), and biased exponents ea + eb >= 2 * 127 - 112.  Call only where AVX-512 runs.

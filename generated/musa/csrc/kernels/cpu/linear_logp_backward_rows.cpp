@@ -232,11 +232,18 @@ inline bool use_bf16_pairs(const T*, int64_t, const T*, int64_t, int64_t) {
 // Pairs of k of one strip, [pairs][kStripRows]: word (j, i) holds x[2j] and x[2j + 1] of the
 // row x = row_of(i), the latter -0 past H; zeros where row_of(i) is null (past the last row).
 template <typename RowOf>
-inline void pack_strip_pairs(const RowOf& row_of, int64_t H, float* dst) {
+RLK_LANES_AVX512 inline void pack_strip_pairs(const RowOf& row_of, int64_t H, float* dst) {
   const int64_t pairs = (H + 1) / 2;
+  // Sixteen pairs of every row at a time, while whole ones remain.
+  static_assert(kStripRows <= 16, "a strip's rows fit one transpose");
+  const bfloat16_t* rows[16] = {};
+  for (int i = 0; i < kStripRows; ++i) rows[i] = row_of(i);
+  int64_t first_scalar = 0;
+  for (; 2 * first_scalar + 32 <= H; first_scalar += 16)
+    pack_pair_words_16x16(rows, static_cast<__mmask16>((1u << kStripRows) - 1), first_scalar, dst + first_scalar * kStripRows, kStripRows);
   for (int i = 0; i < kStripRows; ++i) {
-    const bfloat16_t* x = row_of(i);
-    for (int64_t j = 0; j < pairs; ++j) {
+    const bfloat16_t* x = rows[i];
+    for (int64_t j = first_scalar; j < pairs; ++j) {
       const uint16_t high = x != nullptr ? storage_bits(x[2 * j]) : 0;
       const uint16_t low = x == nullptr ? 0 : 2 * j + 1 < H ? storage_bits(x[2 * j + 1]) : 0x8000u;
       dst[j * kStripRows + i] = bf16_pair_word(high, low);
@@ -246,11 +253,16 @@ inline void pack_strip_pairs(const RowOf& row_of, int64_t H, float* dst) {
 
 // Pairs of k of panel q of the weight [V, H], [pairs][kCols]: the latter half +0 past H,
 // zeros past V.
-inline void pack_panel_pairs(const bfloat16_t* w, int64_t V, int64_t H, int64_t q, float* dst) {
+RLK_LANES_AVX512 inline void pack_panel_pairs(const bfloat16_t* w, int64_t V, int64_t H, int64_t q, float* dst) {
   const int64_t pairs = (H + 1) / 2;
+  // A vocabulary row's pairs lie side by side: sixteen pairs of the panel's sixteen rows at a time.
+  const bfloat16_t* rows[kCols];
+  for (int64_t jj = 0; jj < kCols; ++jj) rows[jj] = q * kCols + jj < V ? w + (q * kCols + jj) * H : nullptr;
+  int64_t first_scalar = 0;
+  for (; 2 * first_scalar + 32 <= H; first_scalar += 16) pack_pair_words_16x16(rows, 0xffff, first_scalar, dst + first_scalar * kCols, kCols);
   for (int64_t jj = 0; jj < kCols; ++jj) {
     const int64_t v = q * kCols + jj;
-    for (int64_t j = 0; j < pairs; ++j) {
+    for (int64_t j = first_scalar; j < pairs; ++j) {
       const uint16_t high = v < V ? storage_bits(w[v * H + 2 * j]) : 0;
       const uint16_t low = v < V && 2 * j + 1 < H ? storage_bits(w[v * H + 2 * j + 1]) : 0;
       dst[j * kCols + jj] = bf16_pair_word(high, low);

@@ -319,11 +319,20 @@ inline int64_t b_pack_items(int64_t K, int64_t panels) {
 // Strip s of A as pairs of k, [pairs][rows]: word (j, i) holds a[m, 2j] and a[m, 2j + 1], the
 // latter -0 past K; rows past M are zeros.
 template <typename T>
-void pack_a_pairs(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst) {
+RLK_LANES_AVX512 void pack_a_pairs(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst) {
   const int64_t pairs = (K + 1) / 2;
+  int64_t first_scalar = 0;  // pairs before it are packed sixteen at a time
+  // A row's pairs lie side by side: sixteen of them at a time, for all the strip's rows at once.
+  if constexpr (std::is_same<T, bfloat16_t>::value) {
+    const bfloat16_t* row[16] = {};
+    for (int i = 0; i < rows; ++i) row[i] = s * rows + i < M ? a + (s * rows + i) * K : nullptr;
+    static_assert(PairPath::kRows <= 16, "a strip's rows fit one transpose");
+    const __mmask16 lanes = static_cast<__mmask16>((1u << rows) - 1);
+    for (; 2 * first_scalar + 32 <= K; first_scalar += 16) pack_pair_words_16x16(row, lanes, first_scalar, dst + first_scalar * rows, rows);
+  }
   for (int i = 0; i < rows; ++i) {
     const int64_t m = s * rows + i;
-    for (int64_t j = 0; j < pairs; ++j) {
+    for (int64_t j = first_scalar; j < pairs; ++j) {
       int64_t k = 2 * j;
       const uint16_t high = m < M ? storage_bits(a[m * K + k]) : 0;
       k += 1;
@@ -336,9 +345,19 @@ void pack_a_pairs(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* 
 // Panel q of B as pairs of k, [pairs][cols]: word (j, jj) holds b[2j, n] and b[2j + 1, n], the
 // latter +0 past K; columns past N are zeros.
 template <typename T>
-void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
+RLK_LANES_AVX512 void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
   const int64_t pairs = (K + 1) / 2;
-  for (int64_t j = 0; j < pairs; ++j)
+  int64_t first_scalar = 0;  // pairs before it are packed sixteen columns at a time
+  // A pair's two values of k lie in rows 2j and 2j + 1: sixteen columns of whole pairs at a time.
+  if constexpr (std::is_same<T, bfloat16_t>::value) {
+    if (q * cols + cols <= N && cols % 16 == 0) {
+      for (; 2 * first_scalar + 1 < K; ++first_scalar)
+        for (int c0 = 0; c0 < cols; c0 += 16)
+          pack_pair_words_of_rows16(b + 2 * first_scalar * N + q * cols + c0, b + (2 * first_scalar + 1) * N + q * cols + c0,
+                                    dst + first_scalar * cols + c0);
+    }
+  }
+  for (int64_t j = first_scalar; j < pairs; ++j)
     for (int jj = 0; jj < cols; ++jj) {
       const int64_t n = q * cols + jj;
       int64_t k = 2 * j;
