@@ -85,7 +85,8 @@ struct Packed {
   int64_t M, K, N;
   int rows, cols;     // the code path's tile
   const float* a;     // [strips][K][rows]
-  const float* b;     // [panels][K][cols]
+  const float* b;     // [panels][K][cols], from panel b_panel0
+  int64_t b_panel0;   // 0, or the first panel of a work item that packed its own
   const float* bias;  // [N] as float32, or null: added to each accumulator before the store
   int64_t strips, panels, panels_per_item, strip_items;
 };
@@ -127,7 +128,7 @@ inline void tile(const float* a_strip, const float* b_panel, int64_t steps, floa
 template <typename L, int Rows, int Cols>
 inline void TilePath<L, Rows, Cols>::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc,
                                               bool from_zero) {
-  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + (panel * p.K + k0) * Cols, steps, acc, from_zero);
+  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero);
 }
 
 // Computes work item `item` and stores each of its outputs once, with from_float<T>.
@@ -221,7 +222,7 @@ RLK_LANES_AVX512_BF16 inline void pair_tile(const float* a_strip, const float* b
 
 inline void PairPath::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero) {
   const int64_t pairs = (p.K + 1) / 2;
-  pair_tile(p.a + (strip * pairs + k0 / 2) * kRows, p.b + (panel * pairs + k0 / 2) * kCols, (steps + 1) / 2, acc, from_zero);
+  pair_tile(p.a + (strip * pairs + k0 / 2) * kRows, p.b + ((panel - p.b_panel0) * pairs + k0 / 2) * kCols, (steps + 1) / 2, acc, from_zero);
 }
 
 template <typename T>
@@ -304,6 +305,12 @@ void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
       for (int64_t k = k0; k < k1; ++k) dst[k * cols + j] = n < N ? to_float(b[n * K + k]) : 0.0f;
     }
   }
+}
+
+// Panel q of B alone (pack_b packs by panels already).
+template <typename T>
+void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
+  pack_b(b, K, N, cols, q, dst);
 }
 
 // Work items of B's packing: one per panel.
@@ -393,11 +400,20 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   p.cols = path.cols;
   p.strips = (M + path.rows - 1) / path.rows;
   p.panels = (N + path.cols - 1) / path.cols;
+  // Item sizes depend on the path only, never on M, like every other tiling choice here.
+  p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
+  p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
+  const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
+  // With the rows of one item's strips (a decode step's few tokens), each panel of B is read by
+  // one work item only: the item packs its own panels, into its thread's scratch where they stay
+  // in cache, rather than B packed whole first, into memory B's size to fault in and clear (most
+  // of a 12-row vocabulary projection's time).  Which memory holds a panel changes no bit.
+  const bool items_pack_b = p.strip_items == 1;
   // Pairs of k take one float's place per two values of k.
   const int64_t packed_k = pairs ? (K + 1) / 2 : K;
   const Scratch a_packed(p.strips * path.rows * packed_k);
-  const Scratch b_packed(p.panels * path.cols * packed_k);
-  const int64_t b_items = pairs ? p.panels : b_pack_items(K, p.panels);
+  const Scratch b_packed(items_pack_b ? 0 : p.panels * path.cols * packed_k);
+  const int64_t b_items = items_pack_b ? 0 : pairs ? p.panels : b_pack_items(K, p.panels);
   parallel_for(b_items + p.strips, threads, [&](int64_t i) {
 #ifdef RLK_HOST_X86_LANES
     if (pairs) {
@@ -417,15 +433,33 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   });
   p.a = a_packed.data();
   p.b = b_packed.data();
+  p.b_panel0 = 0;
   // The bias as float32 (exact), read by every strip.
   const Scratch bias_f32(bias_ptr != nullptr ? N : 0);
   for (int64_t n = 0; bias_ptr != nullptr && n < N; ++n) bias_f32.data()[n] = to_float(static_cast<const T*>(bias_ptr)[n]);
   p.bias = bias_ptr != nullptr ? bias_f32.data() : nullptr;
 
-  // Item sizes depend on the path only, never on M, like every other tiling choice here.
-  p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
-  p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
-  const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
+  if (items_pack_b) {
+    parallel_for(panel_items, threads, [&](int64_t item) {
+      Packed own = p;
+      own.b_panel0 = item * p.panels_per_item;
+      const int64_t count = std::min(p.panels_per_item, p.panels - own.b_panel0);
+      const Scratch panels(count * path.cols * packed_k);
+      for (int64_t q = own.b_panel0; q < own.b_panel0 + count; ++q) {
+        float* dst = panels.data() + (q - own.b_panel0) * packed_k * path.cols;
+#ifdef RLK_HOST_X86_LANES
+        if (pairs) {
+          pack_b_pairs(b, K, N, path.cols, q, dst);
+          continue;
+        }
+#endif
+        pack_b_panel(b, K, N, path.cols, q, dst);
+      }
+      own.b = panels.data();
+      path.compute_item(own, item, c);
+    });
+    return;
+  }
   parallel_for(p.strip_items * panel_items, threads, [&](int64_t item) { path.compute_item(p, item, c); });
 }
 
