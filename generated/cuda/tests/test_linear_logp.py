@@ -27,6 +27,7 @@ SHAPES = [
     {"H": 40, "N": 33, "V": 520},
     {"H": 7, "N": 1, "V": 777},
     {"H": 16, "N": 20, "V": 4099},
+    {"H": 40, "N": 100, "V": 300},
 ]
 # (name, dtype or dtype variable, shape, optional, how to fill it)
 ARGS = [

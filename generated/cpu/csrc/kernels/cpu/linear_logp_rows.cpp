@@ -266,6 +266,27 @@ inline void pack_weight_pairs(const bfloat16_t* w, int64_t V, int64_t H, int thr
   parallel_for(panels, threads, [&](int64_t q) { pack_panel_pairs(w, V, H, q, dst + q * ((H + 1) / 2) * kCols); });
 }
 
+#endif
+
+// Panels [q0, q0 + count) of the weight, as pack_weight packs them (as pack_weight_pairs where
+// `pairs`), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
+// callers' vector copies call it, and the pair packing carries its own instruction set.
+template <typename T>
+__attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, float* dst) {
+  const int64_t packed_h = pairs ? (H + 1) / 2 : H;
+  for (int64_t i = 0; i < count; ++i) {
+#ifdef RLK_HOST_X86_LANES
+    if constexpr (std::is_same<T, bfloat16_t>::value)
+      if (pairs) {
+        pack_panel_pairs(w, V, H, q0 + i, dst + i * packed_h * kCols);
+        continue;
+      }
+#endif
+    pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols);
+  }
+}
+#ifdef RLK_HOST_X86_LANES
+
 // tile_sum over P pairs of pair words, for S strips of kStripRows rows and Q panels
 // (b_stride floats apart; their tiles c_stride floats apart in c[t]).
 template <int S, int Q>
@@ -392,11 +413,16 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
   pairs = use_bf16_pairs(h, N, weight, V, H);
 #endif
   const int64_t packed_h = pairs ? (H + 1) / 2 : H;
-  const Scratch packed(panels * packed_h * kCols);
-  if (!pairs) pack_weight(weight, V, H, pack_threads, packed.data());
+  // With one group's rows (a decode step's few tokens), each panel of the weight serves one work
+  // item only: the item packs its own panels, into its thread's scratch where they stay in cache,
+  // rather than the weight packed whole first, into memory its size to fault in and clear.  Which
+  // memory holds a panel changes no bit.
+  const bool items_pack_weight = N <= kGroupRows;
+  const Scratch packed(items_pack_weight ? 0 : panels * packed_h * kCols);
+  if (!items_pack_weight && !pairs) pack_weight(weight, V, H, pack_threads, packed.data());
 #ifdef RLK_HOST_X86_LANES
   if constexpr (std::is_same<T, bfloat16_t>::value)
-    if (pairs) pack_weight_pairs(weight, V, H, pack_threads, packed.data());
+    if (!items_pack_weight && pairs) pack_weight_pairs(weight, V, H, pack_threads, packed.data());
 #endif
   const float* panel_data = packed.data();
   const Scratch strips(kGroupStrips * packed_h * kStripRows);
@@ -421,8 +447,10 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
       using L = decltype(lanes);
       for (int64_t item = begin; item < end; ++item) {
         const int64_t q0 = item * kItemPanels;
-        const float* item_panels = panel_data + q0 * packed_h * kCols;
         const int64_t item_panel_count = std::min(kItemPanels, panels - q0);
+        const Scratch own(items_pack_weight ? item_panel_count * packed_h * kCols : 0);
+        if (items_pack_weight) pack_panels(weight, V, H, q0, item_panel_count, pairs, own.data());
+        const float* item_panels = items_pack_weight ? own.data() : panel_data + q0 * packed_h * kCols;
 #ifdef RLK_HOST_X86_LANES
         if (pairs) {
           logits_tiles_pairs(strips.data(), strip_count, item_panels, item_panel_count, H, logits.data() + q0 * kCols, kStripRows * padded_v,

@@ -275,6 +275,27 @@ inline void pack_weight_pairs(const bfloat16_t* w, int64_t V, int64_t H, int thr
   parallel_for(panels, threads, [&](int64_t q) { pack_panel_pairs(w, V, H, q, dst + q * ((H + 1) / 2) * kCols); });
 }
 
+#endif
+
+// Panels [q0, q0 + count) of the weight, as pack_weight packs them (as pack_weight_pairs where
+// `pairs`), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
+// callers' vector copies call it, and the pair packing carries its own instruction set.
+template <typename T>
+__attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, float* dst) {
+  const int64_t packed_h = pairs ? (H + 1) / 2 : H;
+  for (int64_t i = 0; i < count; ++i) {
+#ifdef RLK_HOST_X86_LANES
+    if constexpr (std::is_same<T, bfloat16_t>::value)
+      if (pairs) {
+        pack_panel_pairs(w, V, H, q0 + i, dst + i * packed_h * kCols);
+        continue;
+      }
+#endif
+    pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols);
+  }
+}
+#ifdef RLK_HOST_X86_LANES
+
 // tile_sum over P pairs of pair words, for S strips of kStripRows rows and Q panels
 // (b_stride floats apart; their tiles c_stride floats apart in c[t]).
 template <int S, int Q>
@@ -449,12 +470,14 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
 
   // Operands as float32 (exact), zeros past their ends:
   //   h_strips  [strips][H][kTileRows]         the logits' strips of h (its rows that add)
-  //   w_panels  [panels][H][kCols]             the logits' panels of the weight
+  //   w_panels  [chunk panels][H][kCols]       the logits' panels of the chunk's weight rows
   //   h_cols    [column strips][Mp][kTileRows] h by strips of columns, for grad_weight
-  //   w_cols    [column panels][V][kCols]      the weight by panels of columns, for grad_h
+  //   w_cols    [column panels][n][kCols]      the chunk's weight rows by panels of columns, for grad_h
+  // The weight is packed a chunk at a time, as the chunk loop reaches it: the two packings stay
+  // in cache for the chunk's products, and no buffer of the weight's size is faulted in and
+  // cleared on every call (three times the weight's bytes, most of a decode step's backward).
   const int64_t strips = (M + kTileRows - 1) / kTileRows;
   const int64_t Mp = strips * kTileRows;
-  const int64_t panels = (V + kCols - 1) / kCols;
   const int64_t col_strips = (H + kTileRows - 1) / kTileRows;
   const int64_t col_panels = (H + kCols - 1) / kCols;
   const int64_t Hp = col_panels * kCols;
@@ -467,14 +490,9 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
 #endif
   const int64_t packed_h = pairs ? (H + 1) / 2 : H;
   const Scratch h_strips(strips * packed_h * kTileRows);
-  const Scratch w_panels(panels * packed_h * kCols);
+  const Scratch w_panels(kChunkPanels * packed_h * kCols);
   const Scratch h_cols(col_strips * Mp * kTileRows);
-  const Scratch w_cols(col_panels * V * kCols);
-  if (!pairs) pack_weight(weight, V, H, pack_threads, w_panels.data());
-#ifdef RLK_HOST_X86_LANES
-  if constexpr (std::is_same<T, bfloat16_t>::value)
-    if (pairs) pack_weight_pairs(weight, V, H, pack_threads, w_panels.data());
-#endif
+  const Scratch w_cols(col_panels * kHostChunk * kCols);
   const auto row_of = [&](int64_t j) { return rows[j]; };
   parallel_for(strips, pack_threads, [&](int64_t s) {
     float* dst = h_strips.data() + s * packed_h * kTileRows;
@@ -493,7 +511,6 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
     }
   });
   pack_columns(h, M, H, Mp, kTileRows, row_of, pack_threads, h_cols.data());
-  pack_columns(weight, V, H, V, static_cast<int>(kCols), [](int64_t v) { return v; }, pack_threads, w_cols.data());
 
   // grad_h's accumulators [Mp][Hp], from 0; the chunk's dz, [panel][Mp][kCols], for
   // grad_weight; grad_weight's accumulators between row blocks, [column strip][panel] tiles.
@@ -506,6 +523,9 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
   for (int64_t c0 = 0; c0 < V; c0 += kHostChunk) {
     const int64_t n = std::min<int64_t>(kHostChunk, V - c0);
     const int64_t chunk_panels = (n + kCols - 1) / kCols;
+    parallel_for(chunk_panels, pack_threads,
+                 [&](int64_t q) { pack_panels(weight, V, H, c0 / kCols + q, 1, pairs, w_panels.data() + q * packed_h * kCols); });
+    pack_columns(weight + c0 * H, n, H, n, static_cast<int>(kCols), [](int64_t v) { return v; }, pack_threads, w_cols.data());
     // A row strip per index: its dz for the chunk, then its grad_h terms.
     parallel_rows(strips, kTileRows * n * (6 * H + 40), num_threads, [&](int64_t begin, int64_t end, auto lanes) {
       using L = decltype(lanes);
@@ -517,13 +537,13 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
         // The strips' logits of the chunk: strip s0 + t's tile of panel q at dz[t] + q * kTileRows * kCols.
 #ifdef RLK_HOST_X86_LANES
         if (pairs)
-          logits_tiles_pairs(h_strips.data() + s0 * packed_h * kTileRows, count, w_panels.data() + (c0 / kCols) * packed_h * kCols,
+          logits_tiles_pairs(h_strips.data() + s0 * packed_h * kTileRows, count, w_panels.data(),
                              chunk_panels, H, dz[0], kChunkPanels * kTileRows * kCols, kTileRows * kCols, kCols);
 #endif
         for (int64_t k0 = 0; !pairs && (k0 == 0 || k0 < H); k0 += kDepth) {
           const int64_t steps = std::min(kDepth, H - k0);
           for (int64_t q = 0; q < chunk_panels; ++q) {
-            const float* panel = w_panels.data() + ((c0 / kCols + q) * H + k0) * kCols;
+            const float* panel = w_panels.data() + (q * H + k0) * kCols;
             const float* a[S];
             float* c[S];
             for (int t = 0; t < count; ++t) {
@@ -552,7 +572,7 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
             a[t] = dz[t];
             c[t] = acc_h.data() + (s0 + t) * kTileRows * Hp + kp * kCols;
           }
-          const float* panel = w_cols.data() + (kp * V + c0) * kCols;
+          const float* panel = w_cols.data() + kp * n * kCols;
           if (count == S)
             tile_sum_panels<L, kTileRows, S>(a, panel, n, c, Hp, false);
           else
