@@ -202,7 +202,18 @@ template <typename T>
 void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst) {
   const int64_t v0 = q * kCols;
   const int64_t cols = std::min(kCols, V - v0);
-  for (int64_t k = 0; k < H; ++k) {
+  int64_t first_scalar = 0;  // float32 values on AVX-512: sixteen k of the panel's rows at a time
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same<T, float>::value) {
+    static_assert(kCols == 16, "a panel's rows fit one transpose");
+    if (host_simd() >= Simd::avx512) {
+      const float* rows[kCols];
+      for (int64_t j = 0; j < kCols; ++j) rows[j] = j < cols ? w + (v0 + j) * H : nullptr;
+      for (; first_scalar + 16 <= H; first_scalar += 16) transpose_words_16x16<false>(rows, 0xffff, first_scalar, dst + first_scalar * kCols, kCols);
+    }
+  }
+#endif
+  for (int64_t k = first_scalar; k < H; ++k) {
     for (int64_t j = 0; j < cols; ++j) dst[k * kCols + j] = to_float(w[(v0 + j) * H + k]);
     for (int64_t j = cols; j < kCols; ++j) dst[k * kCols + j] = 0.0f;
   }

@@ -126,15 +126,19 @@ RLK_LANES_AVX512 __attribute__((flatten)) inline Bf16ExponentRange bf16_exponent
   return {smallest, largest};
 }
 
-// Packing into pair words, sixteen at a time.  Both functions only move bits: the words are the
-// ones bf16_pair_word(high, low) makes, so a packed operand is the same whichever packs it.
+// Packing sixteen words at a time.  These functions only move bits: a float32 operand's words
+// are its values, and pair words are the ones bf16_pair_word(high, low) makes, so a packed
+// operand is the same whichever code packs it.
 //
-// Rows whose pairs of k lie side by side in memory (x[2j], x[2j + 1]): word j of a row is the
-// row's 32-bit word j with its halves swapped (memory holds the low address in the low half).
-// dst[t * stride + r] = word j0 + t of rows[r], for t in [0, 16) and the rows r whose bit is set
-// in `lanes` (a null row gives zeros); nothing else in dst is written, so rows may be fewer than
-// the stride, or the stride shorter than 16.  Each row must hold 2 * j0 + 32 values.  A 16 x 16
-// transpose: 32-bit, 64-bit and 128-bit interleaves in turn.
+// transpose_words_16x16: dst[t * stride + r] = 32-bit word w0 + t of rows[r] (its halves swapped
+// when kSwapHalves), for t in [0, 16) and the rows r whose bit is set in `lanes` (a null row
+// gives zeros); nothing else in dst is written, so rows may be fewer than the stride, or the
+// stride shorter than 16.  Each row must hold words [0, w0 + 16).  A 16 x 16 transpose: 32-bit,
+// 64-bit and 128-bit interleaves in turn.
+//
+// pack_pair_words_16x16: rows whose pairs of k lie side by side in memory (x[2j], x[2j + 1]):
+// pair word j of a row is the row's 32-bit word j with its halves swapped (memory holds the low
+// address in the low half); j0 counts pairs, and each row must hold 2 * j0 + 32 values.
 //
 // GCC 12's AVX-512 integer intrinsics pass an "undefined" vector it then reports as
 // uninitialised wherever they are inlined (GCC bug 105593, fixed in GCC 13): quieted here only.
@@ -143,10 +147,15 @@ RLK_LANES_AVX512 __attribute__((flatten)) inline Bf16ExponentRange bf16_exponent
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-RLK_LANES_AVX512 inline void pack_pair_words_16x16(const bfloat16_t* const* rows, __mmask16 lanes, int64_t j0, float* dst, int64_t stride) {
+template <bool kSwapHalves, typename E>
+RLK_LANES_AVX512 inline void transpose_words_16x16(const E* const* rows, __mmask16 lanes, int64_t w0, float* dst, int64_t stride) {
+  static_assert(sizeof(E) == 2 || sizeof(E) == 4, "rows of 16- or 32-bit values");
+  constexpr int64_t kPerWord = 4 / sizeof(E);
   __m512i r[16], a[16], b[16];
-  for (int i = 0; i < 16; ++i)
-    r[i] = (lanes >> i & 1) != 0 && rows[i] != nullptr ? _mm512_rol_epi32(_mm512_loadu_si512(rows[i] + 2 * j0), 16) : _mm512_setzero_si512();
+  for (int i = 0; i < 16; ++i) {
+    r[i] = (lanes >> i & 1) != 0 && rows[i] != nullptr ? _mm512_loadu_si512(rows[i] + kPerWord * w0) : _mm512_setzero_si512();
+    if (kSwapHalves) r[i] = _mm512_rol_epi32(r[i], 16);
+  }
   for (int i = 0; i < 8; ++i) {  // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved word by word
     a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
     a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
@@ -165,6 +174,10 @@ RLK_LANES_AVX512 inline void pack_pair_words_16x16(const bfloat16_t* const* rows
     _mm512_mask_storeu_epi32(dst + (8 + c) * stride, lanes, _mm512_shuffle_i32x4(x1, y1, 0x88));
     _mm512_mask_storeu_epi32(dst + (12 + c) * stride, lanes, _mm512_shuffle_i32x4(x1, y1, 0xdd));
   }
+}
+
+RLK_LANES_AVX512 inline void pack_pair_words_16x16(const bfloat16_t* const* rows, __mmask16 lanes, int64_t j0, float* dst, int64_t stride) {
+  transpose_words_16x16<true>(rows, lanes, j0, dst, stride);
 }
 
 // Columns whose pairs of k lie in two rows (high: k, low: k + 1), sixteen columns side by side:

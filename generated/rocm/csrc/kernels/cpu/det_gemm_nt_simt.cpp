@@ -295,10 +295,24 @@ void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* 
 }
 
 // Panel q of B, stored [N, K]: columns [q*cols, q*cols + cols) as float32, k-major, zeros past N.
+// float32 values on AVX-512 move sixteen k of sixteen columns at a time while whole ones remain.
 template <typename T>
 void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
   const int64_t n0 = q * cols;
-  for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+  int64_t first_scalar = 0;  // values of k before it are packed sixteen at a time
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same<T, float>::value) {
+    if (host_simd() >= Simd::avx512 && cols % 16 == 0) {
+      for (; first_scalar + 16 <= K; first_scalar += 16)
+        for (int c0 = 0; c0 < cols; c0 += 16) {
+          const float* column[16];
+          for (int i = 0; i < 16; ++i) column[i] = n0 + c0 + i < N ? b + (n0 + c0 + i) * K : nullptr;
+          transpose_words_16x16<false>(column, 0xffff, first_scalar, dst + first_scalar * cols + c0, cols);
+        }
+    }
+  }
+#endif
+  for (int64_t k0 = first_scalar; k0 < K; k0 += kDepth) {
     const int64_t k1 = std::min(K, k0 + kDepth);
     for (int j = 0; j < cols; ++j) {
       const int64_t n = n0 + j;
