@@ -99,10 +99,10 @@ def _run_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens
         k = _autocast(k, _cast_to, q.device.type)
         v = _autocast(v, _cast_to, q.device.type)
     _checks.check_attention(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    device_type = q.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = q.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.attention.default(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, causal, window)
-    kernel = _runtime.select_backend("attention", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("attention", _runtime.platform_of(_device_type))
     return _runtime.call("attention", kernel, q, k, v, cu_seqlens_q, cu_seqlens_k, scale, causal, window)
 
 
@@ -174,10 +174,10 @@ def _fake_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlen
 
 def _run_attention_backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, scale: float = 0.0, causal: bool = True, window: int = -1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     _checks.check_attention_backward(grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
-    device_type = grad_o.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_o.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.attention_backward.default(grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, scale, causal, window)
-    kernel = _runtime.select_backend("attention_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("attention_backward", _runtime.platform_of(_device_type))
     return _runtime.call("attention_backward", kernel, grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, scale, causal, window)
 
 
@@ -234,10 +234,10 @@ def _run_column_sum(x: torch.Tensor) -> torch.Tensor:
     if _cast_to is not None:
         x = _autocast(x, _cast_to, x.device.type)
     _checks.check_column_sum(x)
-    device_type = x.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = x.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.column_sum.default(x)
-    kernel = _runtime.select_backend("column_sum", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("column_sum", _runtime.platform_of(_device_type))
     return _runtime.call("column_sum", kernel, x)
 
 
@@ -277,10 +277,10 @@ def _run_det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> t
         a = _autocast(a, _cast_to, a.device.type)
         b = _autocast(b, _cast_to, a.device.type)
     _checks.check_det_gemm(a, b)
-    device_type = a.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = a.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.det_gemm.default(a, b, out_fp32)
-    kernel = _runtime.select_backend("det_gemm", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("det_gemm", _runtime.platform_of(_device_type))
     return _runtime.call("det_gemm", kernel, a, b, out_fp32)
 
 
@@ -346,10 +346,10 @@ def _fake_det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> 
 
 def _run_det_gemm_ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     _checks.check_det_gemm_ktree(a, b)
-    device_type = a.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = a.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.det_gemm_ktree.default(a, b)
-    kernel = _runtime.select_backend("det_gemm_ktree", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("det_gemm_ktree", _runtime.platform_of(_device_type))
     return _runtime.call("det_gemm_ktree", kernel, a, b)
 
 
@@ -392,10 +392,10 @@ def _run_det_gemm_nt(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None
         b = _autocast(b, _cast_to, a.device.type)
         bias = _autocast(bias, _cast_to, a.device.type)
     _checks.check_det_gemm_nt(a, b, bias)
-    device_type = a.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = a.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.det_gemm_nt.default(a, b, bias, out_fp32)
-    kernel = _runtime.select_backend("det_gemm_nt", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("det_gemm_nt", _runtime.platform_of(_device_type))
     return _runtime.call("det_gemm_nt", kernel, a, b, bias, out_fp32)
 
 
@@ -479,10 +479,10 @@ def _run_det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -
         a = _autocast(a, _cast_to, a.device.type)
         b = _autocast(b, _cast_to, a.device.type)
     _checks.check_det_gemm_tn(a, b)
-    device_type = a.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = a.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.det_gemm_tn.default(a, b, out_fp32)
-    kernel = _runtime.select_backend("det_gemm_tn", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("det_gemm_tn", _runtime.platform_of(_device_type))
     return _runtime.call("det_gemm_tn", kernel, a, b, out_fp32)
 
 
@@ -548,10 +548,10 @@ def _fake_det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) 
 
 def _run_embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     _checks.check_embedding(weight, ids)
-    device_type = weight.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = weight.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.embedding.default(weight, ids)
-    kernel = _runtime.select_backend("embedding", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("embedding", _runtime.platform_of(_device_type))
     return _runtime.call("embedding", kernel, weight, ids)
 
 
@@ -615,10 +615,10 @@ def _fake_embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 def _run_embedding_backward(grad_y: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     _checks.check_embedding_backward(grad_y, ids, weight)
-    device_type = grad_y.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_y.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.embedding_backward.default(grad_y, ids, weight, out_fp32)
-    kernel = _runtime.select_backend("embedding_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("embedding_backward", _runtime.platform_of(_device_type))
     return _runtime.call("embedding_backward", kernel, grad_y, ids, weight, out_fp32)
 
 
@@ -668,10 +668,10 @@ def _run_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, re
         ratio = _autocast(ratio, _cast_to, ratio.device.type)
         kl = _autocast(kl, _cast_to, ratio.device.type)
     _checks.check_grpo_loss(ratio, kl, mask, rewards)
-    device_type = ratio.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = ratio.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.grpo_loss.default(ratio, kl, mask, rewards, eps_low, eps_high, beta)
-    kernel = _runtime.select_backend("grpo_loss", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("grpo_loss", _runtime.platform_of(_device_type))
     return _runtime.call("grpo_loss", kernel, ratio, kl, mask, rewards, eps_low, eps_high, beta)
 
 
@@ -741,10 +741,10 @@ def _fake_grpo_loss(ratio: torch.Tensor, kl: torch.Tensor, mask: torch.Tensor, r
 
 def _run_grpo_loss_backward(grad_loss: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor, eps_low: float = 0.2, eps_high: float = 0.2, beta: float = 0.04) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_grpo_loss_backward(grad_loss, ratio, mask, adv)
-    device_type = grad_loss.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_loss.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.grpo_loss_backward.default(grad_loss, ratio, mask, adv, eps_low, eps_high, beta)
-    kernel = _runtime.select_backend("grpo_loss_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("grpo_loss_backward", _runtime.platform_of(_device_type))
     return _runtime.call("grpo_loss_backward", kernel, grad_loss, ratio, mask, adv, eps_low, eps_high, beta)
 
 
@@ -794,10 +794,10 @@ def _run_linear_logp(h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, i
         h = _autocast(h, _cast_to, h.device.type)
         weight = _autocast(weight, _cast_to, h.device.type)
     _checks.check_linear_logp(h, weight, ids)
-    device_type = h.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = h.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.linear_logp.default(h, weight, ids, ignore_index)
-    kernel = _runtime.select_backend("linear_logp", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("linear_logp", _runtime.platform_of(_device_type))
     return _runtime.call("linear_logp", kernel, h, weight, ids, ignore_index)
 
 
@@ -869,10 +869,10 @@ def _fake_linear_logp(h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, 
 
 def _run_linear_logp_backward(grad_lp: torch.Tensor, grad_entropy: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_linear_logp_backward(grad_lp, grad_entropy, h, weight, ids, lse, entropy)
-    device_type = grad_lp.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_lp.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.linear_logp_backward.default(grad_lp, grad_entropy, h, weight, ids, lse, entropy, ignore_index)
-    kernel = _runtime.select_backend("linear_logp_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("linear_logp_backward", _runtime.platform_of(_device_type))
     return _runtime.call("linear_logp_backward", kernel, grad_lp, grad_entropy, h, weight, ids, lse, entropy, ignore_index)
 
 
@@ -932,10 +932,10 @@ def _run_logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100)
     if _cast_to is not None:
         logits = _autocast(logits, _cast_to, logits.device.type)
     _checks.check_logp(logits, ids)
-    device_type = logits.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = logits.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.logp.default(logits, ids, ignore_index)
-    kernel = _runtime.select_backend("logp", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("logp", _runtime.platform_of(_device_type))
     return _runtime.call("logp", kernel, logits, ids, ignore_index)
 
 
@@ -1004,10 +1004,10 @@ def _fake_logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100
 
 def _run_logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
     _checks.check_logp_backward(grad_lp, logits, ids, lse)
-    device_type = grad_lp.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_lp.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.logp_backward.default(grad_lp, logits, ids, lse, ignore_index)
-    kernel = _runtime.select_backend("logp_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("logp_backward", _runtime.platform_of(_device_type))
     return _runtime.call("logp_backward", kernel, grad_lp, logits, ids, lse, ignore_index)
 
 
@@ -1055,10 +1055,10 @@ def _fake_logp_backward(grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.
 
 def _run_pack(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_pack(x, mask)
-    device_type = x.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = x.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.pack.default(x, mask)
-    kernel = _runtime.select_backend("pack", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("pack", _runtime.platform_of(_device_type))
     return _runtime.call("pack", kernel, x, mask)
 
 
@@ -1128,10 +1128,10 @@ def _run_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, 
         old_lp = _autocast(old_lp, _cast_to, lp.device.type)
         ref_lp = _autocast(ref_lp, _cast_to, lp.device.type)
     _checks.check_ratio_kl(lp, old_lp, ref_lp, mask)
-    device_type = lp.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = lp.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.ratio_kl.default(lp, old_lp, ref_lp, mask)
-    kernel = _runtime.select_backend("ratio_kl", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("ratio_kl", _runtime.platform_of(_device_type))
     return _runtime.call("ratio_kl", kernel, lp, old_lp, ref_lp, mask)
 
 
@@ -1194,10 +1194,10 @@ def _fake_ratio_kl(lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor,
 
 def _run_ratio_kl_backward(grad_ratio: torch.Tensor, grad_kl: torch.Tensor, lp: torch.Tensor, old_lp: torch.Tensor, ref_lp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     _checks.check_ratio_kl_backward(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
-    device_type = grad_ratio.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_ratio.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.ratio_kl_backward.default(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
-    kernel = _runtime.select_backend("ratio_kl_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("ratio_kl_backward", _runtime.platform_of(_device_type))
     return _runtime.call("ratio_kl_backward", kernel, grad_ratio, grad_kl, lp, old_lp, ref_lp, mask)
 
 
@@ -1243,10 +1243,10 @@ def _run_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tuple
         x = _autocast(x, _cast_to, x.device.type)
         w = _autocast(w, _cast_to, x.device.type)
     _checks.check_rms_norm(x, w)
-    device_type = x.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = x.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.rms_norm.default(x, w, eps)
-    kernel = _runtime.select_backend("rms_norm", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("rms_norm", _runtime.platform_of(_device_type))
     return _runtime.call("rms_norm", kernel, x, w, eps)
 
 
@@ -1315,10 +1315,10 @@ def _fake_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-06) -> tupl
 
 def _run_rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_rms_norm_backward(grad_y, x, w, rstd)
-    device_type = grad_y.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_y.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.rms_norm_backward.default(grad_y, x, w, rstd)
-    kernel = _runtime.select_backend("rms_norm_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("rms_norm_backward", _runtime.platform_of(_device_type))
     return _runtime.call("rms_norm_backward", kernel, grad_y, x, w, rstd)
 
 
@@ -1366,10 +1366,10 @@ def _fake_rms_norm_backward(grad_y: torch.Tensor, x: torch.Tensor, w: torch.Tens
 
 def _run_rope(x: torch.Tensor, position_ids: torch.Tensor, theta: float = 10000.0, interleaved: bool = False) -> torch.Tensor:
     _checks.check_rope(x, position_ids)
-    device_type = x.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = x.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.rope.default(x, position_ids, theta, interleaved)
-    kernel = _runtime.select_backend("rope", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("rope", _runtime.platform_of(_device_type))
     return _runtime.call("rope", kernel, x, position_ids, theta, interleaved)
 
 
@@ -1439,10 +1439,10 @@ def _fake_rope(x: torch.Tensor, position_ids: torch.Tensor, theta: float = 10000
 
 def _run_rope_backward(grad_y: torch.Tensor, position_ids: torch.Tensor, theta: float = 10000.0, interleaved: bool = False) -> torch.Tensor:
     _checks.check_rope_backward(grad_y, position_ids)
-    device_type = grad_y.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_y.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.rope_backward.default(grad_y, position_ids, theta, interleaved)
-    kernel = _runtime.select_backend("rope_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("rope_backward", _runtime.platform_of(_device_type))
     return _runtime.call("rope_backward", kernel, grad_y, position_ids, theta, interleaved)
 
 
@@ -1488,10 +1488,10 @@ def _fake_rope_backward(grad_y: torch.Tensor, position_ids: torch.Tensor, theta:
 
 def _run_silu(x: torch.Tensor) -> torch.Tensor:
     _checks.check_silu(x)
-    device_type = x.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = x.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.silu.default(x)
-    kernel = _runtime.select_backend("silu", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("silu", _runtime.platform_of(_device_type))
     return _runtime.call("silu", kernel, x)
 
 
@@ -1554,10 +1554,10 @@ def _fake_silu(x: torch.Tensor) -> torch.Tensor:
 
 def _run_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     _checks.check_silu_backward(grad_y, x)
-    device_type = grad_y.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_y.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.silu_backward.default(grad_y, x)
-    kernel = _runtime.select_backend("silu_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("silu_backward", _runtime.platform_of(_device_type))
     return _runtime.call("silu_backward", kernel, grad_y, x)
 
 
@@ -1600,10 +1600,10 @@ def _fake_silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def _run_swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     _checks.check_swiglu(g, u)
-    device_type = g.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = g.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.swiglu.default(g, u)
-    kernel = _runtime.select_backend("swiglu", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("swiglu", _runtime.platform_of(_device_type))
     return _runtime.call("swiglu", kernel, g, u)
 
 
@@ -1668,10 +1668,10 @@ def _fake_swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 def _run_swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _checks.check_swiglu_backward(grad_y, g, u)
-    device_type = grad_y.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = grad_y.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.swiglu_backward.default(grad_y, g, u)
-    kernel = _runtime.select_backend("swiglu_backward", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("swiglu_backward", _runtime.platform_of(_device_type))
     return _runtime.call("swiglu_backward", kernel, grad_y, g, u)
 
 
@@ -1718,10 +1718,10 @@ def _fake_swiglu_backward(grad_y: torch.Tensor, g: torch.Tensor, u: torch.Tensor
 
 def _run_unpack(packed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     _checks.check_unpack(packed, mask)
-    device_type = packed.device.type
-    if device_type == "meta":  # shapes only: the fake kernel answers
+    _device_type = packed.device.type
+    if _device_type == "meta":  # shapes only: the fake kernel answers
         return torch.ops.rlkernels.unpack.default(packed, mask)
-    kernel = _runtime.select_backend("unpack", _runtime.platform_of(device_type))
+    kernel = _runtime.select_backend("unpack", _runtime.platform_of(_device_type))
     return _runtime.call("unpack", kernel, packed, mask)
 
 

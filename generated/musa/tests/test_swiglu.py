@@ -19,6 +19,7 @@ import torch
 
 import rlkernels
 from rlkernels._registry import OPS, PLATFORMS, TOLERANCES
+from rlkernels import _runtime
 from rlkernels._runtime import _resolve, detect_platform, platform_of, select_backend
 
 OP = OPS["swiglu"]
@@ -528,8 +529,11 @@ def test_leading_dimensions_are_flattened_and_restored(device):
 
 
 def test_public_function_under_torch_compile():
-    """Backend choice and checks trace too: the public function compiles into one graph."""
+    """Backend choice and checks trace too: the public function compiles into one graph, its
+    lookups traced from empty (earlier calls would have left their answers cached)."""
     torch._dynamo.reset()
+    for cache in (_runtime._CHOSEN, _runtime._OVERLOADS, _runtime._PLATFORM_OF):
+        cache.clear()
     inputs = make_inputs(SHAPES[0], DTYPES[0], "cpu", seed=12)
 
     def public(*args):

@@ -189,15 +189,18 @@ void pack_strip(const T* x, int64_t rows, int64_t H, int64_t first, float* dst) 
 
 // Panel q of the weight [V, H]: vocabulary rows [q*kCols, q*kCols + kCols) as float32,
 // k-major, zeros past V.
+// float32 values, where `avx512` (the call's code path runs AVX-512), move sixteen k of the
+// panel's rows at a time while whole ones remain.
 template <typename T>
-void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst) {
+void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst, bool avx512) {
   const int64_t v0 = q * kCols;
   const int64_t cols = std::min(kCols, V - v0);
-  int64_t first_scalar = 0;  // float32 values on AVX-512: sixteen k of the panel's rows at a time
+  int64_t first_scalar = 0;  // values of k before it are packed sixteen at a time
+  (void)avx512;
 #ifdef RLK_HOST_X86_LANES
   if constexpr (std::is_same<T, float>::value) {
     static_assert(kCols == 16, "a panel's rows fit one transpose");
-    if (host_simd() >= Simd::avx512) {
+    if (avx512) {
       const float* rows[kCols];
       for (int64_t j = 0; j < kCols; ++j) rows[j] = j < cols ? w + (v0 + j) * H : nullptr;
       for (; first_scalar + 16 <= H; first_scalar += 16) transpose_words_16x16<false>(rows, 0xffff, first_scalar, dst + first_scalar * kCols, kCols);
@@ -212,9 +215,9 @@ void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst) {
 
 // Every panel of the weight, packed on up to `threads` threads: [panels][H][kCols].
 template <typename T>
-void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst) {
+void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst, bool avx512) {
   const int64_t panels = (V + kCols - 1) / kCols;
-  parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols); });
+  parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols, avx512); });
 }
 #ifdef RLK_HOST_X86_LANES
 
@@ -280,10 +283,10 @@ inline void pack_weight_pairs(const bfloat16_t* w, int64_t V, int64_t H, int thr
 #endif
 
 // Panels [q0, q0 + count) of the weight, as pack_weight packs them (as pack_weight_pairs where
-// `pairs`), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
+// `pairs`; `avx512`: as pack_panel), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
 // callers' vector copies call it, and the pair packing carries its own instruction set.
 template <typename T>
-__attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, float* dst) {
+__attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, bool avx512, float* dst) {
   const int64_t packed_h = pairs ? (H + 1) / 2 : H;
   for (int64_t i = 0; i < count; ++i) {
 #ifdef RLK_HOST_X86_LANES
@@ -293,7 +296,7 @@ __attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int
         continue;
       }
 #endif
-    pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols);
+    pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols, avx512);
   }
 }
 #ifdef RLK_HOST_X86_LANES
@@ -430,7 +433,9 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
   // memory holds a panel changes no bit.
   const bool items_pack_weight = N <= kGroupRows;
   const Scratch packed(items_pack_weight ? 0 : panels * packed_h * kCols);
-  if (!items_pack_weight && !pairs) pack_weight(weight, V, H, pack_threads, packed.data());
+  // The code path, read here once: workers never read the environment.
+  const bool avx512 = host_simd() >= Simd::avx512;
+  if (!items_pack_weight && !pairs) pack_weight(weight, V, H, pack_threads, packed.data(), avx512);
 #ifdef RLK_HOST_X86_LANES
   if constexpr (std::is_same<T, bfloat16_t>::value)
     if (!items_pack_weight && pairs) pack_weight_pairs(weight, V, H, pack_threads, packed.data());
@@ -459,9 +464,9 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
       for (int64_t item = begin; item < end; ++item) {
         const int64_t q0 = item * kItemPanels;
         const int64_t item_panel_count = std::min(kItemPanels, panels - q0);
-        const Scratch own(items_pack_weight ? item_panel_count * packed_h * kCols : 0);
-        if (items_pack_weight) pack_panels(weight, V, H, q0, item_panel_count, pairs, own.data());
-        const float* item_panels = items_pack_weight ? own.data() : panel_data + q0 * packed_h * kCols;
+        const Scratch item_weight(items_pack_weight ? item_panel_count * packed_h * kCols : 0);
+        if (items_pack_weight) pack_panels(weight, V, H, q0, item_panel_count, pairs, avx512, item_weight.data());
+        const float* item_panels = items_pack_weight ? item_weight.data() : panel_data + q0 * packed_h * kCols;
 #ifdef RLK_HOST_X86_LANES
         if (pairs) {
           logits_tiles_pairs(strips.data(), strip_count, item_panels, item_panel_count, H, logits.data() + q0 * kCols, kStripRows * padded_v,

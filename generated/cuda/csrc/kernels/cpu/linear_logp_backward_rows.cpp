@@ -198,15 +198,18 @@ void pack_strip(const T* x, int64_t rows, int64_t H, int64_t first, float* dst) 
 
 // Panel q of the weight [V, H]: vocabulary rows [q*kCols, q*kCols + kCols) as float32,
 // k-major, zeros past V.
+// float32 values, where `avx512` (the call's code path runs AVX-512), move sixteen k of the
+// panel's rows at a time while whole ones remain.
 template <typename T>
-void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst) {
+void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst, bool avx512) {
   const int64_t v0 = q * kCols;
   const int64_t cols = std::min(kCols, V - v0);
-  int64_t first_scalar = 0;  // float32 values on AVX-512: sixteen k of the panel's rows at a time
+  int64_t first_scalar = 0;  // values of k before it are packed sixteen at a time
+  (void)avx512;
 #ifdef RLK_HOST_X86_LANES
   if constexpr (std::is_same<T, float>::value) {
     static_assert(kCols == 16, "a panel's rows fit one transpose");
-    if (host_simd() >= Simd::avx512) {
+    if (avx512) {
       const float* rows[kCols];
       for (int64_t j = 0; j < kCols; ++j) rows[j] = j < cols ? w + (v0 + j) * H : nullptr;
       for (; first_scalar + 16 <= H; first_scalar += 16) transpose_words_16x16<false>(rows, 0xffff, first_scalar, dst + first_scalar * kCols, kCols);
@@ -221,9 +224,9 @@ void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst) {
 
 // Every panel of the weight, packed on up to `threads` threads: [panels][H][kCols].
 template <typename T>
-void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst) {
+void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst, bool avx512) {
   const int64_t panels = (V + kCols - 1) / kCols;
-  parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols); });
+  parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols, avx512); });
 }
 #ifdef RLK_HOST_X86_LANES
 
@@ -289,10 +292,10 @@ inline void pack_weight_pairs(const bfloat16_t* w, int64_t V, int64_t H, int thr
 #endif
 
 // Panels [q0, q0 + count) of the weight, as pack_weight packs them (as pack_weight_pairs where
-// `pairs`), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
+// `pairs`; `avx512`: as pack_panel), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
 // callers' vector copies call it, and the pair packing carries its own instruction set.
 template <typename T>
-__attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, float* dst) {
+__attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, bool avx512, float* dst) {
   const int64_t packed_h = pairs ? (H + 1) / 2 : H;
   for (int64_t i = 0; i < count; ++i) {
 #ifdef RLK_HOST_X86_LANES
@@ -302,7 +305,7 @@ __attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int
         continue;
       }
 #endif
-    pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols);
+    pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols, avx512);
   }
 }
 #ifdef RLK_HOST_X86_LANES
@@ -500,6 +503,7 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
   pairs = use_bf16_pairs(h, N, weight, V, H);
 #endif
   const int64_t packed_h = pairs ? (H + 1) / 2 : H;
+  const bool avx512 = host_simd() >= Simd::avx512;  // read here once: workers never read the environment
   const Scratch h_strips(strips * packed_h * kTileRows);
   const Scratch w_panels(kChunkPanels * packed_h * kCols);
   const Scratch h_cols(col_strips * Mp * kTileRows);
@@ -535,7 +539,7 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
     const int64_t n = std::min<int64_t>(kHostChunk, V - c0);
     const int64_t chunk_panels = (n + kCols - 1) / kCols;
     parallel_for(chunk_panels, pack_threads,
-                 [&](int64_t q) { pack_panels(weight, V, H, c0 / kCols + q, 1, pairs, w_panels.data() + q * packed_h * kCols); });
+                 [&](int64_t q) { pack_panels(weight, V, H, c0 / kCols + q, 1, pairs, avx512, w_panels.data() + q * packed_h * kCols); });
     pack_columns(weight + c0 * H, n, H, n, static_cast<int>(kCols), [](int64_t v) { return v; }, pack_threads, w_cols.data());
     // A row strip per index: its dz for the chunk, then its grad_h terms.
     parallel_rows(strips, kTileRows * n * (6 * H + 40), num_threads, [&](int64_t begin, int64_t end, auto lanes) {

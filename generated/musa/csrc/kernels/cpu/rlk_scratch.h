@@ -7,11 +7,11 @@
 // it reads.  Each thread keeps its buffers for its next call, so that a kernel called again
 // (a model's next layer, the next step) does not fault fresh pages in and clear them, which
 // costs a GEMM of a small model's shapes a tenth of its time; a buffer over kKeepBytes is
-// returned at once.  A buffer of kHugeBytes or more (a vocabulary projection's packed weight:
-// 64 MB at V = 32000, H = 1024) starts on a huge-page boundary and asks Linux for huge pages
-// (madvise; transparent huge pages set to "madvise" or "always"), so that its first touch
-// faults a page per 2 MB instead of one per 4 kB: a third of a 12-row projection's time here.
-// Which memory holds a value never changes a bit of a result.
+// returned at once.  A buffer of kHugeBytes or more (a vocabulary projection's packed weight,
+// 64 MB at V = 32000, H = 1024, when more rows than one work item's share it) starts on a
+// huge-page boundary and asks Linux for huge pages (madvise; transparent huge pages set to
+// "madvise" or "always"), so that its first touch faults a page per 2 MB instead of one per
+// 4 kB.  Which memory holds a value never changes a bit of a result.
 //
 // Scratch objects of one thread are destroyed in the reverse order of their construction
 // (they are scoped), so a thread's buffers form a stack: the n-th live Scratch of a thread uses
@@ -39,7 +39,13 @@ class Scratch {
     const size_t floats = static_cast<size_t>(n > 0 ? n : 0) + kAlignFloats;
     if (buffer.floats < floats) {
       buffer.storage.reset();  // before the new one: both at once could double the peak
-      buffer.storage.reset(allocate(floats));
+      buffer.floats = 0;       // and a failed allocation leaves an empty buffer, not a stale size
+      try {
+        buffer.storage.reset(allocate(floats));
+      } catch (...) {
+        --s.live;  // no destructor runs for a constructor that throws
+        throw;
+      }
       buffer.floats = floats;
     }
     void* p = buffer.storage.get();
@@ -70,11 +76,11 @@ class Scratch {
   static float* allocate(size_t floats) {
     const size_t bytes = floats * sizeof(float);
     const bool huge = bytes >= kHugeBytes;
-    const size_t alignment = huge ? kHugeBytes : sizeof(float);
-    void* p = huge ? std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment) : std::malloc(bytes);
+    const size_t rounded = huge ? (bytes + kHugeBytes - 1) / kHugeBytes * kHugeBytes : bytes;  // aligned_alloc's size: a multiple
+    void* p = huge ? std::aligned_alloc(kHugeBytes, rounded) : std::malloc(bytes);
     if (p == nullptr) throw std::bad_alloc();
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // a request only: where it is refused, small pages serve
+    if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // a request only: where it is refused, small pages serve
 #endif
     return static_cast<float*>(p);
   }

@@ -30,9 +30,9 @@ namespace {
 // Operand layouts: A is [M, K], B is [N, K] (read transposed);
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
 
-// Host kernel.  Both operands are first converted to float32 (exactly) and packed: A into
-// strips of kRows rows, B into panels of kCols columns, both k-major so the tile loop reads
-// them in order.  A register tile holds kRows x kCols accumulators; for each k in ascending
+// Host kernel.  Both operands are converted to float32 (exactly) and packed: A into strips of
+// kRows rows, B into panels of kCols columns, both k-major so the tile loop reads them in order
+// (A first; B first too, or, where one work item takes every row, by each item for its panels).  A register tile holds kRows x kCols accumulators; for each k in ascending
 // order it broadcasts a[m,k], loads b[k, n..n+kCols) and adds each product to its
 // accumulator lane by lane, one fused multiply-add per lane.  Vector lanes only hold
 // different outputs side by side, so every output sees exactly the scalar sequence above,
@@ -254,9 +254,9 @@ PathChoice<T> choose_path(Simd simd) {
   return {GenericPath::kRows, GenericPath::kCols, compute_item_generic<T>};
 }
 
-// Packing reads each operand along its storage order, so that it walks memory (and its pages)
-// in sequence, and writes a block of at most kDepth k values at a time, which stays in the L1
-// cache while it fills.  The values are the same whatever the loop order.
+// Packing mostly reads each operand along its storage order, so that it walks memory (and its
+// pages) in sequence, and writes a block of at most kDepth k values at a time, which stays in
+// the L1 cache while it fills.  The values are the same whatever the loop order.
 
 // Strip s of A: rows [s*rows, s*rows + rows) as float32, k-major.  Rows past M are zeros;
 // their results are computed and dropped, which touches no other row.
@@ -295,14 +295,16 @@ void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* 
 }
 
 // Panel q of B, stored [N, K]: columns [q*cols, q*cols + cols) as float32, k-major, zeros past N.
-// float32 values on AVX-512 move sixteen k of sixteen columns at a time while whole ones remain.
+// float32 values, where `avx512` (the call's code path runs AVX-512), move sixteen k of sixteen
+// columns at a time while whole ones remain.
 template <typename T>
-void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
+void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, bool avx512) {
   const int64_t n0 = q * cols;
   int64_t first_scalar = 0;  // values of k before it are packed sixteen at a time
+  (void)avx512;
 #ifdef RLK_HOST_X86_LANES
   if constexpr (std::is_same<T, float>::value) {
-    if (host_simd() >= Simd::avx512 && cols % 16 == 0) {
+    if (avx512 && cols % 16 == 0) {
       for (; first_scalar + 16 <= K; first_scalar += 16)
         for (int c0 = 0; c0 < cols; c0 += 16) {
           const float* column[16];
@@ -323,8 +325,8 @@ void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
 
 // Panel q of B alone (pack_b packs by panels already).
 template <typename T>
-void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
-  pack_b(b, K, N, cols, q, dst);
+void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, bool avx512) {
+  pack_b(b, K, N, cols, q, dst, avx512);
 }
 
 // Work items of B's packing: one per panel.
@@ -368,7 +370,7 @@ RLK_LANES_AVX512 void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, i
   int64_t first_scalar = 0;  // pairs before it are packed sixteen columns at a time
   // A column's pairs lie side by side (B is stored [N, K]): sixteen pairs of sixteen columns at a time.
   if constexpr (std::is_same<T, bfloat16_t>::value) {
-    for (int c0 = 0; c0 + 16 <= cols; c0 += 16) {
+    for (int c0 = 0; cols % 16 == 0 && c0 < cols; c0 += 16) {  // whole groups: every column gets the same first_scalar
       const bfloat16_t* column[16];
       for (int i = 0; i < 16; ++i) column[i] = q * cols + c0 + i < N ? b + (q * cols + c0 + i) * K : nullptr;
       int64_t j = 0;
@@ -439,7 +441,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
     }
 #endif
     if (i < b_items) {
-      pack_b(b, K, N, path.cols, i, b_packed.data() + i * K * path.cols);
+      pack_b(b, K, N, path.cols, i, b_packed.data() + i * K * path.cols, simd >= Simd::avx512);
     } else {
       const int64_t s = i - b_items;
       pack_a_strip(a, M, K, path.rows, s, a_packed.data() + s * K * path.rows);
@@ -458,18 +460,18 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
       Packed own = p;
       own.b_panel0 = item * p.panels_per_item;
       const int64_t count = std::min(p.panels_per_item, p.panels - own.b_panel0);
-      const Scratch panels(count * path.cols * packed_k);
+      const Scratch item_b_panels(count * path.cols * packed_k);
       for (int64_t q = own.b_panel0; q < own.b_panel0 + count; ++q) {
-        float* dst = panels.data() + (q - own.b_panel0) * packed_k * path.cols;
+        float* dst = item_b_panels.data() + (q - own.b_panel0) * packed_k * path.cols;
 #ifdef RLK_HOST_X86_LANES
         if (pairs) {
           pack_b_pairs(b, K, N, path.cols, q, dst);
           continue;
         }
 #endif
-        pack_b_panel(b, K, N, path.cols, q, dst);
+        pack_b_panel(b, K, N, path.cols, q, dst, simd >= Simd::avx512);
       }
-      own.b = panels.data();
+      own.b = item_b_panels.data();
       path.compute_item(own, item, c);
     });
     return;

@@ -28,9 +28,9 @@ namespace {
 // Operand layouts: A is [K, M] (read transposed), B is [K, N];
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
 
-// Host kernel.  Both operands are first converted to float32 (exactly) and packed: A into
-// strips of kRows rows, B into panels of kCols columns, both k-major so the tile loop reads
-// them in order.  A register tile holds kRows x kCols accumulators; for each k in ascending
+// Host kernel.  Both operands are converted to float32 (exactly) and packed: A into strips of
+// kRows rows, B into panels of kCols columns, both k-major so the tile loop reads them in order
+// (A first; B first too, or, where one work item takes every row, by each item for its panels).  A register tile holds kRows x kCols accumulators; for each k in ascending
 // order it broadcasts a[m,k], loads b[k, n..n+kCols) and adds each product to its
 // accumulator lane by lane, one fused multiply-add per lane.  Vector lanes only hold
 // different outputs side by side, so every output sees exactly the scalar sequence above,
@@ -252,9 +252,9 @@ PathChoice<T> choose_path(Simd simd) {
   return {GenericPath::kRows, GenericPath::kCols, compute_item_generic<T>};
 }
 
-// Packing reads each operand along its storage order, so that it walks memory (and its pages)
-// in sequence, and writes a block of at most kDepth k values at a time, which stays in the L1
-// cache while it fills.  The values are the same whatever the loop order.
+// Packing mostly reads each operand along its storage order, so that it walks memory (and its
+// pages) in sequence, and writes a block of at most kDepth k values at a time, which stays in
+// the L1 cache while it fills.  The values are the same whatever the loop order.
 
 // Strip s of A: rows [s*rows, s*rows + rows) as float32, k-major.  Rows past M are zeros;
 // their results are computed and dropped, which touches no other row.
@@ -273,7 +273,7 @@ void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* 
 constexpr int64_t kPackRows = 16;
 
 template <typename T>
-void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t item, float* dst) {
+void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t item, float* dst, bool) {
   const int64_t panels = (N + cols - 1) / cols;
   const int64_t k0 = item * kPackRows;
   for (int64_t k = k0; k < std::min(K, k0 + kPackRows); ++k)
@@ -289,7 +289,7 @@ void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t item, float* dst
 // Panel q of B, stored [K, N], alone: columns [q*cols, q*cols + cols) as float32, k-major,
 // zeros past N (the values pack_b gives it).
 template <typename T>
-void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
+void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, bool) {
   const int64_t n0 = q * cols;
   const int64_t inside = std::min<int64_t>(cols, N - n0);
   for (int64_t k = 0; k < K; ++k) {
@@ -401,7 +401,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
     }
 #endif
     if (i < b_items) {
-      pack_b(b, K, N, path.cols, i, b_packed.data() + 0);
+      pack_b(b, K, N, path.cols, i, b_packed.data() + 0, simd >= Simd::avx512);
     } else {
       const int64_t s = i - b_items;
       pack_a_strip(a, M, K, path.rows, s, a_packed.data() + s * K * path.rows);
@@ -420,18 +420,18 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
       Packed own = p;
       own.b_panel0 = item * p.panels_per_item;
       const int64_t count = std::min(p.panels_per_item, p.panels - own.b_panel0);
-      const Scratch panels(count * path.cols * packed_k);
+      const Scratch item_b_panels(count * path.cols * packed_k);
       for (int64_t q = own.b_panel0; q < own.b_panel0 + count; ++q) {
-        float* dst = panels.data() + (q - own.b_panel0) * packed_k * path.cols;
+        float* dst = item_b_panels.data() + (q - own.b_panel0) * packed_k * path.cols;
 #ifdef RLK_HOST_X86_LANES
         if (pairs) {
           pack_b_pairs(b, K, N, path.cols, q, dst);
           continue;
         }
 #endif
-        pack_b_panel(b, K, N, path.cols, q, dst);
+        pack_b_panel(b, K, N, path.cols, q, dst, simd >= Simd::avx512);
       }
-      own.b = panels.data();
+      own.b = item_b_panels.data();
       path.compute_item(own, item, c);
     });
     return;
