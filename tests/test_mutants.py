@@ -81,8 +81,8 @@ GEMM_SUMS_K_BACKWARDS_ABOVE_200_ROWS = [
     typename L::V bv[P::kVecs];""",
     ),
     (
-        "  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + (panel * p.K + k0) * Cols, steps, acc, from_zero);",
-        "  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + (panel * p.K + k0) * Cols, steps, acc, from_zero, /* MUTANT */ p.M > 200);",
+        "  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero);",
+        "  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero, /* MUTANT */ p.M > 200);",
     ),
 ]
 
