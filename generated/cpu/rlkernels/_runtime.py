@@ -101,8 +101,8 @@ def _assume_constant_result(fn: Any) -> Any:
     about as long as importing torch itself, on every `import rlkernels`, whether or
     not the program ever compiles.  Only torch.compile reads the mark, and by then it has
     imported torch._dynamo.  tests/test_runtime_dispatch.py checks that this mark is the
-    decorator's own, and the generated tests compile every public function with
-    fullgraph=True, which fails where the mark is not honoured."""
+    decorator's own, and the generated tests compile the public functions with fullgraph=True
+    (where the op's shapes allow) from empty caches, which fails where the mark is not honoured."""
     fn._dynamo_marked_constant = True
     return fn
 

@@ -221,13 +221,6 @@ void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst, bool av
     for (int64_t j = cols; j < kCols; ++j) dst[k * kCols + j] = 0.0f;
   }
 }
-
-// Every panel of the weight, packed on up to `threads` threads: [panels][H][kCols].
-template <typename T>
-void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst, bool avx512) {
-  const int64_t panels = (V + kCols - 1) / kCols;
-  parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols, avx512); });
-}
 #ifdef RLK_HOST_X86_LANES
 
 // bfloat16 on CPUs with AVX512-BF16: the logits take two values of k per vdpbf16ps where that
@@ -284,16 +277,12 @@ RLK_LANES_AVX512 inline void pack_panel_pairs(const bfloat16_t* w, int64_t V, in
   }
 }
 
-inline void pack_weight_pairs(const bfloat16_t* w, int64_t V, int64_t H, int threads, float* dst) {
-  const int64_t panels = (V + kCols - 1) / kCols;
-  parallel_for(panels, threads, [&](int64_t q) { pack_panel_pairs(w, V, H, q, dst + q * ((H + 1) / 2) * kCols); });
-}
-
 #endif
 
-// Panels [q0, q0 + count) of the weight, as pack_weight packs them (as pack_weight_pairs where
-// `pairs`; `avx512`: as pack_panel), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
-// callers' vector copies call it, and the pair packing carries its own instruction set.
+// Panels [q0, q0 + count) of the weight, each as pack_panel packs it (`avx512`: its code path),
+// or as pack_panel_pairs where `pairs`: panel q0 + i at dst + i * packed_h * kCols, packed_h
+// being (H + 1) / 2 pair words or H values.  Not inlined: the callers' vector copies call it,
+// and the pair packing carries its own instruction set.
 template <typename T>
 __attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, bool avx512, float* dst) {
   const int64_t packed_h = pairs ? (H + 1) / 2 : H;
@@ -307,6 +296,13 @@ __attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int
 #endif
     pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols, avx512);
   }
+}
+
+// The same panels, packed on up to `threads` threads.
+template <typename T>
+void pack_weight(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, bool avx512, int threads, float* dst) {
+  const int64_t packed_h = pairs ? (H + 1) / 2 : H;
+  parallel_for(count, threads, [&](int64_t i) { pack_panels(w, V, H, q0 + i, 1, pairs, avx512, dst + i * packed_h * kCols); });
 }
 #ifdef RLK_HOST_X86_LANES
 
@@ -538,8 +534,7 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
   for (int64_t c0 = 0; c0 < V; c0 += kHostChunk) {
     const int64_t n = std::min<int64_t>(kHostChunk, V - c0);
     const int64_t chunk_panels = (n + kCols - 1) / kCols;
-    parallel_for(chunk_panels, pack_threads,
-                 [&](int64_t q) { pack_panels(weight, V, H, c0 / kCols + q, 1, pairs, avx512, w_panels.data() + q * packed_h * kCols); });
+    pack_weight(weight, V, H, c0 / kCols, chunk_panels, pairs, avx512, pack_threads, w_panels.data());
     pack_columns(weight + c0 * H, n, H, n, static_cast<int>(kCols), [](int64_t v) { return v; }, pack_threads, w_cols.data());
     // A row strip per index: its dz for the chunk, then its grad_h terms.
     parallel_rows(strips, kTileRows * n * (6 * H + 40), num_threads, [&](int64_t begin, int64_t end, auto lanes) {

@@ -212,13 +212,6 @@ void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst, bool av
     for (int64_t j = cols; j < kCols; ++j) dst[k * kCols + j] = 0.0f;
   }
 }
-
-// Every panel of the weight, packed on up to `threads` threads: [panels][H][kCols].
-template <typename T>
-void pack_weight(const T* w, int64_t V, int64_t H, int threads, float* dst, bool avx512) {
-  const int64_t panels = (V + kCols - 1) / kCols;
-  parallel_for(panels, threads, [&](int64_t q) { pack_panel(w, V, H, q, dst + q * H * kCols, avx512); });
-}
 #ifdef RLK_HOST_X86_LANES
 
 // bfloat16 on CPUs with AVX512-BF16: the logits take two values of k per vdpbf16ps where that
@@ -275,16 +268,12 @@ RLK_LANES_AVX512 inline void pack_panel_pairs(const bfloat16_t* w, int64_t V, in
   }
 }
 
-inline void pack_weight_pairs(const bfloat16_t* w, int64_t V, int64_t H, int threads, float* dst) {
-  const int64_t panels = (V + kCols - 1) / kCols;
-  parallel_for(panels, threads, [&](int64_t q) { pack_panel_pairs(w, V, H, q, dst + q * ((H + 1) / 2) * kCols); });
-}
-
 #endif
 
-// Panels [q0, q0 + count) of the weight, as pack_weight packs them (as pack_weight_pairs where
-// `pairs`; `avx512`: as pack_panel), panel q0 + i at dst + i * ((pairs ? (H + 1) / 2 : H) * kCols).  Not inlined: the
-// callers' vector copies call it, and the pair packing carries its own instruction set.
+// Panels [q0, q0 + count) of the weight, each as pack_panel packs it (`avx512`: its code path),
+// or as pack_panel_pairs where `pairs`: panel q0 + i at dst + i * packed_h * kCols, packed_h
+// being (H + 1) / 2 pair words or H values.  Not inlined: the callers' vector copies call it,
+// and the pair packing carries its own instruction set.
 template <typename T>
 __attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, bool avx512, float* dst) {
   const int64_t packed_h = pairs ? (H + 1) / 2 : H;
@@ -298,6 +287,13 @@ __attribute__((noinline)) void pack_panels(const T* w, int64_t V, int64_t H, int
 #endif
     pack_panel(w, V, H, q0 + i, dst + i * packed_h * kCols, avx512);
   }
+}
+
+// The same panels, packed on up to `threads` threads.
+template <typename T>
+void pack_weight(const T* w, int64_t V, int64_t H, int64_t q0, int64_t count, bool pairs, bool avx512, int threads, float* dst) {
+  const int64_t packed_h = pairs ? (H + 1) / 2 : H;
+  parallel_for(count, threads, [&](int64_t i) { pack_panels(w, V, H, q0 + i, 1, pairs, avx512, dst + i * packed_h * kCols); });
 }
 #ifdef RLK_HOST_X86_LANES
 
@@ -435,11 +431,7 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
   const Scratch packed(items_pack_weight ? 0 : panels * packed_h * kCols);
   // The code path, read here once: workers never read the environment.
   const bool avx512 = host_simd() >= Simd::avx512;
-  if (!items_pack_weight && !pairs) pack_weight(weight, V, H, pack_threads, packed.data(), avx512);
-#ifdef RLK_HOST_X86_LANES
-  if constexpr (std::is_same<T, bfloat16_t>::value)
-    if (!items_pack_weight && pairs) pack_weight_pairs(weight, V, H, pack_threads, packed.data());
-#endif
+  if (!items_pack_weight) pack_weight(weight, V, H, 0, panels, pairs, avx512, pack_threads, packed.data());
   const float* panel_data = packed.data();
   const Scratch strips(kGroupStrips * packed_h * kStripRows);
   const Scratch logits(kGroupRows * padded_v);

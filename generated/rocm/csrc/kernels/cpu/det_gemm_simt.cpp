@@ -30,9 +30,10 @@ namespace {
 
 // Host kernel.  Both operands are converted to float32 (exactly) and packed: A into strips of
 // kRows rows, B into panels of kCols columns, both k-major so the tile loop reads them in order
-// (A first; B first too, or, where one work item takes every row, by each item for its panels).  A register tile holds kRows x kCols accumulators; for each k in ascending
-// order it broadcasts a[m,k], loads b[k, n..n+kCols) and adds each product to its
-// accumulator lane by lane, one fused multiply-add per lane.  Vector lanes only hold
+// (A first; B first too, or, where one work item takes every row, by each item for its panels).
+// A register tile holds kRows x kCols accumulators; for each k in ascending order it broadcasts
+// a[m,k], loads b[k, n..n+kCols) and adds each product to its accumulator lane by lane,
+// one fused multiply-add per lane.  Vector lanes only hold
 // different outputs side by side, so every output sees exactly the scalar sequence above,
 // whatever instruction set, tile or thread computes it.  K is consumed in blocks of kDepth
 // steps; between two blocks an accumulator waits in float32 memory, which holds it exactly,
