@@ -9,9 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import get_args
 
+from .admission import admissible
 from .errors import ContractError, SpecError, SpecProblem
-from .load import Catalog, SourceMap
+from .load import PACKAGE_KEY, Catalog, SourceMap
 from .model import MAX_STAGES, MAX_TILE_REDUCTION, MAX_TILE_ROWS, Dtype, Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
+from .runtime_tree import PackageNames
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
@@ -19,7 +21,7 @@ def _one_of(kind: str, name: str, known: list[str]) -> str:
 
 
 def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[SpecProblem]]:
-    src = catalog.sources[f"op:{op.name}"]
+    src = catalog.op_source(op.name)
     platforms = [p.name for p in catalog.platforms]
     problems: list[SpecProblem] = []
     violations: list[SpecProblem] = []
@@ -47,22 +49,19 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
             if names.index(name) != index:
                 problems.append(src.problem(path, f"backend {name} is listed twice for {platform}"))
                 continue
-            kernel = op.kernels.get(name)
-            if kernel is None:
+            verdict = admissible(op, platform, name)
+            if not verdict.declared:
                 problems.append(src.problem(path, _one_of("backend", name, list(op.kernels))))
                 continue
-            if isinstance(kernel, NativeKernel) and kernel.platforms is not None and platform not in kernel.platforms:
+            if not verdict.runs_here:
                 problems.append(
-                    src.problem(path, f"kernel {name} cannot run on {platform}; it is written for {', '.join(kernel.platforms)} only")
+                    src.problem(path, f"kernel {name} cannot run on {platform}; it is written for {', '.join(verdict.written_for or ())} only")
                 )
                 continue
-            # A Python reference keeps no guarantee, whatever it declares: nothing generated
-            # controls its reduction order (torch.matmul picks split-K by shape).
-            have = set(kernel.guarantees) if isinstance(kernel, NativeKernel) else set()
-            offered = ", ".join(g.value for g in kernel.guarantees if g in have) or "none"
-            if isinstance(kernel, ReferenceKernel):
-                offered = f"none: a Python reference ({kernel.python}) keeps none, whatever it declares"
-            for missing in (g for g in op.requires if g not in have):
+            offered = ", ".join(g.value for g in verdict.kept) or "none"
+            if verdict.reference is not None:
+                offered = f"none: a Python reference ({verdict.reference}) keeps none, whatever it declares"
+            for missing in verdict.missing:
                 violations.append(
                     src.problem(
                         path,
@@ -248,19 +247,20 @@ def _tile_problems(src: SourceMap, op: OpSpec, name: str, kernel: NativeKernel, 
 # Headers rendered next to the kernels ({stem}.h), which no {op}_{kernel} may be named like.
 PACKAGE_HEADERS = frozenset({"rlk_numerics", "rlk_math", "rlk_reduce", "rlk_parallel", "rlk_lanes", "rlk_scratch"} | {h.removesuffix(".h") for h in get_args(SupportHeader)})
 
-# Names the generated Python package exports besides the ops.
-PACKAGE_EXPORTS = frozenset({"detect_platform", "platform_of", "select_backend"})
-
-
-def _name_clashes(catalog: Catalog) -> list[SpecProblem]:
-    """Distinct spec names that would generate the same Python or C++ name."""
+def _name_clashes(catalog: Catalog, names: PackageNames | None) -> list[SpecProblem]:
+    """Distinct spec names that would generate the same Python or C++ name, and op names the
+    package's own names (``names``: its modules, what its ``__init__`` binds) already take."""
     problems: list[SpecProblem] = []
-    exported: dict[str, str] = {name: "the package itself" for name in PACKAGE_EXPORTS}
+    exported: dict[str, str] = {}
     # Kernel files share their folder with the package headers (rlk_numerics.h, ...).
     symbols: dict[str, str] = {stem: "a package header" for stem in PACKAGE_HEADERS}
     for op in catalog.ops:
-        src = catalog.sources[f"op:{op.name}"]
+        src = catalog.op_source(op.name)
         for path, name in [(("name",), op.name), *((("aliases", i), alias) for i, alias in enumerate(op.aliases))]:
+            taken = names.clash(name) if names is not None else None
+            if taken is not None:
+                problems.append(src.problem(path, f"{name} is already {taken}; the package would export it twice"))
+                continue
             if name in exported:
                 problems.append(src.problem(path, f"{name} is already exported by {exported[name]}; the package would export it twice"))
             exported.setdefault(name, f"op {op.name}")
@@ -277,30 +277,52 @@ def _name_clashes(catalog: Catalog) -> list[SpecProblem]:
     return problems
 
 
-def check(catalog: Catalog, templates: Path | None = None) -> None:
+def _integration_problems(catalog: Catalog, names: PackageNames) -> list[SpecProblem]:
+    """Every op an integration module of the package calls must be in the catalog, so that removing
+    one is refused here, naming the module, not found when the module is imported."""
+    src = catalog.source(PACKAGE_KEY)
+    callable_names = {o.name for o in catalog.ops} | {alias for o in catalog.ops for alias in o.aliases}
+    problems: list[SpecProblem] = []
+    for module, ops in catalog.package.integrations.items():
+        if module not in names.modules:
+            problems.append(src.problem(("integrations", module), _one_of("package module", module, sorted(m for m in names.modules if not m.startswith("_")))))
+            continue
+        for index, op in enumerate(ops):
+            if op not in callable_names:
+                problems.append(
+                    src.problem(("integrations", module, index), f"{module} calls op {op}, which no spec defines (ops and aliases: {', '.join(sorted(callable_names))})")
+                )
+    return problems
+
+
+def check(catalog: Catalog, templates: Path | None = None, names: PackageNames | None = None) -> None:
     """Raise ``ContractError`` (guarantee violations) or ``SpecError`` (dangling names).
-    ``templates``: the templates folder, where each native kernel's template must exist."""
+    ``templates``: the templates folder, where each native kernel's template must exist;
+    ``names``: the package's own names (``runtime_tree``), which no op may take and among whose
+    modules the integrations are."""
     problems: list[SpecProblem] = []
     for op in catalog.ops:
         for name, kernel in op.kernels.items():
             if templates is not None and isinstance(kernel, NativeKernel) and not (templates / kernel.template).is_file():
-                problems.append(catalog.sources[f"op:{op.name}"].problem(("kernels", name, "template"), f"template {kernel.template} does not exist under templates/"))
+                problems.append(catalog.op_source(op.name).problem(("kernels", name, "template"), f"template {kernel.template} does not exist under templates/"))
     violations: list[SpecProblem] = []
     for op in catalog.ops:
         p, v = _op_problems(catalog, op)
         problems += p
         violations += v
-    problems += _name_clashes(catalog)
+    problems += _name_clashes(catalog, names)
+    if names is not None:
+        problems += _integration_problems(catalog, names)
     orders: dict[int, str] = {}
     for platform in catalog.platforms:
         if platform.detection.order in orders:
-            src = catalog.sources[f"platform:{platform.name}"]
+            src = catalog.platform_source(platform.name)
             problems.append(
                 src.problem(("detection", "order"), f"order {platform.detection.order} is also used by {orders[platform.detection.order]}")
             )
         orders[platform.detection.order] = platform.name
     if not any(p.kind == "host" for p in catalog.platforms):
-        problems.append(SpecProblem(catalog.spec_file("package"), 1, "", "no host platform (kind: host) is defined; every package carries CPU kernels"))
+        problems.append(SpecProblem(catalog.package_file, 1, "", "no host platform (kind: host) is defined; every package carries CPU kernels"))
     if violations:
         raise ContractError(violations + problems)
     if problems:

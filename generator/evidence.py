@@ -35,8 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .errors import GeneratorError, one_line
 from .load import Catalog
 from .model import NativeKernel
-from .plan import OpView
 from .source_hash import Memo, source_sha256
+from .views import OpView
 
 DIR = "evidence"
 Level = Literal["executed", "emulated", "compiled"]
@@ -445,7 +445,7 @@ class Evidence:
 
 def assess(catalog: Catalog, files: Mapping[str, bytes], ledger: Ledger) -> Evidence:
     """Judge every record against ``files`` (everything under generated/, as rendered now)."""
-    ops = tuple(OpView(op, catalog.spec_file(f"op:{op.name}")) for op in catalog.ops)
+    ops = catalog.views
     by_contract: dict[Contract, list[Record]] = {}
     for record in ledger.records:
         by_contract.setdefault(record.contract, []).append(record)

@@ -1,17 +1,18 @@
 """Why an op runs on the backends it runs on: each candidate, accepted or refused, and where the spec says so.
 
 Reads the catalog without the contract check, so it can also explain a mapping
-that ``generate`` refuses.  The acceptance rules restate those of ``contracts``
-for one (op, platform) at a time; tests hold the two to the same verdicts.
+that ``generate`` refuses.  The verdicts are ``admission.admissible``'s, the rule
+``contracts`` applies; this module only puts them in words.
 """
 
 from __future__ import annotations
 
 import re
 
+from .admission import admissible
 from .errors import GeneratorError
 from .load import Catalog
-from .model import NativeKernel, OpSpec, PlatformSpec, ReferenceKernel
+from .model import NativeKernel, OpSpec, PlatformSpec
 
 
 def _one_of(kind: str, name: str, known: list[str]) -> str:
@@ -26,21 +27,20 @@ def _names(values: object) -> str:
 
 
 def verdict(op: OpSpec, platform: str, kernel: str) -> tuple[bool, str]:
-    """(accepted, why) for running ``kernel`` as a backend of ``op`` on ``platform``."""
-    spec = op.kernels.get(kernel)
-    if spec is None:
+    """(accepted, why) for running ``kernel`` as a backend of ``op`` on ``platform``: the verdict
+    of ``admission.admissible``, the rule ``contracts`` applies, in words."""
+    found = admissible(op, platform, kernel)
+    if not found.declared:
         return False, f"refused: the op declares no kernel {kernel} (kernels: {', '.join(sorted(op.kernels))})"
-    if isinstance(spec, NativeKernel) and spec.platforms is not None and platform not in spec.platforms:
-        return False, f"refused: kernel {kernel} is written for {', '.join(spec.platforms)} only"
-    if isinstance(spec, ReferenceKernel) and op.requires:
-        # as in contracts: a Python reference keeps no guarantee, whatever it declares
-        return False, f"refused: lacks {_names(op.requires)} that {op.name} requires (a Python reference, {spec.python}, keeps no guarantee)"
-    missing = [g for g in op.requires if g not in spec.guarantees]
-    if missing:
-        return False, f"refused: lacks {_names(missing)} that {op.name} requires (it guarantees: {_names(spec.guarantees)})"
+    if not found.runs_here:
+        return False, f"refused: kernel {kernel} is written for {', '.join(found.written_for or ())} only"
+    if found.missing and found.reference is not None:
+        return False, f"refused: lacks {_names(op.requires)} that {op.name} requires (a Python reference, {found.reference}, keeps no guarantee)"
+    if found.missing:
+        return False, f"refused: lacks {_names(found.missing)} that {op.name} requires (it guarantees: {_names(found.declares)})"
     if not op.requires:
-        return True, f"accepted: {op.name} requires nothing (it guarantees: {_names(spec.guarantees)})"
-    return True, f"accepted: its guarantees ({_names(spec.guarantees)}) cover what {op.name} requires ({_names(op.requires)})"
+        return True, f"accepted: {op.name} requires nothing (it guarantees: {_names(found.declares)})"
+    return True, f"accepted: its guarantees ({_names(found.declares)}) cover what {op.name} requires ({_names(op.requires)})"
 
 
 def _kind(op: OpSpec, kernel: str) -> str:
@@ -52,9 +52,9 @@ def _kind(op: OpSpec, kernel: str) -> str:
 
 
 def _explain_platform(catalog: Catalog, op: OpSpec, platform: PlatformSpec) -> list[str]:
-    src = catalog.sources[f"op:{op.name}"]
+    src = catalog.op_source(op.name)
     listed = op.backends.get(platform.name)
-    lines = [f"{op.name} on {platform.name} ({platform.display_name}; {catalog.spec_file(f'platform:{platform.name}')})"]
+    lines = [f"{op.name} on {platform.name} ({platform.display_name}; {catalog.platform_file(platform.name)})"]
     if listed is None:
         lines.append(f"  no backends entry for {platform.name} ({src.file}:{src.line(('backends',))}): generate refuses the op until one is added")
         listed = ()
@@ -93,7 +93,7 @@ def explain(catalog: Catalog, op_name: str, platform_name: str | None = None) ->
     if platform_name is not None and platform_name not in platforms:
         raise GeneratorError(_one_of("platform", platform_name, platforms))
     op = catalog.op(op_name)
-    src = catalog.sources[f"op:{op.name}"]
+    src = catalog.op_source(op.name)
     lines = [
         f"{op.name}: {op.summary}",
         f"  spec: {src.file}",

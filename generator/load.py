@@ -8,13 +8,13 @@ pydantic error into ``file:line: field.path: message``.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -24,7 +24,9 @@ from yaml.resolver import Resolver
 
 from . import forked
 from .errors import SpecError, SpecProblem
+from .files import FileProblem, read_regular
 from .model import OpSpec, PackageSpec, PlatformSpec
+from .views import OpView
 
 Path_ = tuple[str | int, ...]
 M = TypeVar("M", bound=BaseModel)
@@ -210,59 +212,16 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
     return value
 
 
-def _kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISLNK, "a symbolic link"),
-    ]
-    return next((what for test, what in kinds if test(mode)), "not a file")
-
-
 def read_spec_bytes(file: Path, display: str, inside: Path | None = None) -> bytes:
     """The bytes of one spec file, at most ``MAX_SPEC_BYTES`` + 1 of them (enough to tell that it is
-    too large).  Only a regular file is read (a symbolic link is followed): a FIFO, a device, a
-    socket or a directory is refused before it is opened, and the file is opened non-blocking,
-    so that one swapped in meanwhile is refused too instead of blocking or being read forever.
-    ``inside``: a directory the file must resolve into (through any symbolic link)."""
-
-    def refuse(message: str) -> SpecError:
-        return SpecError([SpecProblem(display, 1, "", message)])
-
-    def not_regular(mode: int) -> SpecError:
-        return refuse(f"not a regular file ({_kind(mode)}); spec files must be regular files")
-
+    too large), read through the generator's one bounded reader (``files.read_regular``): only a
+    regular file, never blocking.  ``inside``: a directory the file must resolve into (through any
+    symbolic link)."""
     try:
-        info = os.stat(file)
-        if not stat.S_ISREG(info.st_mode):
-            raise not_regular(info.st_mode)
-        if inside is not None:
-            real, real_inside = file.resolve(), inside.resolve()
-            if real_inside not in real.parents:
-                raise refuse(f"a symbolic link to {real}, outside the project; spec files must lie inside it")
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, RuntimeError) as exc:  # RuntimeError: a symbolic link loop (resolve)
-        raise refuse(f"cannot read file: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise not_regular(mode)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_SPEC_BYTES:
-            chunk = os.read(fd, MAX_SPEC_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise refuse(f"cannot read file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    return b"".join(chunks)
+        return read_regular(file, MAX_SPEC_BYTES, inside)
+    except FileProblem as problem:
+        why = {"special": "; spec files must be regular files", "outside": "; spec files must lie inside it"}.get(problem.kind, "")
+        raise SpecError([SpecProblem(display, 1, "", f"{problem}{why}")]) from None
 
 
 def read_yaml(file: Path, display: str, inside: Path | None = None) -> tuple[Any, SourceMap]:
@@ -378,15 +337,33 @@ def validate(model: type[M], data: Any, src: SourceMap) -> M:
         ) from None
 
 
+class SpecKey(NamedTuple):
+    """Which spec file a source map belongs to: the package spec, or a platform's or an op's by name."""
+
+    kind: Literal["package", "platform", "op"]
+    name: str = ""
+
+    @classmethod
+    def op(cls, name: str) -> SpecKey:
+        return cls("op", name)
+
+    @classmethod
+    def platform(cls, name: str) -> SpecKey:
+        return cls("platform", name)
+
+
+PACKAGE_KEY = SpecKey("package")
+
+
 @dataclass(frozen=True)
 class Catalog:
-    """Everything the specs say, validated one file at a time (cross-file rules: ``contracts``)."""
+    """Everything the specs say, validated one file at a time (cross-file rules: ``contracts``),
+    with the facts derived from each op spec (``views``) worked out once, here."""
 
     package: PackageSpec
     platforms: tuple[PlatformSpec, ...]
     ops: tuple[OpSpec, ...]
-    sources: Mapping[str, SourceMap]
-    """Key: 'package', 'platform:<name>' or 'op:<name>'."""
+    sources: Mapping[SpecKey, SourceMap]
 
     def platform(self, name: str) -> PlatformSpec:
         return next(p for p in self.platforms if p.name == name)
@@ -394,8 +371,32 @@ class Catalog:
     def op(self, name: str) -> OpSpec:
         return next(o for o in self.ops if o.name == name)
 
-    def spec_file(self, key: str) -> str:
-        return self.sources[key].file
+    def source(self, key: SpecKey) -> SourceMap:
+        return self.sources[key]
+
+    def op_source(self, name: str) -> SourceMap:
+        return self.sources[SpecKey.op(name)]
+
+    def platform_source(self, name: str) -> SourceMap:
+        return self.sources[SpecKey.platform(name)]
+
+    @property
+    def package_file(self) -> str:
+        return self.sources[PACKAGE_KEY].file
+
+    def op_file(self, name: str) -> str:
+        return self.op_source(name).file
+
+    def platform_file(self, name: str) -> str:
+        return self.platform_source(name).file
+
+    @functools.cached_property
+    def views(self) -> tuple[OpView, ...]:
+        """Every op with its derived facts, in the catalog's order."""
+        return tuple(OpView(op, self.op_file(op.name)) for op in self.ops)
+
+    def view(self, name: str) -> OpView:
+        return next(v for v in self.views if v.name == name)
 
 
 SPEC_DIRS = ("ops", "platforms")
@@ -489,7 +490,7 @@ def load_catalog(specs_dir: Path, display_root: Path | None = None, workers: int
             return p.as_posix()
 
     problems: list[SpecProblem] = []
-    sources: dict[str, SourceMap] = {}
+    sources: dict[SpecKey, SourceMap] = {}
 
     def load_one(path: Path, model: type[M], expect_name: bool, read: tuple[M, SourceMap] | list[SpecProblem] | None = None) -> M | None:
         """``read``: what ``_read_spec`` gave for ``path`` in a worker (None: read it here)."""
@@ -503,8 +504,8 @@ def load_catalog(specs_dir: Path, display_root: Path | None = None, workers: int
         if expect_name and name != path.stem:
             problems.append(src.problem(("name",), f"name {name!r} must match the file name {path.stem!r}"))
             return None
-        kind = "package" if model is PackageSpec else ("platform" if model is PlatformSpec else "op")
-        sources[kind if kind == "package" else f"{kind}:{name}"] = src
+        key = PACKAGE_KEY if model is PackageSpec else SpecKey.platform(name) if model is PlatformSpec else SpecKey.op(name)
+        sources[key] = src
         return spec
 
     package_file = specs_dir / "package.yaml"

@@ -212,6 +212,9 @@ class PackageSpec(StrictModel):
     description: Text
     tolerances: dict[Identifier, dict[Dtype, Tolerance]] = Field(min_length=1)
     """The tolerance table: class → dtype → atol/rtol.  Accuracy only; invariance is always bitwise."""
+    integrations: dict[Annotated[str, _Matching(IDENTIFIER, "module name", "transformers")], tuple[Identifier, ...]] = {}
+    """Module of the package's hand-written Python (``runtime/rlkernels/<module>.py``) → the ops
+    and aliases it calls.  ``generate`` refuses a catalog that lacks one of them."""
 
     @model_validator(mode="after")
     def _every_class_covers_every_dtype(self) -> PackageSpec:

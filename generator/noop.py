@@ -1,7 +1,7 @@
 """Knowing, without rendering, that ``generate`` would change nothing.
 
-A ``generate`` is a function of its inputs: the spec files, the templates, the evidence ledger,
-the generator's own sources and the versions of Python and of the libraries it renders with.
+A ``generate`` is a function of its inputs: the spec files, the templates, the package's hand-written
+Python (``runtime/``), the evidence ledger, the generator's own sources and the versions of Python and of the libraries it renders with.
 After a successful run, ``generate`` stores two digests outside the output tree, in
 ``.build/generate-state.json``: one over all of those inputs as they were read, and one over
 every file it leaves behind (every file under generated/, README.md and schema/) as written.
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from . import evidence, readme
+from .runtime_tree import RUNTIME_DIR
 from .schema import MODELS, schema_path
 from .write import JOURNAL, NEW_SUFFIX
 
@@ -185,6 +186,7 @@ def inputs_digest(root: Path, generator_dir: Path | None = None) -> str | None:
         _entry(digest, b"versions", "", _versions())
         for rel in INPUT_DIRS:
             _tree(digest, root, rel)
+        _tree(digest, root, RUNTIME_DIR, skip=frozenset({"__pycache__"}))
         _tree(digest, generator_dir.parent, generator_dir.name, skip=frozenset({"__pycache__"}))
     except _Unknown:
         return None

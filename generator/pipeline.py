@@ -9,8 +9,9 @@ from . import contracts, evidence, readme
 from .errors import GeneratorError
 from .load import Catalog, load_catalog
 from .noop import STATE_DIR
-from .plan import REGISTRY_MD, OpView, make_plan
+from .plan import REGISTRY_MD, make_plan
 from .render import render_all, render_text
+from .runtime_tree import RUNTIME_DIR, package_names, runtime_files
 from .schema import schema_files
 
 
@@ -31,6 +32,11 @@ class Layout:
     @property
     def generated(self) -> Path:
         return self.root / "generated"
+
+    @property
+    def runtime(self) -> Path:
+        """The package's hand-written Python, copied into every package."""
+        return self.root / RUNTIME_DIR
 
     @property
     def template_cache(self) -> Path:
@@ -61,13 +67,8 @@ class Output:
 def load_checked(layout: Layout, workers: int | None = None) -> Catalog:
     """``workers``: processes to read op specs in (None: as many as the CPUs, for a large catalog)."""
     catalog = load_catalog(layout.specs, layout.root, workers)
-    contracts.check(catalog, layout.templates)
+    contracts.check(catalog, layout.templates, package_names(layout.runtime))
     return catalog
-
-
-def produce(layout: Layout) -> dict[str, bytes]:
-    """Every file under generated/, rendered in memory after the contracts hold."""
-    return produce_all(layout).files
 
 
 def produce_all(layout: Layout, workers: int | None = None) -> Output:
@@ -78,7 +79,7 @@ def produce_all(layout: Layout, workers: int | None = None) -> Output:
     REGISTRY.md and the README's blocks show the evidence ledger judged against the sources
     rendered in this same run, so they are rendered last."""
     catalog = load_checked(layout, workers)
-    jobs = make_plan(catalog)
+    jobs = make_plan(catalog, runtime_files(layout.runtime))
     files = render_all([j for j in jobs if j.path != REGISTRY_MD], layout.templates, layout.template_cache, workers)
     judged = evidence.assess(catalog, files, evidence.read_ledger(layout.root))
     late = [replace(j, context={**j.context, "evidence": judged}) for j in jobs if j.path == REGISTRY_MD]
@@ -91,8 +92,7 @@ def produce_all(layout: Layout, workers: int | None = None) -> Output:
             text = readme_path.read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise GeneratorError(f"{readme.README}: cannot read it ({exc})") from None
-        ops = tuple(OpView(op, catalog.spec_file(f"op:{op.name}")) for op in catalog.ops)
-        context = {"package": catalog.package, "ops": ops, "platforms": catalog.platforms, "evidence": judged, "writers": evidence.WRITERS}
+        context = {"package": catalog.package, "ops": catalog.views, "platforms": catalog.platforms, "evidence": judged, "writers": evidence.WRITERS}
         spliced_any = False
         for block in readme.BLOCKS:
             rendered = render_text(layout.templates, block.template, context, f"{block.what} of {readme.README}", layout.template_cache)

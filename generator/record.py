@@ -20,7 +20,6 @@ from .errors import GeneratorError
 from .evidence import How, Record
 from .load import Catalog
 from .pipeline import Layout, produce_all
-from .plan import OpView
 from .source_hash import commit_of, source_sha256
 from .write import compute_changes, exclusive, manifest_bytes, write_tree
 
@@ -73,11 +72,10 @@ def record(root: Path, records: Sequence[Record], refresh: bool = True) -> Recor
 def _contracts(catalog: Catalog) -> dict[tuple[str, str, str], tuple[str, ...]]:
     """(op, kernel, platform) → dtypes, for every native backend."""
     found: dict[tuple[str, str, str], tuple[str, ...]] = {}
-    for op in catalog.ops:
-        view = OpView(op, catalog.spec_file(f"op:{op.name}"))
+    for view in catalog.views:
         for platform in catalog.platforms:
             for kernel in view.native_kernels(platform.name):
-                found[(op.name, kernel, platform.name)] = view.dtypes
+                found[(view.name, kernel, platform.name)] = view.dtypes
     return found
 
 

@@ -2,8 +2,8 @@
 
 The data file is derived from the sources (``tools/reserved_names.py``): the macros, types and
 called functions of every header the generated C/C++ includes, the device languages' built-in
-variables, and Python's keywords, builtins and the module-level names of each generated
-Python file.  ``model`` refuses a spec name found here, naming what it would clash with.
+variables, and Python's keywords (spec names reach the package's Python only as data).  ``model``
+refuses a spec name found here, naming what it would clash with.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ DATA_FILE = Path(__file__).with_name("reserved_names.json")
 # What each list is, as a refusal names it.
 KINDS = {
     "python_keywords": "a Python keyword",
-    "python_builtins": "a Python builtin the generated wrappers use",
-    "python_module_names": "a module-level name of the generated Python package",
     "cpp_macros": "a C/C++ macro of a header the generated sources include",
     "cpp_types": "a C/C++ type, enumerator or global of a header the generated sources include",
     "cpp_functions": "a C/C++ function the generated sources call",

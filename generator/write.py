@@ -68,15 +68,10 @@ def manifest_bytes(files: Mapping[str, bytes]) -> bytes:
     return (json.dumps(body, indent=2, sort_keys=True) + "\n").encode()
 
 
-def owned_files(out_dir: Path) -> set[str]:
-    """What the manifest says the generator owns; a missing or mangled manifest owns nothing."""
-    return _owned(out_dir)
-
-
 def _owned(out_dir: Path, produced: Mapping[str, bytes] | None = None) -> set[str]:
-    """``owned_files(out_dir)``, less the paths in ``produced``: those are written anyway, so their
-    place in the tree need not be resolved (one ``resolve`` per file was most of a no-op's write
-    stage)."""
+    """What the manifest says the generator owns (a missing or mangled manifest owns nothing),
+    less the paths in ``produced``: those are written anyway, so their place in the tree need not
+    be resolved (one ``resolve`` per file was most of a no-op's write stage)."""
     try:
         data = json.loads((out_dir / MANIFEST).read_text())
         inside = _Inside(out_dir)

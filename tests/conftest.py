@@ -69,6 +69,22 @@ class Project:
         }
 
 
+def _keep_integrations_of(package_spec: Path, ops: tuple[str, ...]) -> None:
+    """A catalog of some ops declares only the integrations those ops serve (the package's
+    modules that call another op would be refused)."""
+    import yaml
+
+    text = package_spec.read_text()
+    header = text.splitlines()[0]
+    data = yaml.safe_load(text)
+    names = set(ops)
+    for op in ops:
+        spec = yaml.safe_load((package_spec.parent / "ops" / f"{op}.yaml").read_text())
+        names.update(spec.get("aliases", []))
+    data["integrations"] = {module: calls for module, calls in data.get("integrations", {}).items() if set(calls) <= names}
+    package_spec.write_text(header + "\n" + yaml.safe_dump(data, sort_keys=False))
+
+
 def copy_project(dest: Path, with_generated: bool = True, ops: tuple[str, ...] | None = None) -> Project:
     """``ops``: copy only these op specs (None: all), for tests that need a valid catalog but not every op."""
 
@@ -78,7 +94,10 @@ def copy_project(dest: Path, with_generated: bool = True, ops: tuple[str, ...] |
         return [n for n in names if n.endswith(".yaml") and n.removesuffix(".yaml") not in ops]
 
     shutil.copytree(REPO / "specs", dest / "specs", ignore=skipped)
+    if ops is not None:
+        _keep_integrations_of(dest / "specs" / "package.yaml", ops)
     shutil.copytree(REPO / "templates", dest / "templates")
+    shutil.copytree(REPO / "runtime", dest / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
     if (REPO / "evidence").is_dir():  # the ledger: REGISTRY.md renders it
         shutil.copytree(REPO / "evidence", dest / "evidence")
     project = Project(dest)
@@ -89,13 +108,13 @@ def copy_project(dest: Path, with_generated: bool = True, ops: tuple[str, ...] |
 
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
-    """specs/, templates/ and evidence/ copied, generated/ produced from them."""
+    """specs/, templates/, runtime/ and evidence/ copied, generated/ produced from them."""
     return copy_project(tmp_path / "proj")
 
 
 @pytest.fixture
 def bare_project(tmp_path: Path) -> Project:
-    """specs/ and templates/ copied, nothing generated yet."""
+    """specs/, templates/ and runtime/ copied, nothing generated yet."""
     return copy_project(tmp_path / "proj", with_generated=False)
 
 

@@ -52,12 +52,12 @@ def build_mutant(source: str, edits: list[tuple[str, str]]) -> Mutant:
 @dataclass
 class Outcomes:
     returncode: int
-    tests: dict[str, str]  # "test_<op>.py::<test id>" -> passed / failed / error / skipped
+    tests: dict[str, str]  # "<test function>[<op>-<case>]" -> passed / failed / error / skipped
     output: str
 
     def of(self, function: str, op: str | None = None) -> dict[str, str]:
-        """The outcomes of one generated test function's cases (of one op's file, if given)."""
-        return {test: outcome for test, outcome in self.tests.items() if _function(test) == function and (op is None or test.startswith(f"test_{op}.py::"))}
+        """The outcomes of one contract test function's cases (of one op, if given)."""
+        return {test: outcome for test, outcome in self.tests.items() if _function(test) == function and (op is None or f"[{op}-" in test)}
 
     @property
     def failing(self) -> set[str]:
@@ -66,19 +66,19 @@ class Outcomes:
 
 
 def _function(test: str) -> str:
-    return test.split("::", 1)[1].split("[", 1)[0]
+    return test.split("[", 1)[0]
 
 
 def run_generated_tests(root: Path, ops: list[str], select: str, junit: Path) -> Outcomes:
-    """Run the package's generated tests of ``ops`` (``-k select``) inside ``root``, in one
+    """Run the package's contract tests of ``ops`` (``-k select``) inside ``root``, in one
     process; every test's outcome."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(f"tests/test_{op}.py" for op in ops), "-k", select, f"--junitxml={junit}"]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", *(f"--op={op}" for op in ops), "-k", select, f"--junitxml={junit}"]
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1800)
     tests: dict[str, str] = {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
         kinds = {child.tag for child in case}
         outcome = "failed" if "failure" in kinds else "error" if "error" in kinds else "skipped" if "skipped" in kinds else "passed"
-        tests[f"{case.get('classname', '').rsplit('.', 1)[-1]}.py::{case.get('name', '')}"] = outcome
+        tests[case.get("name", "")] = outcome
     return Outcomes(done.returncode, tests, done.stdout[-6000:] + done.stderr[-3000:])
 
 

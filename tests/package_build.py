@@ -7,10 +7,12 @@ recompiles only the translation units that changed.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
@@ -30,6 +32,16 @@ def build_inplace(platform: str = "cpu", generated: Path = REPO / "generated", p
     if result.returncode != 0:
         raise RuntimeError(f"building {platform} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     return dest
+
+
+def contract_cases(root: Path) -> dict[str, Any]:
+    """The contract suite's cases (``tests/cases.py``'s ``CASES``: op name -> test data and helpers) of
+    the package built in ``root``, whose ``rlkernels`` this process has imported."""
+    spec = importlib.util.spec_from_file_location(f"contract_cases_{abs(hash(root))}", root / "tests" / "cases.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.CASES)
 
 
 def import_built(platform: str, request) -> ModuleType:  # type: ignore[no-untyped-def]

@@ -158,16 +158,12 @@ def test_host_threads_and_instruction_sets_change_no_bit(rlkernels, op, monkeypa
     """Host kernels split rows or elements among the threads of torch's pool, and run a copy of
     their code compiled for AVX2+FMA or AVX-512 where the CPU has them: one thread on the baseline
     copy and every thread on each wider copy give the same bits."""
-    import importlib.util
+    from package_build import CACHE, contract_cases
 
-    from package_build import CACHE
-
-    spec = importlib.util.spec_from_file_location(f"generated_test_{op}", CACHE / "inplace-cpu" / "tests" / f"test_{op}.py")
-    tests = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tests)
-    dims = {**tests.SHAPES[0], **THREADED_CASES[op]}
+    tests = contract_cases(CACHE / "inplace-cpu")[op]
+    dims = {**tests.shapes[0], **THREADED_CASES[op]}
     runs = (("1", "generic"), ("4", "avx2"), ("4", "native"))
-    for dtype in tests.DTYPES:
+    for dtype in tests.dtypes:
         inputs = tests.make_inputs(dims, dtype, "cpu", seed=5)
         results = {}
         for threads, simd in runs:

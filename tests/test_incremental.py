@@ -13,8 +13,8 @@ import pytest
 from conftest import Project
 from package_build import build_inplace
 
-# Files every op contributes to: registry, public functions, bindings, review tables.
-SHARED = {"csrc/bindings.cpp", "rlkernels/_registry.py", "rlkernels/_ops.py", "rlkernels/_checks.py", "rlkernels/_references.py", "rlkernels/__init__.py", "README.md", "setup.py"}
+# Files every op contributes to: the package's data (registry, test cases), bindings, review tables.
+SHARED = {"csrc/bindings.cpp", "rlkernels/_catalog.json", "tests/contract_cases.json", "README.md", "setup.py"}
 
 
 def test_editing_one_op_rewrites_only_its_files_and_the_shared_tables(project: Project):

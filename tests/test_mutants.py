@@ -364,8 +364,8 @@ def test_embedding_backward_whose_order_changes_between_calls_is_caught(tmp_path
     outcomes = run_generated_tests(mutant.root, ["embedding_backward"], SELECT, tmp_path / "junit.xml")
     assert outcomes.returncode == 1 and outcomes.failing == {"test_deterministic"}, outcomes.output
     for dtype in DTYPES:
-        assert outcomes.tests[f"test_embedding_backward.py::test_deterministic[cpu-rows-{dtype}-out_fp32]"] == "failed", outcomes.tests
-    assert outcomes.tests["test_embedding_backward.py::test_deterministic[cpu-rows-float32-defaults]"] == "failed", outcomes.tests
+        assert outcomes.tests[f"test_deterministic[embedding_backward-cpu-rows-{dtype}-out_fp32]"] == "failed", outcomes.tests
+    assert outcomes.tests["test_deterministic[embedding_backward-cpu-rows-float32-defaults]"] == "failed", outcomes.tests
     assert set(outcomes.of("test_accuracy").values()) == {"passed"}
 
 
@@ -385,14 +385,16 @@ def test_embedding_backward_that_skips_a_position_is_caught(tmp_path):
 
 FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
     (
-        "    _checks.check_det_gemm(a, b)\n    M = a.shape[0]\n    N = b.shape[1]\n    c = a.new_empty((M, N), ",
-        "    _checks.check_det_gemm(a, b)\n    M = a.shape[0]\n    N = b.shape[1] + 1  # MUTANT\n    c = a.new_empty((M, N), ",
+        "        for dim, base, plus in op.derived_dims:\n            sizes[dim] = sizes[base] + plus\n",
+        "        for dim, base, plus in op.derived_dims:\n            sizes[dim] = sizes[base] + plus\n"
+        '        if op.name == "det_gemm":\n            sizes["N"] = sizes["N"] + 1  # MUTANT\n',
     )
 ]
 LOGP_BACKWARD_WITHOUT_AUTOGRAD = [
     (
-        '        torch.library.register_autograd(f"rlkernels::logp_backward{overload}", _backward_logp_backward)\n',
-        "        pass  # MUTANT: no autograd registered, so torch warns and differentiates to nothing\n",
+        '            torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)\n',
+        '            if op.name != "logp_backward":  # MUTANT: no autograd registered for it, so torch warns and differentiates to nothing\n'
+        '                torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)\n',
     )
 ]
 
@@ -401,7 +403,7 @@ def test_fake_kernel_with_a_wrong_shape_is_caught(built, tmp_path):
     """Mutant: det_gemm's fake kernel (what torch.compile and meta tensors see) claims one column
     more than the kernel returns.  Caught by test_opcheck (its fake-tensor check) and by the
     meta-tensor test, on every overload; the kernels themselves are untouched."""
-    mutant = build_mutant("rlkernels/_ops.py", FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE)
+    mutant = build_mutant("rlkernels/_public.py", FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE)
     outcomes = run_generated_tests(mutant.root, ["det_gemm"], "test_opcheck or test_public_function_on_meta_tensors or test_accuracy", tmp_path / "junit.xml")
     assert outcomes.failing == {"test_opcheck", "test_public_function_on_meta_tensors"}, outcomes.output
     assert set(outcomes.of("test_opcheck").values()) == {"failed"}
@@ -413,7 +415,7 @@ def test_op_without_autograd_is_caught(built, tmp_path):
     Caught by test_not_differentiable_is_refused, on the public function and the overload alike.
     Not by test_opcheck: opcheck's registration check only catches backend kernels that build
     autograd graphs themselves, not a missing autograd kernel."""
-    mutant = build_mutant("rlkernels/_ops.py", LOGP_BACKWARD_WITHOUT_AUTOGRAD)
+    mutant = build_mutant("rlkernels/_public.py", LOGP_BACKWARD_WITHOUT_AUTOGRAD)
     outcomes = run_generated_tests(mutant.root, ["logp_backward"], "test_opcheck or test_not_differentiable or test_accuracy", tmp_path / "junit.xml")
     assert outcomes.failing == {"test_not_differentiable_is_refused"}, outcomes.output
     assert set(outcomes.of("test_not_differentiable_is_refused").values()) == {"failed"}

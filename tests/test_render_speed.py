@@ -33,15 +33,15 @@ def test_rendering_in_worker_processes_gives_the_same_bytes() -> None:
         import sys
         from pathlib import Path
         from generator import render
-        from generator.pipeline import Layout, load_checked, produce_all
+        from generator.pipeline import Layout, load_checked, produce_all, runtime_files
         from generator.plan import make_plan
 
         layout = Layout(Path(sys.argv[1]))
-        jobs = make_plan(load_checked(layout))
+        jobs = make_plan(load_checked(layout), runtime_files(layout.runtime))
         env = render.make_environment(layout.templates)
-        parallel = render._render_parallel(jobs, env, 3)
+        parallel = render._render_parallel(jobs, env, 3, layout.root)
         assert parallel is not None, "the workers did not run"
-        serial = [render._render_job(env, job) for job in jobs]
+        serial = [render._render_job(env, job, layout.root) for job in jobs]
         differ = [job.path for job, a, b in zip(jobs, serial, parallel, strict=True) if a != b]
         assert differ == [], f"rendered differently by the workers: {differ}"
         whole, alone = produce_all(layout, workers=3), produce_all(layout, workers=1)
@@ -58,22 +58,22 @@ def test_workers_are_forked_only_from_a_process_without_other_threads() -> None:
         import threading
         from pathlib import Path
         from generator import render
-        from generator.pipeline import Layout, load_checked
+        from generator.pipeline import Layout, load_checked, runtime_files
         from generator.plan import make_plan
 
         layout = Layout(Path(sys.argv[1]))
-        jobs = make_plan(load_checked(layout))[:40]
+        jobs = make_plan(load_checked(layout), runtime_files(layout.runtime))[:40]
         env = render.make_environment(layout.templates)
         release = threading.Event()
         other = threading.Thread(target=release.wait)
         other.start()
         try:
-            assert render._render_parallel(jobs, env, 2) is None, "forked while another thread ran"
+            assert render._render_parallel(jobs, env, 2, layout.root) is None, "forked while another thread ran"
         finally:
             release.set()
             other.join()
-        alone = [render._render_job(env, job) for job in jobs]
-        assert render._render_parallel(jobs, env, 2) == alone, "no workers once the other thread ended"
+        alone = [render._render_job(env, job, layout.root) for job in jobs]
+        assert render._render_parallel(jobs, env, 2, layout.root) == alone, "no workers once the other thread ended"
         """
     )
 
@@ -222,9 +222,9 @@ def test_package_files_that_never_see_the_platform_are_rendered_once_for_every_p
 
 def test_a_shared_package_template_that_uses_the_platform_fails_to_render(project: Project, capsys) -> None:
     """It would otherwise give every package the first package's file."""
-    project.edit("templates/package/_ops.py.j2", '"""Public functions,', '"""{{ platform.name }}: public functions,')
+    project.edit("templates/package/rlk_abi.h.j2", "// The calling convention shared", "// {{ platform.name }}: the calling convention shared")
     before = project.snapshot()
     assert project.run("generate") != 0
     err = capsys.readouterr().err
-    assert "templates/package/_ops.py.j2: while rendering cpu/rlkernels/_ops.py: 'platform' is undefined" in err and "specs/ops/" not in err, err
+    assert "templates/package/rlk_abi.h.j2: while rendering cpu/csrc/rlk_abi.h: 'platform' is undefined" in err and "specs/ops/" not in err, err
     assert project.snapshot() == before

@@ -133,20 +133,24 @@ def test_rocm_tensors_are_told_apart_from_cuda_by_torch_version_hip():
     assert "this build carries kernels for cuda, cpu, not for rocm tensors" in message and "+rocm<version>" in message
 
 
-def test_a_hand_edited_registry_fails_closed():
-    """Even if the registry were edited to list a backend without the contract, the runtime refuses it."""
-    out = run_in_package(
-        "cpu",
-        """
-        import rlkernels
-        from rlkernels import _registry, _runtime
-        op = _registry.OPS["det_gemm"]
-        op.backends["cpu"] = ("torch_matmul",)
-        _runtime._CHOSEN.clear()
-        try:
-            _runtime.select_backend("det_gemm", "cpu")
-        except rlkernels.UnsupportedError as exc:
-            print(exc)
-        """,
-    )
-    assert "torch_matmul lacks batch_invariant, deterministic" in out
+def test_the_registry_lists_exactly_the_backends_the_admission_rule_admits():
+    """One owner of the rule: every package's registry lists, per op and carried platform, the
+    spec's backends that ``admission.admissible`` accepts -- the verdict the contract guard refuses
+    a spec by and ``explain`` words -- in the spec's order; the runtime only picks the first that
+    can run, and never re-decides what keeps a contract."""
+    import json
+
+    from generator.admission import admissible
+    from generator.explain import verdict
+    from generator.load import load_catalog
+
+    catalog = load_catalog(REPO / "specs", REPO)
+    for package in ("cpu", "cuda", "rocm", "musa"):
+        build = json.loads((REPO / "generated" / package / "rlkernels/_build.json").read_text())
+        for op in catalog.ops:
+            for platform, listed in build["backends"][op.name].items():
+                expected = [name for name in op.backends[platform] if admissible(op, platform, name).accepted]
+                assert listed == expected == list(op.backends[platform]), (package, op.name, platform)
+                assert all(verdict(op, platform, name)[0] for name in listed)
+    runtime = (REPO / "runtime/rlkernels/_runtime.py").read_text()
+    assert "guarantees" not in runtime.split("def _choose_backend", 1)[1], "the runtime restates the admission rule"

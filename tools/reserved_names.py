@@ -10,8 +10,7 @@ sources themselves rather than by hand:
 - C/C++ types, enumerators and variables declared at global scope: a scan of the same headers
   preprocessed with ``g++ -E``;
 - C/C++ functions declared at global scope that the generated sources call unqualified;
-- Python keywords and builtins (``keyword``, ``builtins``) and the module-level names of every
-  generated Python file (read with ``ast`` from generated/, less the names the specs put there).
+- Python keywords (``keyword``): spec names reach the package's Python only as data.
 
 Only names a spec could spell are kept (lower-case identifiers, upper-case dimension names), so
 the file stays small.  Run it after changing a template's includes or a toolkit:
@@ -23,8 +22,6 @@ the file stays small.  Run it after changing a template's includes or a toolkit:
 from __future__ import annotations
 
 import argparse
-import ast
-import builtins
 import json
 import keyword
 import re
@@ -228,47 +225,12 @@ def cpp_names() -> tuple[dict[str, list[str]], list[str]]:
     return {"cpp_macros": _spellable(macros), "cpp_types": _spellable(types - _CPP_KEYWORDS), "cpp_functions": _spellable(called)}, provenance
 
 
-def spec_strings() -> set[str]:
-    """Every string a spec file holds: what the specs put into generated modules is not reserved."""
-    import yaml
-
-    out: set[str] = set()
-
-    def walk(node: object) -> None:
-        if isinstance(node, str):
-            out.add(node)
-        elif isinstance(node, dict):
-            for key, value in node.items():
-                out.add(str(key))
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    for path in (REPO / "specs").rglob("*.yaml"):
-        walk(yaml.safe_load(path.read_text()))
-    return out
-
-
 def python_names() -> dict[str, list[str]]:
-    module: set[str] = set()
-    for path in (REPO / "generated").glob("*/rlkernels/*.py"):
-        tree = ast.parse(path.read_text())
-        for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                module.add(node.name)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                module |= {(a.asname or a.name).split(".")[0] for a in node.names}
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    module |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-    ops = {p.stem for p in (REPO / "specs/ops").glob("*.yaml")}  # names the plan derives from an op's (check_<op>)
-    return {
-        "python_keywords": sorted({*keyword.kwlist, *keyword.softkwlist}),
-        "python_builtins": _spellable(set(dir(builtins))),
-        "python_module_names": _spellable({n for n in module - spec_strings() if not any(op in n for op in ops)}),
-    }
+    """Python's keywords, which no parameter may be named.  Spec names reach the package's Python
+    only as data (its registry is JSON), never as identifiers, so nothing else of Python's is
+    reserved; op names, which become the package's attributes, are checked against the package's
+    own names by the generator (generator/runtime_tree.py)."""
+    return {"python_keywords": sorted({*keyword.kwlist, *keyword.softkwlist})}
 
 
 def build() -> dict[str, object]:

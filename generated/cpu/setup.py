@@ -179,7 +179,9 @@ setup(
     version=f"{BASE_VERSION}+{local_label()}.{TORCH_TAG}",
     description="Deterministic, batch-invariant kernels for RL training, generated for every platform",
     packages=["rlkernels"],
-    python_requires=">=3.9",
+    # The registry's data: the ops, the platforms and this build's platform (the package reads them at import).
+    package_data={"rlkernels": ["_catalog.json", "_build.json"]},
+    python_requires=">=3.10",
     install_requires=[TORCH_REQUIREMENT, *(f"{name}=={release(name)}" for name in PINS)],
     # The transformers integration (rlkernels.transformers) is optional.
     extras_require={"transformers": ["transformers>=5.24,<6"]},

@@ -1,0 +1,87 @@
+"""The input checks of an op, derived from its signature once.
+
+The C++ bindings render them as ``TORCH_CHECK``s and the Python runtime reads them as data; both
+give the same message, each followed by what it got (", got shape [3, 4]").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .signature import Signature
+
+CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "count_nonzero", "contiguous"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One input check.  ``message`` is the fixed part, shared by both languages."""
+
+    kind: CheckKind
+    arg: str
+    message: str
+    optional: bool = False
+    """The argument may be None; the check applies only when it is given."""
+    rank: int = 0
+    dtypes: tuple[str, ...] = ()
+    other: str = ""
+    axis: int = 0
+    other_axis: int = 0
+    multiple_of: int = 1
+    dim: str = ""
+
+
+def _words(items: tuple[str, ...]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def input_checks(sig: Signature) -> tuple[Check, ...]:
+    """Every check of the op's inputs, in the order they run: ranks, dtypes, devices, shared
+    dimensions, the spec's constraints, contiguity."""
+    spec = sig.spec
+    op = spec.name
+    first = spec.args[0].name
+    out: list[Check] = []
+    for a in spec.args:
+        dims = ", ".join(a.shape)
+        out.append(Check("rank", a.name, f"{op}: argument '{a.name}' must be {len(a.shape)}-D with shape [{dims}]", rank=len(a.shape)))
+    for a in spec.args:
+        leader = sig.dtype_leader(a.dtype) if a.dtype in spec.dtype_vars else a
+        if leader.name == a.name:
+            allowed = sig.allowed_dtypes(a)
+            out.append(Check("dtype", a.name, f"{op}: argument '{a.name}' must have dtype {_words(allowed)}", dtypes=allowed))
+        else:
+            out.append(Check("same_dtype", a.name, f"{op}: argument '{a.name}' must have the same dtype as argument '{leader.name}' ({a.dtype})", other=leader.name))
+    for a in spec.args[1:]:
+        out.append(Check("same_device", a.name, f"{op}: argument '{a.name}' must be on the same device as argument '{first}'", other=first))
+    for c in sig.dim_checks:
+        out.append(
+            Check(
+                "dim",
+                c.arg,
+                f"{op}: dimension {c.dim} of argument '{c.arg}' (axis {c.axis}) must equal dimension {c.dim} of argument '{c.bound.arg}' (axis {c.bound.axis})",
+                axis=c.axis,
+                other=c.bound.arg,
+                other_axis=c.bound.axis,
+                dim=c.dim,
+            )
+        )
+    bound = {d.dim: d for d in sig.dims}
+    for constraint in spec.constraints:
+        b = bound[constraint.dim]
+        where = f"dimension {constraint.dim} (axis {b.axis} of argument '{b.arg}')"
+        if constraint.count_nonzero_of is not None:
+            message = f"{op}: {where} must equal the number of nonzero entries of argument '{constraint.count_nonzero_of}'"
+            out.append(Check("count_nonzero", b.arg, message, axis=b.axis, other=constraint.count_nonzero_of, dim=constraint.dim))
+        elif constraint.multiple_of_dim is not None:
+            d = bound[constraint.multiple_of_dim]
+            message = f"{op}: {where} must be a multiple of dimension {d.dim} (axis {d.axis} of argument '{d.arg}')"
+            out.append(Check("multiple_of_dim", b.arg, message, axis=b.axis, other=d.arg, other_axis=d.axis, dim=constraint.dim))
+        else:
+            message = f"{op}: {where} must be a multiple of {constraint.multiple_of}"
+            out.append(Check("multiple_of", b.arg, message, axis=b.axis, multiple_of=constraint.multiple_of or 1, dim=constraint.dim))
+    for a in spec.args:
+        out.append(Check("contiguous", a.name, f"{op}: argument '{a.name}' must be contiguous (call .contiguous() on it)", rank=len(a.shape)))
+    optional = {a.name for a in spec.args if a.optional}
+    return tuple(replace(c, optional=c.arg in optional) for c in out)

@@ -1,0 +1,69 @@
+"""The one way the generator reads a file it did not write: a regular file, bounded in size.
+
+A FIFO, a device, a socket or a directory is refused before it is opened; the file is opened
+non-blocking, so that one swapped in meanwhile is refused too instead of blocking or being read
+forever; at most ``limit`` + 1 bytes are read (enough to tell that it is too large); a file that
+must lie inside a folder is refused when it resolves (through any symbolic link) outside it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+class FileProblem(Exception):
+    """Why a file was not read, in words for a message (``not a regular file (a FIFO)``).
+    ``kind``: "special" (not a regular file), "outside" (resolves outside ``inside``) or "unreadable"."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def kind_of(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ]
+    return next((what for test, what in kinds if test(mode)), "not a file")
+
+
+def read_regular(file: Path, limit: int, inside: Path | None = None, follow_links: bool = True) -> bytes:
+    """At most ``limit`` + 1 bytes of the regular file ``file``; ``FileProblem`` otherwise.
+    ``inside``: a folder the file must resolve into.  ``follow_links``: False refuses a symbolic
+    link itself."""
+    try:
+        info = os.stat(file) if follow_links else os.lstat(file)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileProblem(f"not a regular file ({kind_of(info.st_mode)})", "special")
+        if inside is not None:
+            real, real_inside = file.resolve(), inside.resolve()
+            if real_inside not in real.parents:
+                raise FileProblem(f"a symbolic link to {real}, outside the project", "outside")
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(file, flags)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symbolic link loop (resolve)
+        raise FileProblem(f"cannot read file: {getattr(exc, 'strerror', None) or exc}", "unreadable") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileProblem(f"not a regular file ({kind_of(mode)})", "special")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise FileProblem(f"cannot read file: {exc.strerror or exc}", "unreadable") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)

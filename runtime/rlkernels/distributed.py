@@ -1,0 +1,438 @@
+"""Tensor-parallel layers whose bits do not depend on the parallel layout, over torch.distributed.
+
+    import torch.distributed as dist
+    import rlkernels.distributed as rlkd
+    dist.init_process_group("gloo", ...)           # any backend: only all_gather is used
+    up = rlkd.ColumnParallelLinear(hidden, ffn)    # each rank holds ffn / world rows of the weight
+    down = rlkd.RowParallelLinear(ffn, hidden)     # each rank holds ffn / world columns
+    y = down(up(x))                                # replicated y: the same bits for any world size
+    lp, entropy = rlkd.linear_logp(h, head_shard, ids)
+
+A row-parallel linear sums partial products across ranks.  ``all_reduce`` sums them in the
+backend's order (a ring, a tree, chunks per link), so the bits change with the number of ranks.
+Here the combine is the op's: every rank all-gathers the partial results and adds them in the
+K-tree's fixed pairwise order, ((p0 + p1) + (p2 + p3)) ...  Each partial is ``det_gemm_ktree``
+over the rank's contiguous part of K, which is a whole subtree of the K-tree over all of K (the
+spec's ``layout_invariant``), so for a power-of-two number of ranks and K a multiple of
+LEAF (32) x world size, every layout gives the bits of one device -- forward and
+backward.  The vocabulary-parallel ``linear_logp`` combines maxima and sums of exponentials the
+same way, over fixed leaves of the vocabulary.
+
+The price: the K-tree product is bf16 at every node and runs on the portable kernel, and the
+gather moves world-size times the bytes of a reduce-scatter (each rank receives every partial).
+Only bfloat16 is accepted: float32 has no layout-invariant product here, and silently falling
+back to one that is not would break the promise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from . import _ops
+from ._registry import OPS, PACKAGE
+
+LEAF: int = OPS["det_gemm_ktree"].reduction.leaf  # type: ignore[union-attr,assignment]
+"""Width of a K-tree leaf (det_gemm_ktree's ``reduction.leaf``): every rank's part of a split
+dimension is a whole number of leaves, so it is a whole subtree."""
+VOCAB_LEAF = 32
+"""Vocabulary entries per leaf of linear_logp's sums and per call of exp: a rank's part of the
+vocabulary is a whole number of them."""
+
+Reduce = Literal["tree", "all_reduce"]
+"""``tree``: the fixed-order combine (layout-invariant).  ``all_reduce``: torch.distributed's
+all_reduce in the backend's order, which is not; kept as the baseline it replaces, for the
+bench and for tests that show the difference."""
+
+__all__ = [
+    "LEAF",
+    "VOCAB_LEAF",
+    "ColumnParallelLinear",
+    "LayoutError",
+    "RowParallelLinear",
+    "column_parallel_linear",
+    "gather_last_dim",
+    "linear_logp",
+    "row_parallel_linear",
+    "scatter_last_dim",
+    "shard",
+]
+
+
+class LayoutError(ValueError):
+    """A shape, dtype or process group for which the result would depend on the parallel layout."""
+
+
+# --------------------------------------------------------------------------------------------
+# Process group, checks, and the fixed-order combine
+# --------------------------------------------------------------------------------------------
+
+
+def _world(group: Any) -> tuple[int, int]:
+    """(rank, world size) in ``group``; a power of two, or a clear error."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError(f"{PACKAGE}.distributed needs torch.distributed initialised: call torch.distributed.init_process_group first")
+    world = dist.get_world_size(group)
+    if world & (world - 1):
+        raise LayoutError(f"group: expected a power-of-two number of ranks (1, 2, 4, 8, ...: the K-tree's pairwise combine), got {world}")
+    return dist.get_rank(group), world
+
+
+def _check_reduce(reduce: str) -> None:
+    if reduce not in ("tree", "all_reduce"):
+        raise ValueError(f"reduce: expected 'tree' or 'all_reduce', got {reduce!r}")
+
+
+def _check_bf16(name: str, tensor: torch.Tensor) -> None:
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dtype != torch.bfloat16:
+        raise LayoutError(
+            f"{name}: expected dtype torch.bfloat16 (the K-tree product is bf16 in and out; no float32 product here is "
+            f"layout-invariant), got {tensor.dtype}"
+        )
+
+
+def _check_split(name: str, size: int, what: str, leaf: int) -> None:
+    if size == 0 or size % leaf:
+        raise LayoutError(f"{name}: {what} must be a positive multiple of {leaf} (whole leaves of the tree), got {size}")
+
+
+def _pairwise(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """((p0 + p1) + (p2 + p3)) ...: the mid-split tree over the ranks' parts, each add in their dtype."""
+    if len(parts) == 1:
+        return parts[0]
+    mid = len(parts) // 2
+    return _pairwise(parts[:mid]) + _pairwise(parts[mid:])
+
+
+def _all_gather(tensor: torch.Tensor, group: Any) -> list[torch.Tensor]:
+    tensor = tensor.contiguous()
+    if dist.get_world_size(group) == 1:
+        return [tensor]
+    parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, tensor, group=group)
+    return parts
+
+
+def _combine(partial: torch.Tensor, group: Any, reduce: str) -> torch.Tensor:
+    """The sum of every rank's ``partial``, in the fixed pairwise order (``tree``) or the backend's."""
+    if reduce == "all_reduce":
+        total = partial.contiguous().clone()
+        if dist.get_world_size(group) > 1:
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group)
+        return total
+    return _pairwise(_all_gather(partial, group))
+
+
+def _ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with the K-tree order; a reduction dimension that is not split across ranks is
+    padded with zeros to whole leaves (the same padding at every world size)."""
+    k = a.shape[1]
+    pad = -k % LEAF
+    if pad:
+        a = torch.cat([a, a.new_zeros(a.shape[0], pad)], dim=1)
+        b = torch.cat([b, b.new_zeros(pad, b.shape[1])], dim=0)
+    return _ops.det_gemm_ktree(a.contiguous(), b.contiguous())
+
+
+def _rows(x: torch.Tensor, name: str, features: int) -> torch.Tensor:
+    """[..., features] as [rows, features]."""
+    if x.dim() < 1 or x.shape[-1] != features:
+        raise LayoutError(f"{name}: expected a last dimension of {features}, got shape {tuple(x.shape)}")
+    return x.reshape(-1, features)
+
+
+# --------------------------------------------------------------------------------------------
+# Column- and row-parallel linear layers
+# --------------------------------------------------------------------------------------------
+
+
+class _ColumnParallel(torch.autograd.Function):
+    """y[:, part] = x @ weight_part.T; the input's gradient sums over the output parts."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, group: Any, reduce: str) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.group, ctx.reduce = group, reduce
+        return _ktree(x, weight.t())
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_x = _combine(_ktree(grad, weight), ctx.group, ctx.reduce) if ctx.needs_input_grad[0] else None
+        grad_w = _ktree(grad.t(), x) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w, None, None
+
+
+class _RowParallel(torch.autograd.Function):
+    """y = sum over ranks of x_part @ weight_part.T, combined in the fixed order."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, group: Any, reduce: str) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return _combine(_ktree(x, weight.t()), group, reduce)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        x, weight = ctx.saved_tensors
+        grad = grad.contiguous()  # replicated: every rank holds the same gradient of y
+        grad_x = _ktree(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_w = _ktree(grad.t(), x) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_w, None, None
+
+
+def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, *, group: Any = None, reduce: Reduce = "tree") -> torch.Tensor:
+    """``x @ weight.T`` for this rank's rows of the weight ([out / world, in]): the output's part
+    [..., out / world].  ``x`` is replicated; its gradient sums every rank's in the fixed order,
+    so ``out / world`` must be a multiple of LEAF."""
+    _world(group)
+    _check_reduce(reduce)
+    _check_bf16("x", x)
+    _check_bf16("weight", weight)
+    if weight.dim() != 2:
+        raise LayoutError(f"weight: expected 2 dimensions [out / world, in], got shape {tuple(weight.shape)}")
+    _check_split("weight", weight.shape[0], "this rank's rows (out / world)", LEAF)
+    rows = _rows(x, "x", weight.shape[1])
+    y = _ColumnParallel.apply(rows.contiguous(), weight, group, reduce)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, *, group: Any = None, reduce: Reduce = "tree") -> torch.Tensor:
+    """``x @ weight.T`` summed over ranks, for this rank's part of the inputs ``x`` [..., in / world]
+    and columns of the weight ([out, in / world]): the replicated output [..., out].  ``in / world``
+    must be a multiple of LEAF."""
+    _world(group)
+    _check_reduce(reduce)
+    _check_bf16("x", x)
+    _check_bf16("weight", weight)
+    if weight.dim() != 2:
+        raise LayoutError(f"weight: expected 2 dimensions [out, in / world], got shape {tuple(weight.shape)}")
+    _check_split("weight", weight.shape[1], "this rank's columns (in / world)", LEAF)
+    rows = _rows(x, "x", weight.shape[1])
+    y = _RowParallel.apply(rows.contiguous(), weight, group, reduce)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def shard(full: torch.Tensor, dim: int, *, group: Any = None) -> torch.Tensor:
+    """This rank's contiguous part of ``full`` along ``dim`` (a copy), as the layers hold it."""
+    rank, world = _world(group)
+    if full.shape[dim] % world:
+        raise LayoutError(f"full: dimension {dim} ({full.shape[dim]}) must divide evenly among {world} ranks")
+    size = full.shape[dim] // world
+    return full.narrow(dim, rank * size, size).contiguous().clone()
+
+
+class _GatherLastDim(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
+        ctx.group, ctx.size = group, x.shape[-1]
+        return torch.cat(_all_gather(x, group), dim=-1)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        rank = dist.get_rank(ctx.group)
+        return grad.narrow(-1, rank * ctx.size, ctx.size).contiguous(), None
+
+
+class _ScatterLastDim(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        ctx.group = group
+        size = x.shape[-1] // world
+        return x.narrow(-1, rank * size, size).contiguous()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return torch.cat(_all_gather(grad, ctx.group), dim=-1), None
+
+
+def gather_last_dim(x: torch.Tensor, *, group: Any = None) -> torch.Tensor:
+    """Every rank's ``x`` side by side along the last dimension (rank order); the gradient of
+    each rank's part goes back to it.  No arithmetic: the bits are the parts'."""
+    _world(group)
+    return _GatherLastDim.apply(x, group)
+
+
+def scatter_last_dim(x: torch.Tensor, *, group: Any = None) -> torch.Tensor:
+    """This rank's contiguous part of a replicated ``x`` along the last dimension; the gradient
+    is every rank's part's, gathered."""
+    _, world = _world(group)
+    if x.shape[-1] % world:
+        raise LayoutError(f"x: last dimension ({x.shape[-1]}) must divide evenly among {world} ranks")
+    return _ScatterLastDim.apply(x, group)
+
+
+class ColumnParallelLinear(nn.Module):
+    """``nn.Linear(in_features, out_features, bias=False)`` whose weight rows are split across
+    the group; the output is this rank's part [..., out_features / world]."""
+
+    def __init__(self, in_features: int, out_features: int, *, group: Any = None, reduce: Reduce = "tree", device: Any = None) -> None:
+        super().__init__()
+        _, world = _world(group)
+        _check_reduce(reduce)
+        _check_split("out_features", out_features, f"out_features / world size ({world})", LEAF * world)
+        self.in_features, self.out_features, self.group, self.reduce = in_features, out_features, group, reduce
+        self.weight = nn.Parameter(torch.empty(out_features // world, in_features, dtype=torch.bfloat16, device=device))
+
+    def load_full(self, weight: torch.Tensor) -> None:
+        """Take this rank's rows of the full [out_features, in_features] weight."""
+        with torch.no_grad():
+            self.weight.copy_(shard(weight, 0, group=self.group))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return column_parallel_linear(x, self.weight, group=self.group, reduce=self.reduce)
+
+
+class RowParallelLinear(nn.Module):
+    """``nn.Linear(in_features, out_features, bias=False)`` whose weight columns are split
+    across the group; it takes this rank's part of the inputs [..., in_features / world] (a
+    column-parallel layer's output) and returns the replicated [..., out_features]."""
+
+    def __init__(self, in_features: int, out_features: int, *, group: Any = None, reduce: Reduce = "tree", device: Any = None) -> None:
+        super().__init__()
+        _, world = _world(group)
+        _check_reduce(reduce)
+        _check_split("in_features", in_features, f"in_features / world size ({world})", LEAF * world)
+        self.in_features, self.out_features, self.group, self.reduce = in_features, out_features, group, reduce
+        self.weight = nn.Parameter(torch.empty(out_features, in_features // world, dtype=torch.bfloat16, device=device))
+
+    def load_full(self, weight: torch.Tensor) -> None:
+        """Take this rank's columns of the full [out_features, in_features] weight."""
+        with torch.no_grad():
+            self.weight.copy_(shard(weight, 1, group=self.group))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return row_parallel_linear(x, self.weight, group=self.group, reduce=self.reduce)
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary-parallel log-probabilities
+# --------------------------------------------------------------------------------------------
+
+
+# torch does not promise that its elementwise exp and log give an element the same bits in the
+# vectorised loop and in a scalar tail (they are different code), and threads split a long call
+# into ranges with tails of their own.  So every call here has a shape that does not depend on the
+# number of ranks, and at most BLOCK elements, below torch's grain: no thread count splits it.
+# (torch 2.13 on x86 was seen to agree in both cases; this does not rely on it.)
+BLOCK = 16384
+
+
+def _blocked(fn: Any, x: torch.Tensor) -> torch.Tensor:
+    """``fn`` over ``x`` in fixed blocks of BLOCK elements (row-major), each its own call."""
+    flat = x.contiguous().reshape(-1)
+    return torch.cat([fn(part) for part in flat.split(BLOCK)]).reshape(x.shape) if flat.numel() else fn(x)
+
+
+def _exp_leaves(z: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """exp(z - shift) over [N, L * VOCAB_LEAF], one leaf's [N, VOCAB_LEAF] at a time: the same calls
+    on the same values whatever the number of ranks."""
+    column = shift.unsqueeze(1)
+    return torch.cat([_blocked(torch.exp, z[:, i : i + VOCAB_LEAF] - column) for i in range(0, z.shape[1], VOCAB_LEAF)], dim=1)
+
+
+def _leaf_tree(values: torch.Tensor) -> torch.Tensor:
+    """Per row, the sum of [N, L * VOCAB_LEAF]: each leaf by a balanced pairwise tree of its
+    entries, then the L leaves by mid-split, all float32 adds."""
+    rows = values.shape[0]
+    leaves = values.reshape(rows, -1, VOCAB_LEAF)
+    while leaves.shape[2] > 1:
+        leaves = leaves[:, :, 0::2] + leaves[:, :, 1::2]
+    return _pairwise([leaves[:, i, 0] for i in range(leaves.shape[1])])
+
+
+class _VocabParallelLogp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, group: Any, ignore_index: int, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        part = weight.shape[0]
+        start = rank * part
+        z = _ops.det_linear(h, weight, None, out_fp32=True)  # [N, part] float32, each logit alone
+        local_max = z.amax(dim=1) if part else z.new_full((z.shape[0],), -float("inf"))
+        maxima = torch.stack(_all_gather(local_max, group))  # the max is exact in any order
+        m = maxima.amax(dim=0)
+        m = torch.where(maxima.isnan().any(dim=0), torch.full_like(m, float("nan")), m)
+        shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        e = _exp_leaves(z, shift)
+        sums = torch.stack([_leaf_tree(e), _leaf_tree(e * z)], dim=0)  # [2, N]
+        if reduce == "all_reduce":
+            total = _combine(sums, group, "all_reduce")
+        else:
+            total = _pairwise(_all_gather(sums, group))
+        s, zs = total[0], total[1]
+        lse = shift + _blocked(torch.log, s)
+        # The selected logit: its owner's, by rank, never a sum of zeros from the others.
+        local = (ids >= start) & (ids < start + part)
+        picked = torch.where(local, z.gather(1, (ids - start).clamp(0, max(part - 1, 0)).unsqueeze(1)).squeeze(1), torch.zeros_like(lse))
+        picks = torch.stack(_all_gather(picked, group))
+        owner = torch.div(ids, part, rounding_mode="floor").clamp(0, world - 1)
+        target = picks.gather(0, owner.unsqueeze(0)).squeeze(0)
+        vocab = part * world
+        valid = (ids >= 0) & (ids < vocab)
+        ignored = ids == ignore_index
+        lp = torch.where(valid, target - lse, torch.full_like(lse, float("nan")))
+        entropy = lse - torch.where(s > 0, zs / s, torch.zeros_like(s))
+        zero = torch.zeros_like(lse)
+        lp, entropy, lse = (torch.where(ignored, zero, t) for t in (lp, entropy, lse))
+        ctx.save_for_backward(h, weight, ids, lse, entropy)
+        ctx.group, ctx.ignore_index, ctx.reduce, ctx.start = group, ignore_index, reduce, start
+        return lp, entropy
+
+    @staticmethod
+    def backward(ctx: Any, grad_lp: torch.Tensor | None, grad_entropy: torch.Tensor | None) -> tuple[Any, ...]:
+        h, weight, ids, lse, entropy = ctx.saved_tensors
+        part = weight.shape[0]
+        z = _ops.det_linear(h, weight, None, out_fp32=True)
+        p = _exp_leaves(z, lse)
+        grad_z = torch.zeros_like(z)
+        if grad_lp is not None:
+            local = (ids >= ctx.start) & (ids < ctx.start + part)
+            onehot = torch.zeros_like(z)
+            onehot.scatter_(1, (ids - ctx.start).clamp(0, max(part - 1, 0)).unsqueeze(1), local.to(z.dtype).unsqueeze(1))
+            vocab = part * dist.get_world_size(ctx.group)
+            g = torch.where((ids >= 0) & (ids < vocab), grad_lp, torch.full_like(grad_lp, float("nan")))
+            grad_z = grad_z + g.unsqueeze(1) * (onehot - p)
+        if grad_entropy is not None:
+            grad_z = grad_z + grad_entropy.unsqueeze(1) * (p * ((lse - entropy).unsqueeze(1) - z))
+        grad_z = torch.where((ids == ctx.ignore_index).unsqueeze(1), torch.zeros_like(grad_z), grad_z).to(torch.bfloat16)
+        grad_h = _combine(_ktree(grad_z, weight), ctx.group, ctx.reduce) if ctx.needs_input_grad[0] else None
+        grad_w = _ktree(grad_z.t(), h) if ctx.needs_input_grad[1] else None
+        return grad_h, grad_w, None, None, None, None
+
+
+def linear_logp(
+    h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, *, group: Any = None, ignore_index: int = -100, reduce: Reduce = "tree"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of ``ids`` and the softmax's entropy from hidden states ``h`` [..., H] and
+    this rank's rows of the LM head's weight ([V / world, H], rank r holding rows r V / world
+    onwards); both replicated, float32, shaped like ``ids``.
+
+    Logits are ``det_linear``'s (float32, each alone); the maximum is gathered (exact in any
+    order); exp(z - max) and exp(z - max) z are summed over leaves of {VOCAB_LEAF} entries by
+    a pairwise tree, the leaves by mid-split, and the ranks' sums pairwise in rank order -- one
+    tree over the whole vocabulary for every power-of-two world size.  ``V / world`` must be a
+    multiple of VOCAB_LEAF and of LEAF (the backward's K-tree over the vocabulary).  The
+    gradient of ``h`` sums the ranks' parts in the same fixed order; rows whose id is
+    ``ignore_index`` give 0 and no gradient; other ids outside [0, V) give NaN.
+    """
+    _world(group)
+    _check_reduce(reduce)
+    _check_bf16("h", h)
+    _check_bf16("weight", weight)
+    if weight.dim() != 2:
+        raise LayoutError(f"weight: expected 2 dimensions [V / world, H], got shape {tuple(weight.shape)}")
+    _check_split("weight", weight.shape[0], "this rank's rows (V / world)", max(LEAF, VOCAB_LEAF))
+    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64:
+        raise LayoutError(f"ids: expected an int64 tensor, got {getattr(ids, 'dtype', type(ids).__name__)}")
+    rows = _rows(h, "h", weight.shape[1])
+    if ids.shape != h.shape[:-1]:
+        raise LayoutError(f"ids: expected shape {tuple(h.shape[:-1])} (h's leading dimensions), got {tuple(ids.shape)}")
+    lp, entropy = _VocabParallelLogp.apply(rows.contiguous(), weight, ids.reshape(-1).contiguous(), group, ignore_index, reduce)
+    return lp.reshape(ids.shape), entropy.reshape(ids.shape)

@@ -1,0 +1,722 @@
+"""Batch-invariant Hugging Face transformers decoders: an attention backend, a model patcher, token log-probs.
+
+    import rlkernels.transformers as rlkt
+    rlkt.patch(model)                            # every op of the model now runs on rlkernels
+    lp = rlkt.token_logprobs(model, input_ids, attention_mask)
+
+``patch`` swaps the forward of each module it recognises by structure (linear layers,
+embeddings, RMS norms, the SiLU-gated MLP, rotary embedding, Llama-style attention) and sets
+the attention implementation to ``"rlkernels"``; parameters and state dict stay as
+they are, and ``unpatch`` restores the model exactly.  A module it cannot convert makes it
+refuse the whole model, naming the module, rather than leave a batch-variant op in place.
+
+Importing this module registers the attention backend, so ``attn_implementation="rlkernels"``
+also works on its own (``from_pretrained(..., attn_implementation="rlkernels")``); it needs the
+optional dependency ``pip install 'rlkernels[transformers]'``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from . import _ops
+from ._registry import PACKAGE, TOLERANCES
+
+try:
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
+except ImportError as exc:  # an optional extra: say which one, not only what failed
+    raise ImportError(
+        f"{PACKAGE}.transformers needs the optional dependency transformers: "
+        f"pip install '{PACKAGE}[transformers]' (importing it failed: {exc})"
+    ) from exc
+
+ATTN_IMPLEMENTATION = PACKAGE
+"""The name the attention backend is registered under with transformers' AttentionInterface."""
+
+__all__ = [
+    "ATTN_IMPLEMENTATION",
+    "PatchError",
+    "RotaryPositions",
+    "attention_forward",
+    "batch_invariant",
+    "is_patched",
+    "patch",
+    "token_logprobs",
+    "unpatch",
+]
+
+
+class PatchError(ValueError):
+    """The model holds something ``patch`` cannot make batch-invariant; nothing was changed."""
+
+
+# --------------------------------------------------------------------------------------------
+# Attention backend
+# --------------------------------------------------------------------------------------------
+
+
+class _VarlenLayout(NamedTuple):
+    """Where a padded [B, T] batch's tokens go in the packed, variable-length layout of the attention op."""
+
+    key_order: torch.Tensor  # [B*TK] int64: packed key i is flattened key key_order[i]
+    query_order: torch.Tensor  # [B*TQ] int64: packed query i is flattened query query_order[i]
+    query_place: torch.Tensor  # [B*TQ] int64: flattened query j is packed query query_place[j]
+    cu_seqlens_q: torch.Tensor  # [B*TK + 1] int32
+    cu_seqlens_k: torch.Tensor  # [B*TK + 1] int32
+    query_valid: torch.Tensor  # [B, TQ] bool: false for padding, whose output is zero
+
+
+def _varlen_layout(
+    batch: int, tq: int, tk: int, mask: torch.Tensor | None, position_ids: torch.Tensor | None, device: torch.device
+) -> _VarlenLayout:
+    """The packed layout of a padded or packed batch, with shapes fixed by (batch, tq, tk) alone.
+
+    A sequence is the valid keys of a row (padding: the 2-D mask's zeros), or, with no mask and no
+    past keys, each run of positions counting up by one (packing: position_ids restart).  Its keys
+    are packed back to back in ascending position; every padding key is a sequence of its own,
+    so it is never seen by a real token.  Queries are the last ``tq`` keys of each row (of the
+    first ``mask.shape[1]`` ones, for a static cache), so the op's causal masking, aligned to the
+    end of each sequence's keys, is the model's.  There is one sequence slot per key (most of them
+    empty), which keeps every shape independent of the data: no host synchronisation, no
+    data-dependent shape under torch.compile.
+    """
+    positions = torch.arange(tk, device=device)
+    if mask is None:
+        key_valid = torch.ones(batch, tk, dtype=torch.bool, device=device)
+        mask_len = tk
+    else:
+        mask = mask.to(device=device, dtype=torch.bool)
+        if mask.shape[1] >= tk:  # longer than the keys: a sliding-window layer keeps the last tk
+            key_valid, mask_len = mask[:, mask.shape[1] - tk :], tk
+        else:  # a static cache: slots past the mask are unused
+            key_valid = torch.cat([mask, mask.new_zeros(batch, tk - mask.shape[1])], dim=1)
+            mask_len = mask.shape[1]
+    if mask is None and tq == tk and position_ids is not None:
+        # Packing, as transformers detects it: a sequence starts where a position is not the previous + 1.
+        pos = position_ids.to(device).expand(batch, tq)
+        starts = torch.ones(batch, tk, dtype=torch.bool, device=device)
+        starts[:, 1:] = pos[:, 1:] != pos[:, :-1] + 1
+        first = torch.cummax(torch.where(starts, positions, 0), dim=1).values
+    else:
+        first = key_valid.to(torch.int32).argmax(dim=1, keepdim=True).expand(batch, tk)
+    # A sequence's label is the position of its first key; a padding key is labelled by its own.
+    label = torch.where(key_valid, first, positions)
+    rows = torch.arange(batch, device=device).unsqueeze(1)
+    flat_label = (rows * tk + label).reshape(-1)
+    key_order = torch.argsort((flat_label * tk + positions.repeat(batch)), stable=True)
+    sorted_label = flat_label[key_order]
+    total = batch * tk
+    index = torch.arange(total, device=device)
+    is_start = torch.ones(total, dtype=torch.bool, device=device)
+    is_start[1:] = sorted_label[1:] != sorted_label[:-1]
+    # Slot i holds the sequence starting at packed key i, or nothing: its bounds are the next starts.
+    next_start = torch.where(is_start, index, total).flip(0).cummin(0).values.flip(0)
+    cu_k = torch.cat([next_start, next_start.new_full((1,), total)])
+    key_is_query = ((positions >= mask_len - tq) & (positions < mask_len)).repeat(batch)[key_order]
+    queries_before = torch.cat([key_is_query.new_zeros(1, dtype=torch.int64), key_is_query.to(torch.int64).cumsum(0)])
+    cu_q = queries_before[cu_k]
+    key_place = torch.empty_like(key_order)
+    key_place[key_order] = index
+    query_keys = (rows * tk + (mask_len - tq) + torch.arange(tq, device=device)).reshape(-1)
+    query_order = torch.argsort(key_place[query_keys])
+    query_place = torch.empty_like(query_order)
+    query_place[query_order] = torch.arange(batch * tq, device=device)
+    query_valid = key_valid[:, mask_len - tq : mask_len]
+    return _VarlenLayout(key_order, query_order, query_place, cu_q.to(torch.int32), cu_k.to(torch.int32), query_valid)
+
+
+def attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    is_causal: bool | None = None,
+    position_ids: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention interface, on the batch-invariant ``attention`` op.
+
+    ``query`` [B, HQ, TQ, D], ``key``/``value`` [B, HK, TK, D] (GQA when HK < HQ), the 2-D padding
+    mask [B, TK] (or None), ``position_ids`` [B or 1, TQ] for packed rows.  Returns [B, TQ, HQ, D]
+    and no attention weights; padding positions get zeros.  A real token's output does not depend
+    on the padding, on the other rows or on the sequences packed with it.
+    """
+    if dropout != 0.0:
+        raise ValueError(f"{ATTN_IMPLEMENTATION} attention: dropout must be 0 (random dropout is not deterministic), got {dropout}")
+    for name in ("softcap", "s_aux", "sinks"):
+        if kwargs.get(name) is not None:
+            raise ValueError(f"{ATTN_IMPLEMENTATION} attention: '{name}' is not supported (the attention op has no such term), got a value")
+    if attention_mask is not None and attention_mask.dim() != 2:
+        raise ValueError(
+            f"{ATTN_IMPLEMENTATION} attention: expected the 2-D padding mask [batch, keys] that transformers builds for "
+            f"attn_implementation='{ATTN_IMPLEMENTATION}', got a {attention_mask.dim()}-D mask of shape {list(attention_mask.shape)} "
+            "(a custom 4-D mask cannot be turned into variable-length sequences)"
+        )
+    if query.dim() != 4 or key.dim() != 4 or key.shape != value.shape or query.shape[0] != key.shape[0]:
+        raise ValueError(
+            f"{ATTN_IMPLEMENTATION} attention: expected query [B, HQ, TQ, D] and key, value [B, HK, TK, D], "
+            f"got {list(query.shape)}, {list(key.shape)} and {list(value.shape)}"
+        )
+    causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
+    scale = 0.0 if scaling is None else float(scaling)  # 0: the op's 1/sqrt(D)
+    # transformers' window lets a query see `sliding_window` keys, itself included; the op counts those before it.
+    window = -1 if sliding_window is None else int(sliding_window) - 1
+    batch, heads, tq, dim = query.shape
+    kv_heads, tk = key.shape[1], key.shape[2]
+
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if cu_q is not None and cu_k is not None:  # already packed, one row (e.g. DataCollatorWithFlattening)
+        if batch != 1:
+            raise ValueError(f"{ATTN_IMPLEMENTATION} attention: cu_seq_lens_q/k describe one packed row, got a batch of {batch}")
+        q = query[0].transpose(0, 1).contiguous()
+        k = key[0].transpose(0, 1).contiguous()
+        v = value[0].transpose(0, 1).contiguous()
+        o, _ = _ops.attention(q, k, v, cu_q.to(torch.int32).contiguous(), cu_k.to(torch.int32).contiguous(), scale, causal, window)
+        return o.unsqueeze(0), None
+
+    layout = _varlen_layout(batch, tq, tk, attention_mask, position_ids, query.device)
+    q = query.transpose(1, 2).reshape(batch * tq, heads, dim).index_select(0, layout.query_order)
+    k = key.transpose(1, 2).reshape(batch * tk, kv_heads, dim).index_select(0, layout.key_order)
+    v = value.transpose(1, 2).reshape(batch * tk, kv_heads, dim).index_select(0, layout.key_order)
+    o, _ = _ops.attention(q, k, v, layout.cu_seqlens_q, layout.cu_seqlens_k, scale, causal, window)
+    o = o.index_select(0, layout.query_place).view(batch, tq, heads, dim)
+    return torch.where(layout.query_valid[:, :, None, None], o, o.new_zeros(())), None
+
+
+def _padding_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int = 0,
+    kv_offset: int = 0,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> torch.Tensor | None:
+    """transformers' mask interface for the backend: the 2-D padding mask over the layer's keys, as
+    flash attention takes it; causality, window and packing are the attention op's own arguments."""
+    if attention_mask is not None and attention_mask.shape[-1] > kv_length:
+        return attention_mask[:, -kv_length:]
+    return attention_mask
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, attention_forward)
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _padding_mask)
+
+
+# --------------------------------------------------------------------------------------------
+# Forwards that patch() installs
+# --------------------------------------------------------------------------------------------
+
+
+class RotaryPositions(NamedTuple):
+    """What a patched rotary embedding hands each attention layer in place of (cos, sin): the
+    positions, which the patched attention rotates with the ``rope`` op."""
+
+    position_ids: torch.Tensor
+
+
+# The ops take contiguous tensors; models hand some layers views (generate's last-token slice
+# before the LM head, a cache's position slice): .contiguous() copies only those.
+
+
+def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return _ops.det_linear(x.contiguous(), self.weight, self.bias)
+
+
+def _embedding_forward(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+    y = _ops.embedding(self.weight, ids.contiguous())
+    if self.padding_idx is not None:
+        # nn.Embedding gives its padding row no gradient: stop the gradient where ids select it.
+        y = torch.where((ids == self.padding_idx).unsqueeze(-1), y.detach(), y)
+    return y
+
+
+def _norm_eps(module: nn.Module) -> float:
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    return float(eps)  # type: ignore[arg-type]
+
+
+def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return _ops.rms_norm(x.contiguous(), self.weight, _norm_eps(self))[0]
+
+
+def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> RotaryPositions:
+    # No cos/sin: the patched attention rotates q and k with the rope op from the positions.
+    return RotaryPositions(position_ids)
+
+
+def _mlp_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(_ops.swiglu(self.gate_proj(x), self.up_proj(x)))  # type: ignore[no-any-return]
+
+
+def _make_attention_forward(theta: float, window: int | None) -> Callable[..., tuple[torch.Tensor, None]]:
+    """A Llama-style attention forward (q/k/v projections, optional per-head q/k RMS norm, RoPE,
+    KV cache, attention, output projection) on the batch-invariant ops; ``window``: the layer's
+    sliding window (transformers' count, the query included), None for full attention."""
+
+    def forward(
+        self: nn.Module,
+        hidden_states: torch.Tensor,
+        position_embeddings: Any = None,
+        attention_mask: torch.Tensor | None = None,
+        cache: Any = None,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
+        if not isinstance(position_embeddings, RotaryPositions):
+            raise RuntimeError(  # noqa: TRY004 -- not a caller's wrong type: a model the patch left half-converted
+                f"{ATTN_IMPLEMENTATION}: {type(self).__name__} was patched but received {type(position_embeddings).__name__} "
+                "as position_embeddings, not the positions of a patched rotary embedding: patch the whole model with patch(model)"
+            )
+        cache = cache if cache is not None else past_key_values
+        batch, length = hidden_states.shape[:2]
+        dim = self.head_dim
+        q = self.q_proj(hidden_states).view(batch, length, -1, dim)
+        k = self.k_proj(hidden_states).view(batch, length, -1, dim)
+        v = self.v_proj(hidden_states).view(batch, length, -1, dim)
+        if getattr(self, "q_norm", None) is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        positions = position_embeddings.position_ids.expand(batch, length)
+        flat = positions.reshape(-1).contiguous()
+        q = _ops.rope(q.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim).transpose(1, 2)
+        k = _ops.rope(k.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim).transpose(1, 2)
+        v = v.transpose(1, 2)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
+        kwargs.pop("position_ids", None)
+        out, _ = attention_forward(
+            self,
+            q,
+            k,
+            v,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+            sliding_window=window,
+            position_ids=positions,
+            **kwargs,
+        )
+        return self.o_proj(out.reshape(batch, length, -1)), None
+
+    return forward
+
+
+# --------------------------------------------------------------------------------------------
+# Recognising modules by structure, and checking them by behaviour
+# --------------------------------------------------------------------------------------------
+
+_ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP_PARTS = ("gate_proj", "up_proj", "down_proj", "act_fn")
+# Config settings that change what a Llama-style layer computes in ways the ops do not.
+_UNSUPPORTED_CONFIG = ("attn_logit_softcapping", "final_logit_softcapping", "logit_scale")
+
+
+def _probe(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+
+
+def _disagreement(ours: torch.Tensor, theirs: torch.Tensor) -> str | None:
+    """None when two float32 probe results agree to the reduction tolerance (relative to the
+    result's size); else how far apart they are.  The probes tell one computation from another,
+    not rounding from rounding."""
+    atol, rtol = TOLERANCES["reduction"]["float32"]
+    scale = max(1.0, float(theirs.abs().max()))
+    worst = float((ours.double() - theirs.double()).abs().max())
+    if math.isfinite(worst) and worst <= (atol + rtol) * scale * 10:
+        return None
+    return f"its batch-invariant replacement differs from its own forward by {worst:.3g} (float32 probe, largest value {scale:.3g})"
+
+
+def _cpu_float_copy(module: nn.Module) -> nn.Module:
+    """A float32 copy on the CPU, where every package carries kernels: probes need no device memory."""
+    return copy.deepcopy(module).to(device="cpu", dtype=torch.float32)
+
+
+def _is_rms_norm(module: nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    return (
+        isinstance(weight, nn.Parameter)
+        and weight.dim() == 1
+        and isinstance(eps, float)
+        and getattr(module, "bias", None) is None
+        and not list(module.children())
+        and [name for name, _ in module.named_parameters()] == ["weight"]
+    )
+
+
+def _check_rms_norm(module: nn.Module) -> str | None:
+    """Whether the module's forward is x * rsqrt(mean(x^2) + eps) * weight (not, e.g., (1 + weight))."""
+    probe = _cpu_float_copy(module)
+    with torch.no_grad():
+        probe.weight.copy_(_probe(tuple(probe.weight.shape), 1))
+        x = _probe((3, probe.weight.shape[0]), 2)
+        theirs = probe(x)
+        ours = _ops.rms_norm(x, probe.weight, _norm_eps(module))[0]
+    return _disagreement(ours, theirs)
+
+
+def _is_silu(module: nn.Module) -> bool:
+    if list(module.parameters()) or list(module.children()):
+        return False
+    x = _probe((4, 16), 3) * 4
+    try:
+        with torch.no_grad():
+            y = module(x)
+    except Exception:  # noqa: BLE001 -- anything that cannot run on a probe is not a SiLU we know
+        return False
+    return isinstance(y, torch.Tensor) and y.shape == x.shape and _disagreement(_ops.silu(x), y) is None
+
+
+def _is_rotary(module: nn.Module) -> bool:
+    return isinstance(getattr(module, "inv_freq", None), torch.Tensor) and hasattr(module, "rope_type")
+
+
+def _rotary_theta(module: nn.Module) -> tuple[float | None, str | None]:
+    """(theta, None) for a plain RoPE (inv_freq[i] = theta^(-2i/D), unscaled); (None, why) otherwise."""
+    if module.rope_type != "default" or float(getattr(module, "attention_scaling", 1.0)) != 1.0:
+        scaling = getattr(module, "attention_scaling", 1.0)
+        return None, f"RoPE type {module.rope_type!r} with attention scaling {scaling} (only the default, unscaled RoPE is supported)"
+    config = getattr(module, "config", None)
+    params = getattr(config, "rope_parameters", None) or {}
+    theta = params.get("rope_theta", getattr(config, "rope_theta", None)) if isinstance(params, dict) else None
+    if not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+        return None, f"no positive rope_theta found in its config (got {theta!r})"
+    return float(theta), None
+
+
+def _is_attention(module: nn.Module) -> bool:
+    return all(isinstance(getattr(module, part, None), nn.Linear) for part in _ATTENTION_PARTS)
+
+
+def _attention_refusal(module: nn.Module, theta: float | None, rotary: nn.Module | None) -> str | None:
+    extra = sorted({name for name, _ in module.named_children()} - {*_ATTENTION_PARTS, "q_norm", "k_norm"})
+    if extra:
+        return f"attention with parts the patcher does not know: {', '.join(extra)}"
+    if list(module.parameters(recurse=False)):
+        return "attention with parameters of its own (e.g. attention sinks)"
+    for attr in ("head_dim", "scaling", "layer_idx", "attention_dropout"):
+        if not hasattr(module, attr):
+            return f"attention without a '{attr}' attribute"
+    for name in ("q_norm", "k_norm"):
+        norm = getattr(module, name, None)
+        if norm is not None and (not _is_rms_norm(norm) or norm.weight.shape[0] != module.head_dim):
+            return f"{name} is not an RMS norm over the head dimension ({module.head_dim})"
+    if (getattr(module, "q_norm", None) is None) != (getattr(module, "k_norm", None) is None):
+        return "only one of q_norm and k_norm"
+    if theta is None or rotary is None:
+        return "attention but no plain rotary embedding beside it in the model"
+    return _check_attention(module, theta, rotary)
+
+
+def _attention_window(module: nn.Module) -> int | None:
+    """The sliding window a layer passes to its attention: its own attribute where it has one
+    (Qwen2, Qwen3: None on full-attention layers), else its config's (Mistral)."""
+    if "sliding_window" in vars(module):
+        return module.sliding_window  # type: ignore[no-any-return]
+    return getattr(module.config, "sliding_window", None)
+
+
+_PROBE_IMPLEMENTATION = f"{ATTN_IMPLEMENTATION}_probe"
+
+
+def _check_attention(module: nn.Module, theta: float, rotary: nn.Module) -> str | None:
+    """Run the module's own forward (sdpa, cos/sin from its rotary embedding) and the patched one
+    on a probe; they must agree, and the module must pass its attention no argument the op lacks,
+    or it computes something the patched forward does not."""
+    probe = _cpu_float_copy(module)
+    rot = _cpu_float_copy(rotary)
+    x = _probe((2, 7, probe.q_proj.in_features), 4)
+    positions = torch.arange(7).unsqueeze(0)
+    passed: dict[str, Any] = {}
+
+    def spy(mod: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any, **kwargs: Any) -> Any:
+        passed.update(kwargs)
+        return sdpa_attention_forward(mod, query, key, value, mask, **kwargs)
+
+    ALL_ATTENTION_FUNCTIONS[_PROBE_IMPLEMENTATION] = spy  # this instance only, removed below
+    probe.config._attn_implementation_internal = _PROBE_IMPLEMENTATION  # the copy's config, not the model's
+    try:
+        with torch.no_grad():
+            cos_sin = type(rotary).forward(rot, x, positions)
+            theirs = type(probe).forward(
+                probe, hidden_states=x, position_embeddings=cos_sin, attention_mask=None, position_ids=positions
+            )[0]
+            forward = _make_attention_forward(theta, _attention_window(module))
+            ours = forward(probe, x, RotaryPositions(positions), None, position_ids=positions)[0]
+    except Exception as exc:  # noqa: BLE001 -- a forward with another signature is another attention
+        return f"its forward could not be compared with the patched one ({type(exc).__name__}: {exc})"
+    finally:
+        del ALL_ATTENTION_FUNCTIONS[_PROBE_IMPLEMENTATION]
+    for name in ("softcap", "s_aux", "sinks", "position_bias"):
+        if passed.get(name) is not None:
+            return f"its attention takes '{name}', which the attention op does not apply"
+    if passed.get("sliding_window") != _attention_window(module):
+        return f"its attention window {passed.get('sliding_window')!r} is not the one read from the module ({_attention_window(module)!r})"
+    if passed.get("scaling") != module.scaling:
+        return f"its attention scale {passed.get('scaling')!r} is not the module's scaling ({module.scaling!r})"
+    return _disagreement(ours, theirs)
+
+
+def _is_gated_mlp(module: nn.Module) -> bool:
+    return {name for name, _ in module.named_children()} == set(_MLP_PARTS) and all(
+        isinstance(getattr(module, part), nn.Linear) for part in _MLP_PARTS[:3]
+    )
+
+
+def _check_mlp(module: nn.Module) -> str | None:
+    if not _is_silu(module.act_fn):
+        return f"gated MLP whose activation {type(module.act_fn).__name__} is not SiLU (only SwiGLU has a batch-invariant op)"
+    probe = _cpu_float_copy(module)
+    x = _probe((3, probe.gate_proj.in_features), 5)
+    with torch.no_grad():
+        theirs = probe(x)
+        ours = _mlp_forward(probe, x)
+    return _disagreement(ours, theirs)
+
+
+# --------------------------------------------------------------------------------------------
+# patch / unpatch
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Swap:
+    module: nn.Module
+    forward: Callable[..., Any]
+
+
+@dataclass
+class _PatchState:
+    swaps: list[_Swap]
+    attn_implementation: Any
+
+
+_STATE = "_rlkernels_patch_state"
+
+
+def is_patched(model: nn.Module) -> bool:
+    """Whether ``patch`` has been applied to ``model`` (and not undone)."""
+    return _STATE in model.__dict__
+
+
+def _plan(model: nn.Module) -> list[_Swap]:
+    """Every forward to swap, or PatchError listing every module that cannot be converted."""
+    config = getattr(model, "config", None)
+    problems: list[str] = []
+    for name in _UNSUPPORTED_CONFIG:
+        value = getattr(config, name, None)
+        if value is not None and value != 1.0:
+            problems.append(f"config.{name} = {value!r}: the ops do not apply it")
+
+    modules = dict(model.named_modules())
+    rotaries = [(path, m) for path, m in modules.items() if _is_rotary(m)]
+    theta: float | None = None
+    rotary: nn.Module | None = None
+    swaps: list[_Swap] = []
+    handled: set[str] = set()  # modules whose forward is swapped, or that a swapped parent no longer calls
+    if len(rotaries) > 1:
+        problems.append(f"{', '.join(p for p, _ in rotaries)}: several rotary embeddings (only one, shared by every layer, is supported)")
+    elif rotaries:
+        path, rotary = rotaries[0]
+        theta, why = _rotary_theta(rotary)
+        if why is not None:
+            problems.append(f"{path or '<model>'} ({type(rotary).__name__}): {why}")
+        else:
+            swaps.append(_Swap(rotary, _rotary_forward))
+        handled.add(path)
+
+    checked: dict[tuple[str, type], str | None] = {}  # one behaviour probe per (kind, class)
+
+    def once(kind: str, module: nn.Module, check: Callable[[], str | None]) -> str | None:
+        if (kind, type(module)) not in checked:
+            checked[(kind, type(module))] = check()
+        return checked[(kind, type(module))]
+
+    for path, module in modules.items():
+        where = f"{path or '<model>'} ({type(module).__name__})"
+        if path in handled:
+            continue
+        if "forward" in module.__dict__:
+            problems.append(f"{where}: already has a forward of its own on the instance (a hook, e.g. from device_map, or another patch)")
+            continue
+        if type(module) is nn.Linear:
+            swaps.append(_Swap(module, _linear_forward))
+        elif type(module) is nn.Embedding:
+            if module.max_norm is not None or module.scale_grad_by_freq or module.sparse:
+                problems.append(f"{where}: max_norm, scale_grad_by_freq and sparse embeddings have no batch-invariant op")
+            else:
+                swaps.append(_Swap(module, _embedding_forward))
+        elif _is_rms_norm(module):
+            why = once("norm", module, lambda m=module: _check_rms_norm(m))
+            if why is None:
+                swaps.append(_Swap(module, _rms_norm_forward))
+            else:
+                problems.append(f"{where}: an RMS norm by its structure, but {why}")
+        elif _is_attention(module):
+            why = once("attention", module, lambda m=module: _attention_refusal(m, theta, rotary))
+            if why is None:
+                swaps.append(_Swap(module, _make_attention_forward(theta, _attention_window(module))))  # type: ignore[arg-type]
+            else:
+                problems.append(f"{where}: {why}")
+        elif _is_gated_mlp(module):
+            why = once("mlp", module, lambda m=module: _check_mlp(m))
+            handled.add(f"{path}.act_fn" if path else "act_fn")  # swiglu replaces it, or the MLP is refused whole
+            if why is None:
+                swaps.append(_Swap(module, _mlp_forward))
+            else:
+                problems.append(f"{where}: {why}")
+        elif list(module.parameters(recurse=False)) or list(module.buffers(recurse=False)):
+            problems.append(f"{where}: a module with parameters or buffers of its own that the patcher does not know")
+        elif not list(module.children()) and not isinstance(module, nn.Identity):
+            if isinstance(module, nn.Dropout) and module.p == 0.0:
+                continue  # the identity
+            problems.append(f"{where}: no batch-invariant replacement for this module")
+        # Anything else is a container (decoder layer, model, ModuleList): its own forward only
+        # routes tensors between the modules above and adds residuals, element by element.
+    if problems:
+        raise PatchError(
+            f"patch: cannot make {type(model).__name__} batch-invariant; nothing was changed:\n  " + "\n  ".join(problems)
+        )
+    if not any(s.forward is _rotary_forward for s in swaps) and any(_is_attention(m) for m in modules.values()):
+        raise PatchError(f"patch: {type(model).__name__} has attention layers but no rotary embedding the patcher recognises")
+    return swaps
+
+
+def patch(model: nn.Module) -> nn.Module:
+    """Make a transformers decoder batch-invariant in place; returns the model.
+
+    Swaps the forward of each linear layer (det_linear, bias included), embedding (embedding),
+    RMS norm (rms_norm), SiLU-gated MLP (swiglu), rotary embedding and attention (rope, then the
+    ``attention`` op on variable-length sequences), and sets ``attn_implementation`` to
+    ``"rlkernels"``.  Parameters, buffers and ``state_dict`` keys do not change.
+    Raises PatchError, naming each module path and class, when anything cannot be converted;
+    the model is then left as it was.
+    """
+    if is_patched(model):
+        raise PatchError(f"patch: {type(model).__name__} is already patched (call unpatch first)")
+    set_impl = getattr(model, "set_attn_implementation", None)
+    config = getattr(model, "config", None)
+    if set_impl is None or config is None:
+        raise PatchError(f"patch: expected a transformers PreTrainedModel (config, set_attn_implementation), got {type(model).__name__}")
+    swaps = _plan(model)
+    previous = config._attn_implementation
+    set_impl(ATTN_IMPLEMENTATION)
+    for swap in swaps:
+        # An instance attribute shadows the class's forward; deleting it restores the class's.
+        swap.module.forward = types.MethodType(swap.forward, swap.module)
+    model.__dict__[_STATE] = _PatchState(swaps, previous)
+    return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Undo ``patch``: every module gets its own forward back and the attention implementation is
+    the one the model had before.  Returns the model."""
+    state = model.__dict__.pop(_STATE, None)
+    if state is None:
+        raise PatchError(f"unpatch: {type(model).__name__} is not patched")
+    for swap in state.swaps:
+        del swap.module.forward
+    model.set_attn_implementation(state.attn_implementation)  # type: ignore[operator]
+    return model
+
+
+@contextlib.contextmanager
+def batch_invariant(model: nn.Module) -> Iterator[nn.Module]:
+    """``with batch_invariant(model): ...``: patch for the block, unpatch after, even on error."""
+    patch(model)
+    try:
+        yield model
+    finally:
+        unpatch(model)
+
+
+# --------------------------------------------------------------------------------------------
+# Log-probabilities without logits
+# --------------------------------------------------------------------------------------------
+
+
+def token_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    labels: torch.Tensor | None = None,
+    entropy: bool = False,
+    ignore_index: int = -100,
+    **model_kwargs: Any,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probabilities of a causal LM, with ``linear_logp`` on the LM head's weight:
+    the [tokens, vocabulary] logits are never materialised.
+
+    ``input_ids`` [B, T]; ``attention_mask`` [B, T] (or [B, past + T] with a cache), 1 for real
+    tokens, padding left or right; ``labels`` [B, T]: the token scored at each position, by default
+    the next input id, with ``ignore_index`` at the last position, wherever the label or the
+    position is padding, and where ``position_ids`` restart (the end of a packed sequence).
+    Returns ``lp`` [B, T] float32 (0 where ignored), and ``(lp, entropy)`` with ``entropy=True``.
+    With a mask and no ``position_ids``, positions count real tokens (left padding then starts
+    each sequence at 0).  The ids of padding positions are not read.  Further keyword arguments
+    (``position_ids``, ``cache``, ``use_cache``) go to the model's body.  Batch-invariant when the
+    model is patched.
+    """
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        got = list(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(f"token_logprobs: input_ids must be a 2-D tensor [batch, tokens], got {got}")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    body = getattr(model, "base_model", None)
+    if not isinstance(head, nn.Linear) or body is None or body is model:
+        raise ValueError(f"token_logprobs: expected a causal LM with a linear LM head over a base model, got {type(model).__name__}")
+    if head.bias is not None:
+        raise ValueError(f"token_logprobs: {type(model).__name__}'s LM head has a bias, which linear_logp does not add")
+    config = getattr(model, "config", None)
+    for name in _UNSUPPORTED_CONFIG:
+        value = getattr(config, name, None)
+        if value is not None and value != 1.0:
+            raise ValueError(f"token_logprobs: config.{name} = {value!r} changes the logits, and linear_logp does not apply it")
+    batch, length = input_ids.shape
+    real = torch.ones_like(input_ids, dtype=torch.bool)
+    if attention_mask is not None:
+        if attention_mask.dim() != 2 or attention_mask.shape[0] != batch or attention_mask.shape[1] < length:
+            raise ValueError(
+                f"token_logprobs: attention_mask must be [batch, tokens] (or [batch, past + tokens]), "
+                f"got {list(attention_mask.shape)} for input_ids {list(input_ids.shape)}"
+            )
+        mask = attention_mask.to(torch.bool)
+        real = mask[:, -length:]
+        if "position_ids" not in model_kwargs:
+            model_kwargs["position_ids"] = (mask.to(torch.int64).cumsum(-1) - 1).clamp(min=0)[:, -length:]
+        # Padding ids never reach a real token; a valid id keeps padding rows finite, so their zero
+        # gradients add nothing (a NaN row would make 0 x NaN in the weight gradients).
+        input_ids = torch.where(real, input_ids, torch.zeros_like(input_ids))
+    if labels is None:
+        labels = torch.full_like(input_ids, ignore_index)
+        follows = real[:, 1:]
+        positions = model_kwargs.get("position_ids")
+        if isinstance(positions, torch.Tensor) and positions.shape[-1] == length:
+            # Packed rows: the next token belongs to the same sequence only if its position follows.
+            follows = follows & (positions[..., 1:] == positions[..., :-1] + 1)
+        labels[:, :-1] = torch.where(follows, input_ids[:, 1:], ignore_index)
+    elif labels.shape != input_ids.shape:
+        raise ValueError(f"token_logprobs: labels must have input_ids' shape {list(input_ids.shape)}, got {list(labels.shape)}")
+    labels = torch.where(real, labels, ignore_index)
+    out = body(input_ids=input_ids, attention_mask=attention_mask, **model_kwargs)
+    hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
+    rows = hidden.reshape(batch * length, -1).contiguous()
+    lp, ent, _ = _ops.linear_logp(rows, head.weight, labels.reshape(-1).contiguous(), ignore_index)
+    if entropy:
+        return lp.view(batch, length), ent.view(batch, length)
+    return lp.view(batch, length)

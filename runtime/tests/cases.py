@@ -1,0 +1,274 @@
+"""What the contract suite runs for each op, and the helpers its tests share.
+
+The data comes from two places: the package's registry (the op's signature, kernels and
+backends) and ``contract_cases.json`` beside this file (the test shapes, the batch dimension,
+packed sequences, attribute variants, how to fill integer arguments and, per native kernel, the
+sizes its tiles call for), both written by the generator from the op specs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+_DATA = json.loads(Path(__file__).with_name("contract_cases.json").read_text(encoding="utf-8"))
+PACKAGE = _DATA["package"]
+package = importlib.import_module(PACKAGE)
+registry = importlib.import_module(f"{PACKAGE}._registry")
+runtime = importlib.import_module(f"{PACKAGE}._runtime")
+
+Inputs = list[Any]
+Outputs = tuple[torch.Tensor, ...]
+
+
+def device_type(platform: str) -> str:
+    return next(p.device_type for p in registry.PLATFORMS if p.name == platform)
+
+
+def present(platform: str) -> bool:
+    return platform == "cpu" or runtime.detect_platform() == platform
+
+
+def absent_reason(platform: str) -> str:
+    return f"no {platform} device in this process (detected platform: {runtime.detect_platform()})"
+
+
+DEVICE_TYPE = device_type(registry.BUILD_PLATFORM)
+
+
+def bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as integers: -0.0 differs from +0.0, and a NaN equals only the same NaN."""
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bool:
+        return tensor.view(torch.uint8)
+    if tensor.is_floating_point():
+        return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+    return tensor
+
+
+def offsets(lengths: Sequence[int]) -> torch.Tensor:
+    return torch.tensor([0, *lengths], dtype=torch.int64).cumsum(0)
+
+
+def _random_split(total: int, entries: int, generator: torch.Generator) -> torch.Tensor:
+    """Offsets of ``entries - 1`` sequences that together cover ``total`` rows, in random lengths."""
+    if entries < 2:
+        return torch.zeros(entries, dtype=torch.int64)  # no sequence: no row belongs to one
+    cuts = torch.randint(0, total + 1, (entries - 2,), generator=generator).sort().values
+    return torch.cat([torch.zeros(1, dtype=torch.int64), cuts, torch.full((1,), total)])
+
+
+class OpCase:
+    """One op of the catalog: its test data and the helpers its contract tests use."""
+
+    def __init__(self, name: str, data: dict[str, Any]) -> None:
+        op = registry.OPS[name]
+        self.name = name
+        self.op = op
+        self.shapes: list[dict[str, int]] = [dict(shape) for shape in data["shapes"]]
+        # (name, dtype or dtype variable, shape, optional, how to fill it)
+        self.args = [(a.name, a.dtype, a.shape, a.optional, data["values"].get(a.name)) for a in op.args]
+        self.attrs: dict[str, Any] = {a.name: a.default for a in op.attrs}
+        # (name, shape, differentiable)
+        self.outputs = [(o.name, o.shape, o.differentiable) for o in op.outputs]
+        # Dimensions whose size is the number of true entries of an argument (they follow its data).
+        self.counted: dict[str, str] = data["counted"]
+        # Dimensions another must be a multiple of, and those (a divisor 0 leaves only 0).
+        self.divides: dict[str, str] = data["divides"]
+        sequences = data["sequences"]
+        # Packed sequences: dimension -> the argument holding its offsets (cu_seqlens).
+        self.offsets: dict[str, str] = {dim: arg for dim, arg in sequences["offsets"]} if sequences else {}
+        # The first packed dimension's rows see the second's aligned to the end, each only up to its own position.
+        self.prefix: bool = bool(sequences and sequences["prefix"])
+        # The bool attribute under which alone that holds, if any.
+        self.prefix_if: str | None = sequences["prefix_if"] if sequences else None
+        self.grad_inputs = list(op.grad_inputs)
+        # Each case gives every dtype variable a dtype; an op with several variables spells a case as
+        # their dtypes joined by "/", in the order of dtype_vars, and its tests run every combination.
+        self.dtype_vars = list(op.dtype_vars)
+        self.dtypes: list[str] = data["dtype_cases"]
+        self.leading_dim = op.leading_dim
+        self.batch_dim: str | None = data["batch_dim"]
+        self.variants_data: list[dict[str, Any]] = data["variants"]
+        # Every native kernel this package carries for the op, per platform, with the sizes taken from
+        # its spec's tiles: batch sizes around each row tile and past two of them, chunk splits on
+        # either side of a tile boundary, padding past the next one, and a reduction extent that runs
+        # more than stages + 1 steps with a ragged tail.
+        self.kernels: dict[str, dict[str, dict[str, Any]]] = {p: data["kernels"][p] for p in registry.CARRIED_PLATFORMS}
+        self.reduction = op.reduction
+        self.dynamic = bool(op.dynamic_dims)
+
+    # ------------------------------------------------------------------ settings
+
+    @property
+    def flags(self) -> list[Any]:
+        """Bool attributes that change what the kernels compute (a layout, a mode), each at its other
+        setting: accuracy and portability are checked there too."""
+        switches = {o.float32_if for o in self.op.outputs if o.float32_if}
+        return [pytest.param({a.name: not a.default}, id=a.name) for a in self.op.attrs if a.type == "bool" and a.name not in switches]
+
+    @property
+    def variants(self) -> list[Any]:
+        """The contract holds for every attribute setting; an output widened to float32 shows a changed
+        summation order that rounding to a 16-bit dtype can hide."""
+        found = [pytest.param({}, id="defaults")]
+        found += [pytest.param({o.float32_if: True}, id=o.float32_if) for o in self.op.outputs if o.float32_if]
+        found += [pytest.param(dict(v), id="-".join(f"{k}={v[k]}" for k in sorted(v))) for v in self.variants_data]
+        return found + self.flags
+
+    def facts(self, device: str, kernel: str) -> dict[str, Any]:
+        return self.kernels[runtime.platform_of(device)][kernel]
+
+    def declares(self, platform: str, kernel: str, guarantee: str) -> bool:
+        return guarantee in self.kernels[platform][kernel]["guarantees"]
+
+    # ------------------------------------------------------------------ calls
+
+    def run(self, *args: Any, **attrs: Any) -> Outputs:
+        out = getattr(package, self.name)(*args, **{**self.attrs, **attrs})
+        return out if isinstance(out, tuple) else (out,)
+
+    def run_kernel(self, kernel: str, *args: Any, **attrs: Any) -> Outputs:
+        """One kernel, through its own overload (not the backend the registry would pick)."""
+        out = self.overload(kernel)(*args, **{**self.attrs, **attrs})
+        return out if isinstance(out, tuple) else (out,)
+
+    def overload(self, kernel: str) -> Any:
+        return getattr(getattr(runtime.ops_namespace(), self.name), kernel)
+
+    def reference(self, *args: Any, **attrs: Any) -> Outputs:
+        fn = runtime._resolve(self.op.kernels[self.op.reference].python)
+        cpu = [t.cpu().float() if t is not None and t.is_floating_point() else (None if t is None else t.cpu()) for t in args]
+        out = fn(*cpu, **{**self.attrs, **attrs})
+        return out if isinstance(out, tuple) else (out,)
+
+    def backend_for(self, device: str) -> Any:
+        return runtime.select_backend(self.name, runtime.platform_of(device))
+
+    # ------------------------------------------------------------------ inputs
+
+    def dtype_of(self, case: str, var: str) -> str:
+        """The dtype that ``case`` gives dtype variable ``var``."""
+        parts = case.split("/")
+        return parts[self.dtype_vars.index(var)] if len(parts) > 1 else case
+
+    def tolerance(self, case: str) -> tuple[float, float]:
+        """The loosest tolerance among the case's dtypes: a float32 weight does not make a bfloat16 result more precise."""
+        pairs = [registry.TOLERANCES[self.op.tolerance][dtype] for dtype in case.split("/")]
+        return max(atol for atol, _ in pairs), max(rtol for _, rtol in pairs)
+
+    def make_inputs(
+        self, dims: dict[str, int], dtype: str, device: str, seed: int = 0, plant: int | None = None, lengths: dict[str, list[int]] | None = None
+    ) -> Inputs:
+        """Random inputs of ``dims``; integer arguments get the spec's ``include`` values planted,
+        or only the first ``plant`` of them.  Offsets arguments (packed sequences) split their
+        dimension into sequences: of the given ``lengths`` (dimension -> list), else at random."""
+        generator = torch.Generator().manual_seed(seed)
+        tensors: Inputs = []
+        offsets_of = {arg: dim for dim, arg in self.offsets.items()}
+        for name, arg_dtype, shape, _, values in self.args:
+            size = [dims[d] for d in shape]
+            torch_dtype = getattr(torch, self.dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
+            if name in offsets_of:
+                dim = offsets_of[name]
+                split = offsets(lengths[dim]) if lengths else _random_split(dims[dim], size[0], generator)
+                assert list(split.shape) == size and int(split[-1] if split.numel() else 0) <= dims[dim], (name, split, dims)
+                tensors.append(split.to(torch_dtype).to(device))
+                continue
+            if values is None and torch_dtype.is_floating_point:
+                tensor = torch.randn(size, generator=generator)
+            else:
+                values = values or {"low": 0, "high": 2, "include": [], "every": 5}
+                high = dims[values["high"]] if isinstance(values["high"], str) else values["high"]
+                # An empty range (a zero-size vocabulary) leaves only the values planted below and `low`.
+                tensor = torch.randint(values["low"], high, size, generator=generator) if high > values["low"] else torch.full(size, values["low"])
+                flat = tensor.view(-1)
+                include = values["include"][:plant]
+                for i, position in enumerate(range(0, flat.numel(), values["every"]) if include else ()):
+                    flat[position] = include[i % len(include)]
+            tensors.append(tensor.to(torch_dtype).to(device))
+        return tensors
+
+    def without_optional(self, inputs: Inputs) -> Inputs:
+        return [None if optional else t for t, (_, _, _, optional, _) in zip(inputs, self.args)]
+
+    @property
+    def has_optional(self) -> bool:
+        return any(optional for _, _, _, optional, _ in self.args)
+
+    # ------------------------------------------------------------------ comparisons
+
+    def assert_bitwise_equal(self, got: Sequence[torch.Tensor], want: Sequence[torch.Tensor], what: str) -> None:
+        assert len(got) == len(want), f"{what}: {len(got)} outputs against {len(want)}"
+        for index, (g, w) in enumerate(zip(got, want)):
+            name = self.outputs[index][0] if len(got) == len(self.outputs) else f"output {index}"
+            assert g.dtype == w.dtype, f"{what}: {name} has dtype {g.dtype} against {w.dtype}"
+            assert g.shape == w.shape, f"{what}: {name} has shape {tuple(g.shape)} against {tuple(w.shape)}"
+            differ = bits(g) != bits(w)
+            if bool(differ.any()):
+                first = int(differ.reshape(-1).nonzero()[0])
+                raise AssertionError(
+                    f"{what}: {name} differs in the bits of {int(differ.sum())} of {g.numel()} elements, first at flat index {first}: "
+                    f"{g.detach().cpu().reshape(-1)[first].item()!r} against {w.detach().cpu().reshape(-1)[first].item()!r}"
+                )
+
+    # ------------------------------------------------------------------ contract sizes
+
+    def contract_dims(self, device: str, kernel: str) -> dict[str, int]:
+        """The first test shape with the kernel's reduction extent and, for a batched op, its largest batch."""
+        own = self.facts(device, kernel)
+        dims = {**self.shapes[0], **own["extents"]}
+        if self.batch_dim is not None and own["batch_sizes"]:
+            dims[self.batch_dim] = max(own["batch_sizes"])
+        return dims
+
+    def batch_axes(self) -> list[int | None]:
+        return [shape.index(self.batch_dim) if self.batch_dim in shape else None for _, _, shape, _, _ in self.args]
+
+    def take(self, tensors: Inputs, start: int, stop: int) -> Inputs:
+        return [t if axis is None else t.narrow(axis, start, stop - start).contiguous() for t, axis in zip(tensors, self.batch_axes())]
+
+    @property
+    def batched_outputs(self) -> list[int]:
+        """Batch invariance is a property of the outputs that have the batch dimension: each of their
+        rows must not depend on the other rows.  An output reduced over the batch (a weight
+        gradient, a loss) depends on every row by definition and is outside the guarantee."""
+        return [i for i, (_, shape, _) in enumerate(self.outputs) if self.batch_dim in shape]
+
+    def out_take(self, outputs: Outputs, start: int, stop: int) -> Outputs:
+        """The batched outputs' rows [start, stop)."""
+        return tuple(outputs[i].narrow(self.outputs[i][1].index(self.batch_dim), start, stop - start) for i in self.batched_outputs)
+
+    def batched(self, outputs: Outputs) -> Outputs:
+        assert len(outputs) == len(self.outputs), f"{len(outputs)} outputs, the spec declares {len(self.outputs)}"
+        return tuple(outputs[i] for i in self.batched_outputs)
+
+
+CASES: dict[str, OpCase] = {name: OpCase(name, data) for name, data in _DATA["ops"].items()}
+"""Every op of the catalog, by name."""
+
+
+def targets(case: OpCase, device_kernels_only: bool = False) -> list[tuple[str, str, str, Any]]:
+    """(platform, device, kernel, marks) for every native kernel of every platform the package
+    carries, on that platform's device; skipped (saying why) where no such device is present."""
+    found = []
+    for platform, by_kernel in case.kernels.items():
+        if device_kernels_only and device_type(platform) == "cpu":
+            continue
+        marks = () if present(platform) else (pytest.mark.skip(reason=absent_reason(platform)),)
+        found += [(platform, device_type(platform), kernel, marks) for kernel in by_kernel]
+    return found
+
+
+def devices() -> list[tuple[str, Any]]:
+    """The CPU, and this build's device where it has one: (device, marks)."""
+    found: list[tuple[str, Any]] = [("cpu", ())]
+    if DEVICE_TYPE != "cpu":
+        found.append((DEVICE_TYPE, () if present(registry.BUILD_PLATFORM) else (pytest.mark.skip(reason=absent_reason(registry.BUILD_PLATFORM)),)))
+    return found
