@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -95,7 +95,10 @@ def _ids(column: Callable[[OpCase], Iterator[Any]]) -> Callable[[OpCase], Iterat
     return strip
 
 
-def parametrize(names: str, *columns: Callable[[OpCase], Iterator[Any]]) -> Any:
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def parametrize(names: str, *columns: Callable[[OpCase], Iterator[Any]]) -> Callable[[Test], Test]:
     """``_cases`` with filters' empty ids left out of the test id."""
     params = []
     for name, case in CASES.items():
@@ -107,7 +110,13 @@ def parametrize(names: str, *columns: Callable[[OpCase], Iterator[Any]]) -> Any:
                 for ident, more, more_marks in column(case)
             ]
         params += [pytest.param(case, *values, id="-".join([name, *ids]), marks=marks) for ids, values, marks in combos]
-    return pytest.mark.parametrize(names, params)
+    mark: Callable[[Test], Test] = pytest.mark.parametrize(names, params)
+    return mark
+
+
+def named(name: str) -> Callable[[str], str]:
+    """assert_close's message, led by the output's name."""
+    return lambda message: f"{name}: {message}"
 
 
 def needs_guarantee(case: OpCase, device: str, kernel: str, guarantee: str) -> None:
@@ -138,7 +147,7 @@ def check_accuracy(case: OpCase, device: str, kernel: str, dtype: str, shape: di
         assert list(g.shape) == [shape[d] if d in shape else w.shape[i] for i, d in enumerate(shape_dims)], name
         if g.is_floating_point():
             # A NaN the spec defines (e.g. an id outside the vocabulary) must be NaN in both.
-            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
+            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=named(name))
         else:
             assert torch.equal(g.cpu(), w.to(g.dtype)), f"{name}: integer output differs from the reference"
 
@@ -151,7 +160,7 @@ def test_accuracy_without_optional_arguments(case: OpCase, device: str, kernel: 
     want = case.reference(*inputs)
     atol, rtol = case.tolerance(dtype)
     for (name, _, _), g, w in zip(case.outputs, got, want):
-        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=named(name))
     case.assert_bitwise_equal(case.run_kernel(kernel, *inputs), got, f"{kernel}: repeated run without optional arguments")
 
 
@@ -190,12 +199,13 @@ def make_empty_inputs(case: OpCase, dims: dict[str, int], dtype: str, device: st
 @pytest.fixture
 def new_memory_is_garbage() -> Iterator[None]:
     """torch.empty (at::empty in the bindings too) fills NaN, and integers with their largest value."""
-    was = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    settings: Any = torch.utils.deterministic  # its flag is set through the module's own property
+    was = torch.are_deterministic_algorithms_enabled(), settings.fill_uninitialized_memory
     torch.use_deterministic_algorithms(True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    settings.fill_uninitialized_memory = True
     yield
     torch.use_deterministic_algorithms(was[0])
-    torch.utils.deterministic.fill_uninitialized_memory = was[1]
+    settings.fill_uninitialized_memory = was[1]
 
 
 @parametrize("case, device, kernel, dtype, dims, none_kept", kernels(), dtypes(), empty_cases)
@@ -212,7 +222,7 @@ def test_empty_inputs_give_fully_written_outputs(
     for (name, _, _), g, w in zip(case.outputs, got, want):
         assert g.shape == w.shape, f"{name}: shape {tuple(g.shape)}, the reference's {tuple(w.shape)}"
         if g.is_floating_point():
-            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}")
+            torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol, rtol=rtol, equal_nan=True, msg=named(name))
         else:
             assert torch.equal(g.cpu(), w.to(g.dtype)), f"{name}: {g.cpu().tolist()} against the reference's {w.tolist()}"
 
@@ -637,7 +647,7 @@ def _loss_and_grads(case: OpCase, inputs: list[Any], outputs_of: Callable[..., O
     generator = torch.Generator().manual_seed(cotangent_seed)
     # Cotangents are rounded to each output's dtype first, so the float32 reference
     # receives exactly the gradients the kernels receive.
-    loss = sum(
+    loss: Any = sum(
         (o.float() * torch.randn(o.shape, generator=generator).to(output_dtypes.get(name, o.dtype)).float().to(o.device)).sum()
         for o, (name, _, differentiable) in zip(outputs, case.outputs)
         if differentiable and o.is_floating_point()
@@ -657,7 +667,7 @@ def test_backward_matches_reference(case: OpCase, device: str, dtype: str) -> No
     want = _loss_and_grads(case, ref_inputs, case.reference, cotangent_seed=8, output_dtypes=output_dtypes)
     atol, rtol = case.tolerance(dtype)
     for name, g, w in zip(case.grad_inputs, got, want):
-        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, equal_nan=True, msg=lambda m, name=name: f"grad of {name}: {m}")
+        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, equal_nan=True, msg=named(f"grad of {name}"))
 
 
 @parametrize("case, device, dtype", _ids(only(lambda c: bool(c.op.backward) and c.has_optional)), on_devices, dtypes())
@@ -672,7 +682,7 @@ def test_backward_without_optional_arguments(case: OpCase, device: str, dtype: s
     assert len(got) == len(want) == len(names)
     atol, rtol = case.tolerance(dtype)
     for name, g, w in zip(names, got, want):
-        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, equal_nan=True, msg=lambda m, name=name: f"grad of {name}: {m}")
+        torch.testing.assert_close(g.cpu().float(), w.float(), atol=atol * 4, rtol=rtol * 4, equal_nan=True, msg=named(f"grad of {name}"))
 
 
 @parametrize("case, device, dtype", differentiable, on_devices, dtypes())

@@ -91,7 +91,7 @@ def _autocast(tensor: Any, dtype: torch.dtype, device_type: str) -> Any:
     return tensor.to(dtype)
 
 
-def _autocast_off() -> contextlib.ExitStack[None]:
+def _autocast_off() -> contextlib.ExitStack[bool | None]:
     """torch.autocast switched off where it is on.  A backward pass runs where ``.backward()`` is
     called, possibly inside autocast; it must compute in the dtypes the forward saved, as torch's
     own backward formulas do, not cast them again."""

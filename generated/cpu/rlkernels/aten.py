@@ -251,7 +251,7 @@ def _log_softmax(self: torch.Tensor, dim: int, half_to_float: bool) -> torch.Ten
     last = self.dim() == 0 or dim % self.dim() == self.dim() - 1
     x = self.reshape(1, 1) if self.dim() == 0 else self if last else self.movedim(dim, -1)
     rows = x.contiguous().reshape(math.prod(x.shape[:-1]), x.shape[-1])
-    out = _LogSoftmaxRows.apply(rows, out_dtype).reshape(x.shape)
+    out = _LogSoftmaxRows.apply(rows, out_dtype).reshape(x.shape)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     if self.dim() == 0:
         return out.reshape(())
     return out if last else out.movedim(-1, dim).contiguous()

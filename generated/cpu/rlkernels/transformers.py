@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import types
 from collections.abc import Callable, Iterator
@@ -252,7 +253,7 @@ def _norm_eps(module: nn.Module) -> float:
     return float(eps)  # type: ignore[arg-type]
 
 
-def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _rms_norm_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     return _ops.rms_norm(x.contiguous(), self.weight, _norm_eps(self))[0]
 
 
@@ -261,8 +262,8 @@ def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor
     return RotaryPositions(position_ids)
 
 
-def _mlp_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return self.down_proj(_ops.swiglu(self.gate_proj(x), self.up_proj(x)))  # type: ignore[no-any-return]
+def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(_ops.swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
 def _make_attention_forward(theta: float, window: int | None) -> Callable[..., tuple[torch.Tensor, None]]:
@@ -271,7 +272,7 @@ def _make_attention_forward(theta: float, window: int | None) -> Callable[..., t
     sliding window (transformers' count, the query included), None for full attention."""
 
     def forward(
-        self: nn.Module,
+        self: Any,  # a transformers attention module: its projections are found by name
         hidden_states: torch.Tensor,
         position_embeddings: Any = None,
         attention_mask: torch.Tensor | None = None,
@@ -343,7 +344,7 @@ def _disagreement(ours: torch.Tensor, theirs: torch.Tensor) -> str | None:
     return f"its batch-invariant replacement differs from its own forward by {worst:.3g} (float32 probe, largest value {scale:.3g})"
 
 
-def _cpu_float_copy(module: nn.Module) -> nn.Module:
+def _cpu_float_copy(module: nn.Module) -> Any:
     """A float32 copy on the CPU, where every package carries kernels: probes need no device memory."""
     return copy.deepcopy(module).to(device="cpu", dtype=torch.float32)
 
@@ -372,7 +373,7 @@ def _check_rms_norm(module: nn.Module) -> str | None:
     return _disagreement(ours, theirs)
 
 
-def _is_silu(module: nn.Module) -> bool:
+def _is_silu(module: Any) -> bool:
     if list(module.parameters()) or list(module.children()):
         return False
     x = _probe((4, 16), 3) * 4
@@ -425,18 +426,18 @@ def _attention_refusal(module: nn.Module, theta: float | None, rotary: nn.Module
     return _check_attention(module, theta, rotary)
 
 
-def _attention_window(module: nn.Module) -> int | None:
+def _attention_window(module: Any) -> int | None:
     """The sliding window a layer passes to its attention: its own attribute where it has one
     (Qwen2, Qwen3: None on full-attention layers), else its config's (Mistral)."""
     if "sliding_window" in vars(module):
-        return module.sliding_window  # type: ignore[no-any-return]
+        return module.sliding_window
     return getattr(module.config, "sliding_window", None)
 
 
 _PROBE_IMPLEMENTATION = f"{ATTN_IMPLEMENTATION}_probe"
 
 
-def _check_attention(module: nn.Module, theta: float, rotary: nn.Module) -> str | None:
+def _check_attention(module: Any, theta: float, rotary: nn.Module) -> str | None:
     """Run the module's own forward (sdpa, cos/sin from its rotary embedding) and the patched one
     on a probe; they must agree, and the module must pass its attention no argument the op lacks,
     or it computes something the patched forward does not."""
@@ -480,7 +481,7 @@ def _is_gated_mlp(module: nn.Module) -> bool:
     )
 
 
-def _check_mlp(module: nn.Module) -> str | None:
+def _check_mlp(module: Any) -> str | None:
     if not _is_silu(module.act_fn):
         return f"gated MLP whose activation {type(module.act_fn).__name__} is not SiLU (only SwiGLU has a batch-invariant op)"
     probe = _cpu_float_copy(module)
@@ -564,19 +565,19 @@ def _plan(model: nn.Module) -> list[_Swap]:
             else:
                 swaps.append(_Swap(module, _embedding_forward))
         elif _is_rms_norm(module):
-            why = once("norm", module, lambda m=module: _check_rms_norm(m))
+            why = once("norm", module, functools.partial(_check_rms_norm, module))
             if why is None:
                 swaps.append(_Swap(module, _rms_norm_forward))
             else:
                 problems.append(f"{where}: an RMS norm by its structure, but {why}")
         elif _is_attention(module):
-            why = once("attention", module, lambda m=module: _attention_refusal(m, theta, rotary))
+            why = once("attention", module, functools.partial(_attention_refusal, module, theta, rotary))
             if why is None:
                 swaps.append(_Swap(module, _make_attention_forward(theta, _attention_window(module))))  # type: ignore[arg-type]
             else:
                 problems.append(f"{where}: {why}")
         elif _is_gated_mlp(module):
-            why = once("mlp", module, lambda m=module: _check_mlp(m))
+            why = once("mlp", module, functools.partial(_check_mlp, module))
             handled.add(f"{path}.act_fn" if path else "act_fn")  # swiglu replaces it, or the MLP is refused whole
             if why is None:
                 swaps.append(_Swap(module, _mlp_forward))
@@ -677,7 +678,7 @@ def token_logprobs(
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         got = list(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise ValueError(f"token_logprobs: input_ids must be a 2-D tensor [batch, tokens], got {got}")
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = getattr(model, "get_output_embeddings", lambda: None)()
     body = getattr(model, "base_model", None)
     if not isinstance(head, nn.Linear) or body is None or body is model:
         raise ValueError(f"token_logprobs: expected a causal LM with a linear LM head over a base model, got {type(model).__name__}")

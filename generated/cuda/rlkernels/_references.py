@@ -93,17 +93,17 @@ def attention_backward(
         dv[k0:k1] = per_head_v.reshape(k1 - k0, kv_heads, group, head_dim).sum(2)
     return dq.float(), dk.float(), dv.float()
 
-def column_sum(x):
+def column_sum(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=0)
 
-def det_gemm(a, b, out_fp32=False):
+def det_gemm(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     return a @ b
 
-def det_gemm_ktree(a, b, leaf=32):
+def det_gemm_ktree(a: torch.Tensor, b: torch.Tensor, leaf: int = 32) -> torch.Tensor:
     """Leaves of `leaf` products summed in float32, rounded to bf16, combined by mid-split bf16 adds."""
     leaves = [(a[:, k : k + leaf].float() @ b[k : k + leaf].float()).to(torch.bfloat16) for k in range(0, a.shape[1], leaf)]
 
-    def combine(lo, hi):
+    def combine(lo: int, hi: int) -> torch.Tensor:
         if hi == lo:  # K = 0: no leaves, an empty sum
             return torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16)
         if hi - lo == 1:
@@ -113,10 +113,10 @@ def det_gemm_ktree(a, b, leaf=32):
 
     return combine(0, len(leaves)).float()
 
-def det_gemm_nt(a, b, bias=None, out_fp32=False):
+def det_gemm_nt(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out_fp32: bool = False) -> torch.Tensor:
     return F.linear(a, b, bias)
 
-def det_gemm_tn(a, b, out_fp32=False):
+def det_gemm_tn(a: torch.Tensor, b: torch.Tensor, out_fp32: bool = False) -> torch.Tensor:
     return a.T @ b
 
 def embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -200,7 +200,7 @@ def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, *, group: Any 
         raise LayoutError(f"weight: expected 2 dimensions [out / world, in], got shape {tuple(weight.shape)}")
     _check_split("weight", weight.shape[0], "this rank's rows (out / world)", LEAF)
     rows = _rows(x, "x", weight.shape[1])
-    y = _ColumnParallel.apply(rows.contiguous(), weight, group, reduce)
+    y = _ColumnParallel.apply(rows.contiguous(), weight, group, reduce)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -216,7 +216,7 @@ def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, *, group: Any = N
         raise LayoutError(f"weight: expected 2 dimensions [out, in / world], got shape {tuple(weight.shape)}")
     _check_split("weight", weight.shape[1], "this rank's columns (in / world)", LEAF)
     rows = _rows(x, "x", weight.shape[1])
-    y = _RowParallel.apply(rows.contiguous(), weight, group, reduce)
+    y = _RowParallel.apply(rows.contiguous(), weight, group, reduce)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -258,7 +258,7 @@ def gather_last_dim(x: torch.Tensor, *, group: Any = None) -> torch.Tensor:
     """Every rank's ``x`` side by side along the last dimension (rank order); the gradient of
     each rank's part goes back to it.  No arithmetic: the bits are the parts'."""
     _world(group)
-    return _GatherLastDim.apply(x, group)
+    return _GatherLastDim.apply(x, group)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
 
 
 def scatter_last_dim(x: torch.Tensor, *, group: Any = None) -> torch.Tensor:
@@ -267,7 +267,7 @@ def scatter_last_dim(x: torch.Tensor, *, group: Any = None) -> torch.Tensor:
     _, world = _world(group)
     if x.shape[-1] % world:
         raise LayoutError(f"x: last dimension ({x.shape[-1]}) must divide evenly among {world} ranks")
-    return _ScatterLastDim.apply(x, group)
+    return _ScatterLastDim.apply(x, group)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
 
 
 class ColumnParallelLinear(nn.Module):
@@ -435,5 +435,5 @@ def linear_logp(
     rows = _rows(h, "h", weight.shape[1])
     if ids.shape != h.shape[:-1]:
         raise LayoutError(f"ids: expected shape {tuple(h.shape[:-1])} (h's leading dimensions), got {tuple(ids.shape)}")
-    lp, entropy = _VocabParallelLogp.apply(rows.contiguous(), weight, ids.reshape(-1).contiguous(), group, ignore_index, reduce)
+    lp, entropy = _VocabParallelLogp.apply(rows.contiguous(), weight, ids.reshape(-1).contiguous(), group, ignore_index, reduce)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     return lp.reshape(ids.shape), entropy.reshape(ids.shape)

@@ -32,7 +32,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     unknown = sorted(set(wanted) - set(CASES))
     if unknown:
         raise pytest.UsageError(f"--op: unknown op {', '.join(unknown)}. Expected one of {', '.join(sorted(CASES))}")
-    kept, dropped = [], []
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
     for item in items:
         (kept if _op_of(item) in wanted else dropped).append(item)
     config.hook.pytest_deselected(items=dropped)
@@ -71,7 +72,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     key = _key(item)
     if key is None or not (report.when == "call" or report.outcome != "passed"):
         return
-    _OUTCOMES[(*key, "skipped" if report.skipped else report.outcome)] += 1
+    _OUTCOMES[key + ("skipped" if report.skipped else report.outcome,)] += 1
 
 
 def _device_name(platform: str) -> str:
