@@ -160,6 +160,9 @@ def test_the_reader_reads_what_the_generators_model_reads():
         assert data.outputs == tuple((o.name, o.shape) for o in op.outputs)
         assert data.batch_dim == op.tests.batch_dim
         assert data.offsets == (dict(op.tests.sequences.offsets) if op.tests.sequences else {})
+        sequences = op.tests.sequences
+        causal = sequences is not None and (sequences.prefix_if is None or any(a.name == sequences.prefix_if and a.default for a in op.attrs))
+        assert data.prefix == bool(sequences and sequences.prefix and causal)
         assert data.test_shapes == op.tests.shapes
         assert (data.reference, data.tolerance, data.has_backward) == (op.reference, op.tolerance, bool(op.backward))
         assert data.references == {n: k.python for n, k in op.kernels.items() if isinstance(k, ReferenceKernel)}

@@ -151,7 +151,8 @@ def row_axis(op: OpData, dims: Sequence[str]) -> int | None:
 
 def take_rows(inputs: Inputs, start: int, stop: int) -> Inputs:
     """The inputs of rows start..stop-1 alone: every tensor with the batch's rows cut to them
-    (contiguous), the offsets of packed sequences made again for the rows kept."""
+    (contiguous), the offsets of packed sequences made again for the rows kept.  Only where
+    ``batch_rows`` gives a number (a packed sequence: only from its first row)."""
     op = inputs.op
     offsets = {arg: dim for dim, arg in op.offsets.items()}
     cut: list[Any] = []
@@ -178,10 +179,17 @@ def output_rows(op: OpData, out: Any, start: int, stop: int, dims: Sequence[str]
 
 
 def batch_rows(inputs: Inputs) -> int | None:
-    """The number of rows of the batch (None where the op has no batch dimension nor sequences)."""
+    """The number of rows of the batch: of its batch dimension, or of its one packed sequence where
+    that sequence's first rows are a sequence of their own (causal attention over as many keys as
+    queries); None where no rows can be taken alone (``take_rows`` holds only then)."""
     op = inputs.op
-    dims = [d for d in (op.batch_dim, *op.offsets) if d is not None]
-    return inputs.sizes[dims[0]] if dims else None
+    if op.batch_dim is not None:
+        return inputs.sizes[op.batch_dim]
+    if not op.offsets or not op.prefix:
+        return None
+    lengths = {inputs.sizes[dim] for dim in op.offsets}
+    one_sequence = all(inputs.sizes[op.dims_of(arg)[0]] == 2 for arg in op.offsets.values())
+    return lengths.pop() if one_sequence and len(lengths) == 1 else None
 
 
 # ---------------------------------------------------------------- calls

@@ -66,6 +66,9 @@ class OpData:
     batch_dim: str | None
     offsets: dict[str, str]
     """Dimension -> the argument holding its sequence offsets (packed variable-length sequences)."""
+    prefix: bool
+    """With the attributes' defaults, a sequence's first rows (queries and keys alike) are a
+    sequence of their own (tests.sequences.prefix, under prefix_if): causal attention."""
     test_shapes: tuple[dict[str, int], ...]
     reference: str
     tolerance: str
@@ -111,14 +114,17 @@ def parse(data: dict[str, Any]) -> OpData:
         )
     tests = data["tests"]
     kernels = data["kernels"]
+    attrs = {attr["name"]: attr["default"] for attr in data.get("attrs", ())}
+    sequences = tests.get("sequences") or {}
     return OpData(
         name=data["name"],
         aliases=tuple(data.get("aliases", ())),
         args=tuple(args),
-        attrs={attr["name"]: attr["default"] for attr in data.get("attrs", ())},
+        attrs=attrs,
         outputs=tuple((out["name"], tuple(out["shape"])) for out in data["outputs"]),
         batch_dim=tests.get("batch_dim"),
-        offsets=dict((tests.get("sequences") or {}).get("offsets", {})),
+        offsets=dict(sequences.get("offsets", {})),
+        prefix=bool(sequences.get("prefix", False)) and bool(attrs.get(sequences.get("prefix_if"), True)),
         test_shapes=tuple(dict(shape) for shape in tests["shapes"]),
         reference=data["reference"],
         tolerance=data["tolerance"],

@@ -15,6 +15,7 @@ from ..cases import (
     backward_note,
     baseline_call,
     baseline_code,
+    batch_rows,
     draw,
     layer_sizes,
     op_call,
@@ -126,6 +127,7 @@ class ModelSection(OneTable):
             op = kind.op
             kernel, baseline = op_call(getattr(rlk, op.name)), baseline_call(op)
             inputs = draw(op, layer_sizes(kind.case.sizes, m), dtype, layer_scale=True, grad=kind.backward)
+            assert batch_rows(inputs), f"{kind.label}: no rows of a batch to take alone at {inputs.sizes}"
             alone_inputs = take_rows(inputs, 0, INVARIANT_ROWS)
             if kind.backward:
                 timed_kernel, timed_baseline = with_backward(kernel, inputs), with_backward(baseline, inputs)
