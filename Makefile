@@ -68,7 +68,7 @@ gpu-check:
 	bash tools/gpu_check.sh
 
 bench: $(VENV)/.test-stamp
-	$(PY) tools/bench.py
+	$(PY) -m tools.bench
 
 clean:
 	rm -rf .build dist build

@@ -15,7 +15,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -26,10 +26,13 @@ from pydantic import (
     GetJsonSchemaHandler,
     StrictBool,
     StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError, core_schema
 
 from . import reserved
 
@@ -688,6 +691,97 @@ class TestPlan(StrictModel):
 
 
 
+# --------------------------------------------------------------------------- bench cases
+
+TorchBaseline = Literal[
+    "linear", "matmul_tn", "silu_mul", "silu", "rms_norm", "log_softmax_gather", "linear_log_softmax_gather", "embedding", "rotary_llama", "sdpa_causal"
+]
+"""PyTorch code a benchmark may compare an op with, by name.  tools/bench/baselines.py holds the
+callable behind each name: a closed vocabulary, so a spec never names code to run."""
+
+LayerDim = Literal["tokens", "hidden", "intermediate", "vocab", "heads", "kv_heads", "head_dim"]
+"""A size of the decoder layer whose ops tools/bench's model table measures, at each of its model
+sizes: tokens T, hidden H, MLP width I, vocabulary V, query heads, key/value heads, head dim."""
+
+BenchSize = Annotated[int, Field(ge=1, le=1 << 20)]
+
+
+def _layer_size(value: int | str) -> int | str:
+    if isinstance(value, int) and not 1 <= value <= 1 << 20:
+        raise ValueError(f"a size must be between 1 and {1 << 20}, got {value}")
+    if isinstance(value, str) and value not in get_args(LayerDim):
+        raise ValueError(f"{value!r} is not a size of the layer ({', '.join(get_args(LayerDim))})")
+    return value
+
+
+LayerSize = Annotated[StrictInt | str, AfterValidator(_layer_size)]
+
+
+class BenchBaseline(StrictModel):
+    """What the op is timed against: PyTorch code by name, or a reference kernel of the same spec."""
+
+    torch: TorchBaseline | None = None
+    kernel: Identifier | None = None
+    """A kernel of ``kind: reference`` declared in the same spec (e.g. torch_matmul)."""
+
+    @model_validator(mode="after")
+    def _one_baseline(self) -> BenchBaseline:
+        if (self.torch is None) == (self.kernel is None):
+            raise ValueError("give exactly one of torch (a PyTorch baseline by name) and kernel (a reference kernel of this op)")
+        return self
+
+
+class LayerCase(StrictModel):
+    """Where the decoder layer calls the op: a row kind of the model table."""
+
+    sizes: dict[DimName, LayerSize]
+    """Every dimension of the op's required arguments: a number, or a size of the layer."""
+    label: Text | None = None
+    """The row's name (default: the op's name)."""
+    backward: StrictBool = False
+    """Also time the forward and the backward together (the op needs a ``backward``)."""
+
+
+class Bench(StrictModel):
+    """How tools/bench and tools/gpu_check.py's benchmark measure the op: against what, at which
+    sizes, in which dtypes.  The inputs are drawn from the signature; nothing here is code."""
+
+    baseline: BenchBaseline
+    dtypes: tuple[Literal["float32", "float16", "bfloat16"], ...] = Field(min_length=1, max_length=3)
+    """Every dtype variable of the op takes each of these in turn."""
+    shapes: tuple[dict[DimName, BenchSize], ...] = Field(default=(), max_length=16)
+    """Sizes of the op's own benchmark rows (every dimension of its required arguments)."""
+    layer: tuple[LayerCase, ...] = Field(default=(), max_length=16)
+    """The op inside the decoder layer: rows of the model table."""
+
+
+def _bench_problems(bench: Bench, info: ValidationInfo) -> list[tuple[tuple[str | int, ...], str]]:
+    """Where ``bench`` does not fit the op it belongs to (the fields validated before it), and why."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    kernels = info.data.get("kernels")
+    name = bench.baseline.kernel
+    if name is not None and kernels is not None and not isinstance(kernels.get(name), ReferenceKernel):
+        references = sorted(k for k, v in kernels.items() if isinstance(v, ReferenceKernel))
+        problems.append((("baseline", "kernel"), f"{name} is not a kernel of kind reference of this op (its reference kernels: {', '.join(references) or 'none'})"))
+    dtype_vars = info.data.get("dtype_vars")
+    if dtype_vars is not None:
+        for index, dtype in enumerate(bench.dtypes):
+            refused = [var for var, allowed in dtype_vars.items() if Dtype(dtype) not in allowed]
+            if refused:
+                problems.append((("dtypes", index), f"{dtype} is not a dtype that dtype variable {refused[0]} allows"))
+    args = info.data.get("args")
+    if args is not None:
+        bound = {d for a in args if not a.optional for d in a.shape}
+        cases: list[tuple[tuple[str | int, ...], set[str]]] = [(("shapes", i), set(shape)) for i, shape in enumerate(bench.shapes)]
+        cases += [(("layer", i, "sizes"), set(case.sizes)) for i, case in enumerate(bench.layer)]
+        for where, dims in cases:
+            if dims != bound:
+                problems.append((where, f"gives the dimensions {', '.join(sorted(dims)) or 'none'}; it must give exactly {', '.join(sorted(bound))}"))
+    if "backward" in info.data and not info.data["backward"]:
+        problems += [(("layer", i, "backward"), "the op declares no backward to time") for i, case in enumerate(bench.layer) if case.backward]
+    return problems
+
+
 class OpSpec(StrictModel):
     name: Identifier
     summary: Text
@@ -716,6 +810,17 @@ class OpSpec(StrictModel):
     """What ``torch.autocast`` does to the op's inputs, as torch's own autocast does to the aten op
     it stands for (``AUTOCAST``).  The arguments it casts are the floating ones whose dtype is a
     dtype variable; fixed-dtype arguments (a float32 logsumexp, int ids) keep theirs."""
+    bench: Bench | None = None
+    """What tools/bench times the op against, and at which sizes; null: no benchmark rows."""
+
+    @field_validator("bench")
+    @classmethod
+    def _bench_fits_the_op(cls, bench: Bench | None, info: ValidationInfo) -> Bench | None:
+        problems = _bench_problems(bench, info) if bench is not None else []
+        if problems:
+            details = [InitErrorDetails(type=PydanticCustomError("bench", message), loc=where, input=bench) for where, message in problems]
+            raise ValidationError.from_exception_data("bench", details)
+        return bench
 
     # Rules local to one op; cross-file rules live in ``contracts``.
     @model_validator(mode="after")

@@ -144,10 +144,12 @@ def test_every_tile_configuration_gpu_check_tries_compiles_without_spills(tmp_pa
     shutil.copytree(GENERATED / "cuda/csrc", csrc)  # the includes, beside each variant
     processes = []
     for index, tiles in enumerate(gpu_check.TILE_CANDIDATES):
-        smem = tiles[5] * (tiles[0] + tiles[1]) * tiles[2] * 2
+        smem = tiles["stages"] * (tiles["block_m"] + tiles["block_n"]) * tiles["block_k"] * 2
         assert smem <= 227 * 1024, f"{tiles} needs {smem} bytes of shared memory, more than an sm_90 block may have"
         source = csrc / f"kernels/cuda/tiles_{index}.cu"
-        source.write_text(gpu_check.with_tiles(MMA_SOURCE.read_text(), tiles))
+        # What the tiles stage builds: the kernel rendered through the generator with these params.
+        source.write_text(gpu_check.tile_source(tiles))
+        assert "using Tiles = MmaTiles<{block_m}, {block_n}, {block_k}, {warps_m}, {warps_n}, {stages}, {blocks_per_sm}, false, false>;".format(**tiles) in source.read_text()
         command = [nvcc, "-std=c++17", "-O3", "-fmad=false", "-c", "-gencode", "arch=compute_90,code=sm_90", "--ptxas-options=-v", str(source), "-o", str(tmp_path / f"{index}.o")]
         processes.append((tiles, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     for tiles, process in processes:

@@ -11,6 +11,8 @@ from conftest import REPO, Project
 
 OP = "specs/ops/det_gemm.yaml"
 CUDA = "specs/platforms/cuda.yaml"
+NT = "specs/ops/det_gemm_nt.yaml"
+KTREE = "specs/ops/det_gemm_ktree.yaml"
 
 
 def errors_of(project: Project, capsys) -> str:
@@ -55,6 +57,18 @@ def errors_of(project: Project, capsys) -> str:
         (OP, "  - {name: b, dtype: T, shape: [K, N]", "  - {name: b, dtype: U, shape: [K, N]", "", "dtype variable U is not declared"),
         (OP, "  - {name: c, dtype: T, shape: [M, N]", "  - {name: c, dtype: T, shape: [M, Q]", "", "dimension Q does not appear"),
         (CUDA, "  compiler_key: nvcc", "  compiler_key: 42", "build.compiler_key", "Input should be a valid string"),
+        # bench: what tools/bench times an op against; a baseline is a name from a closed vocabulary or a reference kernel.
+        (OP, "  baseline: {kernel: torch_matmul}", "  baseline: {kernel: simt}", "bench.baseline.kernel", "simt is not a kernel of kind reference of this op (its reference kernels: torch_matmul, torch_reference)"),
+        (NT, "  baseline: {torch: linear}", "  baseline: {torch: os.system}", "bench.baseline.torch", "Input should be 'linear', 'matmul_tn'"),
+        (NT, "  baseline: {torch: linear}", "  baseline: {torch: linear, kernel: torch_reference}", "bench.baseline", "give exactly one of torch"),
+        (OP, "    - {M: 256, K: 1024, N: 1024}", "    - {M: 256, K: 1024}", "bench.shapes.0", "gives the dimensions K, M; it must give exactly K, M, N"),
+        (OP, "    - {M: 256, K: 1024, N: 1024}", "    - {M: 256, K: 1024, N: 0}", "bench.shapes.0.N", "greater than or equal to 1"),
+        (NT, "sizes: {M: tokens, K: hidden, N: hidden}}", "sizes: {M: tokens, K: hidden, N: hiden}}", "bench.layer.0.sizes.N", "'hiden' is not a size of the layer (tokens, hidden"),
+        (NT, "sizes: {M: tokens, K: hidden, N: hidden}}", "sizes: {M: tokens, K: hidden, N: 2000000}}", "bench.layer.0.sizes.N", "a size must be between 1 and 1048576"),
+        (NT, "  - {label: det_linear q/k/v/o,", "  - {label: \"det_linear `q`\",", "bench.layer.0.label", "is not a valid single line of text"),
+        ("specs/ops/det_gemm_tn.yaml", "  dtypes: [bfloat16]", "  dtypes: [int64]", "bench.dtypes.0", "Input should be 'float32', 'float16' or 'bfloat16'"),
+        (KTREE, "tolerance: reduction", "tolerance: reduction\nbench: {baseline: {torch: linear}, dtypes: [float32]}", "bench.dtypes.0", "float32 is not a dtype that dtype variable T allows"),
+        (KTREE, "tolerance: reduction", "tolerance: reduction\nbench: {baseline: {torch: linear}, dtypes: [bfloat16], layer: [{sizes: {M: 1, K: 2, N: 3}, backward: true}]}", "bench.layer.0.backward", "the op declares no backward to time"),
         (CUDA, "  stream: cudaStream_t", "  stream: cudaStream_t; system()", "types.stream", "is not a valid C++ name"),
         (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false, -Xcompiler=-ffp-contract=off]", "  device_flags: [-O3, '$(rm -rf /)']", "build.device_flags.1", "is not a valid compiler flag"),
     ],
@@ -161,7 +175,7 @@ def test_an_alias_that_is_another_ops_name_is_refused(bare_project: Project, cap
 
 def test_an_alias_that_is_a_package_export_is_refused(bare_project: Project, capsys):
     bare_project.edit("specs/ops/det_gemm_nt.yaml", "aliases: [det_linear]", "aliases: [select_backend]")
-    assert "'select_backend' clashes with a module-level name of the generated Python package" in errors_of(bare_project, capsys)
+    assert "aliases.0: select_backend is already the package's own select_backend (runtime/rlkernels/__init__.py)" in errors_of(bare_project, capsys)
 
 
 def test_kernels_whose_generated_names_collide_are_refused(bare_project: Project, capsys):

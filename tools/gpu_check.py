@@ -6,14 +6,22 @@
   chain       tests/test_transformers_chain.py's chain test (a patched tiny Qwen2 and Llama:
               log-probs and GRPO gradients bitwise alone vs in padded and packed batches) on the
               device, with this build (transformers needed)
-  compare     CUDA results vs CPU results, bit for bit, for det_gemm: several shapes, every dtype
-  invariance  batch invariance (1 row vs 512 rows at K=N=4096) and determinism on the device
-  bench       every native kernel of det_gemm, det_gemm_nt and det_gemm_tn vs torch.matmul
-              (cuBLAS) on the same layout, same process, CUDA events, at the large shapes and
-              the decode-like M of 1, 16 and 128; at each, every kernel's bits checked for
-              batch invariance (one row alone, a chunk of rows alone) and determinism (a rerun)
-  tiles       det_gemm's mma kernel rebuilt with other tile configurations: speed vs cuBLAS,
-              and whether the bits equal those of the spec's configuration
+  compare     CUDA results vs CPU results, bit for bit, every output: several shapes, every dtype
+  invariance  batch invariance (1 row, and a chunk from the middle, vs the whole batch: for
+              det_gemm 512 rows at K=N=4096), determinism and accuracy on the device
+  bench       every native kernel vs the baseline its op's spec names (det_gemm, det_gemm_nt and
+              det_gemm_tn: torch.matmul / F.linear, cuBLAS, on the same layout), same process,
+              CUDA events, at the large shapes and the decode-like M of 1, 16 and 128; at each,
+              every kernel's bits checked for batch invariance (one row alone, a chunk of rows
+              alone) and determinism (a rerun)
+  tiles       det_gemm's mma kernel rendered through the generator with other tile configurations
+              (generator/variant.py) and rebuilt: speed vs cuBLAS, and whether the bits equal
+              those of the spec's configuration
+
+The compare, invariance and bench stages run for any op of the catalog: `--op NAME` (repeatable)
+picks them; by default compare and invariance run det_gemm and bench the det_gemm family, at a
+GPU's sizes (below).  Another op takes its sizes, dtypes and baseline from its spec (its test
+shapes, its bench section) and its kernels per platform from the package's registry.
 
 and a short report: $OUT/gpu_report.md (else ./gpu_report.md) with the full log beside it.
 The tests stage also writes $OUT/gpu_evidence.json: what the generated tests exercised on the
@@ -22,11 +30,13 @@ and records it as `executed` evidence in evidence/<platform>/executed.json, only
 tests passed; where the generator cannot run, it says how to record the file elsewhere.  A checkout
 without .git takes the commit from $RLK_EVIDENCE_COMMIT.
 Each stage runs in its own process with its own time limit, so a crash, a CUDA fault or a
-hang in one is reported and the later stages still run.  Needs torch, pytest, setuptools
-and ninja; not the generator (generated/ is committed).
+hang in one is reported and the later stages still run.  Needs torch, PyYAML, pytest, setuptools
+and ninja; the generator's own dependencies (pydantic, Jinja2) only for the tiles stage, which
+renders the kernel's variants (generated/ is committed).
 
     bash tools/gpu_check.sh                   # what `make gpu-check` runs
     python tools/gpu_check.py --dry-run       # every stage on the CPU package, tiny shapes
+    python tools/gpu_check.py --op rms_norm --op logp --only build,compare,invariance,bench
 """
 
 from __future__ import annotations
@@ -48,20 +58,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OP = "det_gemm"
+sys.path.insert(0, str(ROOT))
+from tools.bench import cases, specs
+from tools.bench.sections.model import MODEL_SIZES
+
 EXIT_PASS, EXIT_FAIL = 0, 1  # any other exit status of a stage is an error
 
-# (M, K, N).  The CPU kernel is a plain loop, so the bitwise comparison stays at sizes it
-# finishes in seconds; odd sizes exercise the tile edges.
+FAMILY = ("det_gemm", "det_gemm_nt", "det_gemm_tn")
+DEFAULT_OPS = {"compare": FAMILY[:1], "invariance": FAMILY[:1], "bench": FAMILY}
+"""What each stage runs without --op."""
+
+# The det_gemm family's sizes on a device, (M, K, N).  The CPU kernel is a plain loop, so the
+# bitwise comparison stays at sizes it finishes in seconds; odd sizes exercise the tile edges.
 COMPARE_SHAPES = [(1, 7, 5), (33, 64, 40), (127, 300, 129), (256, 1024, 384), (4, 4096, 4096), (128, 2048, 2048)]
 INVARIANCE = {"rows": 512, "K": 4096, "N": 4096}
 # 4096^3 and target shapes from the operator catalog (a Qwen3-8B-like MLP), then decode-like
 # batches of 1, 16 and 128 rows at K = N = 4096.
 BENCH_SHAPES = [(4096, 4096, 4096), (4096, 4096, 12288), (4096, 14336, 4096), (1, 4096, 4096), (16, 4096, 4096), (128, 4096, 4096)]
 BENCH_DTYPES = ["bfloat16", "float32"]
+# float32 runs the simt kernel in every layout; it is measured for det_gemm only.
+BENCH_LAYOUT_DTYPES = ["bfloat16"]
 ALL_DTYPES = ["float32", "float16", "bfloat16"]
 
-DRY_TEST_FILES = ("tests/test_det_gemm.py", "tests/test_linear_logp.py")
+DRY_TEST_OPS = ("det_gemm", "linear_logp")
 DRY_COMPARE_SHAPES = [(1, 7, 5), (33, 64, 40), (17, 96, 24)]
 DRY_INVARIANCE = {"rows": 32, "K": 64, "N": 48}
 DRY_BENCH_SHAPES = [(64, 128, 96), (1, 128, 96)]
@@ -81,7 +100,7 @@ STAGES = [
     Stage("chain", "Chain test of a patched transformers model on the device", 240),
     Stage("compare", "Device vs CPU, bit for bit", 120),
     Stage("invariance", "Batch invariance and determinism on the device", 90),
-    Stage("bench", "Benchmark vs torch.matmul (cuBLAS), with bitwise invariance at each shape", 240),
+    Stage("bench", "Benchmark vs the baselines the specs name (cuBLAS for the det_gemm family), with bitwise invariance at each shape", 240),
     Stage("tiles", "Tile configurations of det_gemm's mma kernel", 300),
 ]
 
@@ -251,8 +270,8 @@ def stage_tests(args) -> tuple[bool, str]:
     junit.unlink(missing_ok=True)
     results_file = args.work / "evidence-results.json"
     results_file.unlink(missing_ok=True)
-    # The dry run keeps to two ops' tests: make test runs every generated test on the CPU already.
-    selected = DRY_TEST_FILES if args.dry_run else ("tests",)
+    # The dry run keeps to two ops' tests (or those of --op): make test runs every generated test on the CPU already.
+    selected = op_tests(args.op or DRY_TEST_OPS) if args.dry_run else ["tests"]
     command = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}", *selected]
     # Run from the package copy: `python -m pytest` puts it first on sys.path, so the
     # in-place build is what the tests import.  The tests write what they exercised to RLK_EVIDENCE_OUT.
@@ -344,7 +363,7 @@ def load_package(args):
     return rlkernels
 
 
-def native_kernels(rlkernels, platform: str, op: str = OP) -> list:
+def native_kernels(rlkernels, platform: str, op: str) -> list:
     """Every native kernel of ``op`` this build can run on ``platform``, in registry order."""
     import torch
     from rlkernels._registry import OPS, PLATFORMS
@@ -362,37 +381,58 @@ def native_kernels(rlkernels, platform: str, op: str = OP) -> list:
     return kernels
 
 
-def overload(kernel, op: str = OP):
+def overload(kernel, op: str):
     import torch
 
     return getattr(getattr(torch.ops.rlkernels, op), kernel.name)
 
 
-def inputs(m: int, k: int, n: int, dtype: str, device: str, seed: int):
-    import torch
+def op_dtypes(op: str) -> list[str]:
+    """The floating dtypes the op takes (its registry's), every dtype variable set to each in turn."""
+    from rlkernels._registry import OPS
 
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=g).to(getattr(torch, dtype))
-    b = torch.randn(k, n, generator=g).to(getattr(torch, dtype))
-    return a.to(device), b.to(device)
+    return list(OPS[op].dtypes)
 
 
 def bits(t):
     import torch
 
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def same_bits(got, want) -> bool:
+    """Every output the same, bit for bit (integer views: -0.0 is not +0.0, a NaN equals only the same NaN)."""
+    import torch
+
+    got, want = outputs(got), outputs(want)
+    return len(got) == len(want) and all(g.shape == w.shape and g.dtype == w.dtype and torch.equal(bits(g.cpu()), bits(w.cpu())) for g, w in zip(got, want))
+
+
+def outputs(result) -> tuple:
+    return tuple(result) if isinstance(result, tuple | list) else (result,)
 
 
 def describe_difference(got, want) -> str:
     """How two results differ, for the report (they are known to differ in their bits)."""
-    got, want = got.cpu(), want.cpu()
-    mismatched = int((bits(got) != bits(want)).sum())
-    diff = (got.float() - want.float()).abs()
-    return f"{mismatched}/{got.numel()} elements differ, max abs diff {float(diff.nan_to_num(float('inf')).max()):.3g}"
+    parts = []
+    for index, (g, w) in enumerate(zip(outputs(got), outputs(want))):
+        g, w = g.cpu(), w.cpu()
+        if g.shape != w.shape or g.dtype != w.dtype:
+            parts.append(f"output {index}: {tuple(g.shape)} {g.dtype} vs {tuple(w.shape)} {w.dtype}")
+            continue
+        mismatched = int((bits(g) != bits(w)).sum())
+        if mismatched:
+            diff = (g.double() - w.double()).abs()
+            parts.append(f"{mismatched}/{g.numel()} elements differ, max abs diff {float(diff.nan_to_num(float('inf')).max()):.3g}")
+    return "; ".join(parts) or "a different number of outputs"
 
 
-def shape_name(shape) -> str:
-    return "×".join(map(str, shape))
+def shape_name(sizes: dict[str, int]) -> str:
+    return "×".join(map(str, sizes.values()))
+
+
+def dims_name(sizes: dict[str, int]) -> str:
+    return "×".join(sizes)
 
 
 def first_line(exc: BaseException) -> str:
@@ -400,55 +440,133 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:160]
 
 
+# --------------------------------------------------------------------------- what each op runs at
+
+
+@dataclass
+class Plan:
+    """The sizes and dtypes of one op in the compare, invariance and bench stages."""
+
+    compare: list[dict[str, int]]
+    compare_dtypes: list[str]
+    invariance: dict[str, int]
+    bench: list[dict[str, int]]
+    bench_dtypes: list[str]
+
+
+def mkn(shapes) -> list[dict[str, int]]:
+    return [{"M": m, "K": k, "N": n} for m, k, n in shapes]
+
+
+def gemm_plan(op: str, dry_run: bool) -> Plan:
+    """The det_gemm family at a GPU's sizes (tiny ones in a dry run)."""
+    rows, k, n = (DRY_INVARIANCE if dry_run else INVARIANCE).values()
+    return Plan(
+        compare=mkn(DRY_COMPARE_SHAPES if dry_run else COMPARE_SHAPES),
+        compare_dtypes=ALL_DTYPES,
+        invariance={"M": rows, "K": k, "N": n},
+        bench=mkn(DRY_BENCH_SHAPES if dry_run else BENCH_SHAPES),
+        bench_dtypes=BENCH_DTYPES if op == FAMILY[0] else BENCH_LAYOUT_DTYPES,
+    )
+
+
+def spec_plan(op: specs.OpData, dry_run: bool) -> Plan:
+    """Any other op, from its spec: compare at its test shapes (and its bench shapes), invariance and
+    bench at its bench section's sizes (its own shapes, and the model table's largest layer); a dry
+    run keeps to the test shapes."""
+    dtypes = op_dtypes(op.name)
+    benched: list[dict[str, int]] = []
+    if op.bench is not None and not dry_run:
+        benched = [*op.bench.shapes, *(cases.layer_sizes(case.sizes, MODEL_SIZES[-1]) for case in op.bench.layer)]
+    tests = list(op.test_shapes)
+    return Plan(
+        compare=tests + ([] if dry_run else list(op.bench.shapes if op.bench else ())),
+        compare_dtypes=dtypes,
+        invariance=benched[0] if benched else tests[0],
+        bench=benched or tests[:2],
+        bench_dtypes=list(op.bench.dtypes) if op.bench is not None else dtypes[:1],
+    )
+
+
+def plan_for(op: specs.OpData, dry_run: bool) -> Plan:
+    return gemm_plan(op.name, dry_run) if op.name in FAMILY else spec_plan(op, dry_run)
+
+
+def selected_ops(args, stage: str) -> list[specs.OpData]:
+    """The ops a stage runs: those named with --op, else what it ran for the det_gemm family before --op."""
+    return [specs.read_op(name, ROOT) for name in args.op or DEFAULT_OPS[stage]]
+
+
+def op_tests(ops) -> list[str]:
+    """pytest arguments selecting the contract tests of ``ops`` in the package (its one generic suite)."""
+    return ["tests", *(f"--op={op}" for op in ops)]
+
+
+# --------------------------------------------------------------------------- compare, invariance, bench
+
+
 def stage_compare(args) -> tuple[bool, str]:
-    import torch
-
     rlkernels = load_package(args)
-    shapes = DRY_COMPARE_SHAPES if args.dry_run else COMPARE_SHAPES
-    rows, passed, cpu_results = [], True, {}
-    for kernel in native_kernels(rlkernels, args.platform):
-        portable = "portable" in kernel.guarantees
-        for dtype in ALL_DTYPES:
-            for seed, (m, k, n) in enumerate(shapes):
-                a, b = inputs(m, k, n, dtype, args.device, seed)
-                try:
-                    got = overload(kernel)(a, b)
-                    if (dtype, seed) not in cpu_results:  # the CPU backend the registry picks, once per case
-                        cpu_results[dtype, seed] = rlkernels.det_gemm(a.cpu(), b.cpu())
-                    want = cpu_results[dtype, seed]
-                    same = torch.equal(bits(got.cpu()), bits(want))
-                    verdict = "identical" if same else describe_difference(got, want)
-                    # Only a portable kernel promises the CPU's bits; the others are listed.
-                    passed = passed and (same or not portable)
-                except Exception as exc:  # noqa: BLE001  one case failing must not hide the others
-                    same, verdict, passed = False, f"error: {first_line(exc)}", False
-                print(f"compare {kernel.name} {dtype} {shape_name((m, k, n))}: {verdict}", flush=True)
-                if not same:
-                    rows.append(f"| {kernel.name} | {dtype} | {shape_name((m, k, n))} | {verdict} | {'yes' if portable else 'no'} |")
-    checked = len(shapes) * len(ALL_DTYPES)
-    body = [
-        (f"Shapes (M×K×N): {', '.join(map(shape_name, shapes))}; dtypes: {', '.join(ALL_DTYPES)}; "
-         f"{checked} comparisons per kernel, against the CPU kernel the registry selects.")
-    ]
-    if rows:
-        body += ["", "| kernel | dtype | shape | result | portable (must match) |", "| --- | --- | --- | --- | --- |", *rows]
-    else:
-        body.append("Every result is bit-identical to the CPU's.")
-    return passed, "\n".join(body)
+    body, passed = [], True
+    for op in selected_ops(args, "compare"):
+        plan = plan_for(op, args.dry_run)
+        rows, cpu_results = [], {}
+        for kernel in native_kernels(rlkernels, args.platform, op.name):
+            portable = "portable" in kernel.guarantees
+            for dtype in plan.compare_dtypes:
+                for seed, sizes in enumerate(plan.compare):
+                    inputs = cases.draw(op, sizes, dtype, seed=seed)
+                    try:
+                        got = overload(kernel, op.name)(*inputs.to(args.device).args)
+                        if (dtype, seed) not in cpu_results:  # the CPU backend the registry picks, once per case
+                            cpu_results[dtype, seed] = getattr(rlkernels, op.name)(*inputs.args)
+                        want = cpu_results[dtype, seed]
+                        same = same_bits(got, want)
+                        verdict = "identical" if same else describe_difference(got, want)
+                        # Only a portable kernel promises the CPU's bits; the others are listed.
+                        passed = passed and (same or not portable)
+                    except Exception as exc:  # noqa: BLE001  one case failing must not hide the others
+                        same, verdict, passed = False, f"error: {first_line(exc)}", False
+                    print(f"compare {op.name}.{kernel.name} {dtype} {shape_name(sizes)}: {verdict}", flush=True)
+                    if not same:
+                        rows.append(f"| {kernel.name} | {dtype} | {shape_name(sizes)} | {verdict} | {'yes' if portable else 'no'} |")
+        checked = len(plan.compare) * len(plan.compare_dtypes)
+        body += [
+            "" if body else None,
+            (f"{op.name}: shapes ({dims_name(plan.compare[0])}): {', '.join(map(shape_name, plan.compare))}; dtypes: {', '.join(plan.compare_dtypes)}; "
+             f"{checked} comparisons per kernel, every output, against the CPU kernel the registry selects."),
+        ]
+        if rows:
+            body += ["", "| kernel | dtype | shape | result | portable (must match) |", "| --- | --- | --- | --- | --- |", *rows]
+        else:
+            body.append("Every result is bit-identical to the CPU's.")
+    return passed, "\n".join(line for line in body if line is not None)
 
 
-# An ascending float32 sum's error grows with K, and the spec's tolerances are set at the
-# reference shape (K = 2048); at larger K an error within this factor of cuBLAS's own error
-# (both against a float64 product) also counts as accurate.
-CUBLAS_ERROR_FACTOR = 4.0
+# An ascending float32 sum's error grows with the reduction, and the spec's tolerances are set at
+# the reference shape (K = 2048 for det_gemm); at larger sizes an error within this factor of the
+# baseline's own error (cuBLAS's, both against a float64 reference) also counts as accurate.
+BASELINE_ERROR_FACTOR = 4.0
 
 
-def accurate(result, reference, atol: float, rtol: float, cublas_error: float) -> bool:
+def accurate(result, reference, atol: float, rtol: float, baseline_error: float | None) -> bool:
     import torch
 
-    if torch.allclose(result.double(), reference, atol=atol, rtol=rtol):
+    if torch.allclose(result.double(), reference, atol=atol, rtol=rtol, equal_nan=True):
         return True
-    return (result.double() - reference).abs().max().item() <= CUBLAS_ERROR_FACTOR * cublas_error
+    return baseline_error is not None and (result.double() - reference).abs().max().item() <= BASELINE_ERROR_FACTOR * baseline_error
+
+
+def reference_result(op: specs.OpData, inputs: cases.Inputs):
+    """The op's first output by its spec's reference, on float64 copies of the floating inputs (on
+    their device); a reference that does not take float64 gets float32 ones on the CPU, as the
+    generated tests give it."""
+    fn = cases.resolve(op.references[op.reference])
+    try:
+        out = cases.first(fn(*[t.double() if t is not None and t.is_floating_point() else t for t in inputs.args]))
+    except (RuntimeError, TypeError):
+        out = cases.first(fn(*[None if t is None else t.cpu().float() if t.is_floating_point() else t.cpu() for t in inputs.args]))
+    return out.double().to(inputs.args[0].device)
 
 
 def stage_invariance(args) -> tuple[bool, str]:
@@ -457,48 +575,58 @@ def stage_invariance(args) -> tuple[bool, str]:
     rlkernels = load_package(args)
     from rlkernels._registry import OPS, TOLERANCES
 
-    size = DRY_INVARIANCE if args.dry_run else INVARIANCE
-    rows_n, k, n = size["rows"], size["K"], size["N"]
-    start = min(100, rows_n // 2)  # a chunk that starts mid-batch, as when a batch is split
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference must be a true fp32 product
-    candidates = [(kern.name, overload(kern), True) for kern in native_kernels(rlkernels, args.platform)]
-    candidates.append(("torch.matmul (reference)", torch.matmul, False))  # cuBLAS: informative only
-    columns = ["1 row", f"rows {start}+", "rerun", "accuracy"]
-    table, passed = [], True
-    for dtype in ALL_DTYPES:
-        a, b = inputs(rows_n, k, n, dtype, args.device, seed=7)
-        reference = torch.matmul(a.double(), b.double())
-        cublas_error = (torch.matmul(a, b).double() - reference).abs().max().item()
-        atol, rtol = TOLERANCES[OPS[OP].tolerance][dtype]
-        for name, fn, required in candidates:
-            try:
-                full = fn(a, b)
-                checks = [
-                    torch.equal(bits(fn(a[:1].contiguous(), b)), bits(full[:1])),
-                    torch.equal(bits(fn(a[start:].contiguous(), b)), bits(full[start:])),
-                    torch.equal(bits(fn(a, b)), bits(full)),
-                    accurate(full, reference, atol, rtol, cublas_error),
-                ]
-                cells = " | ".join("yes" if ok else "**no**" if required else "no" for ok in checks)
-                ok = all(checks)
-            except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
-                cells, ok = f"error: {first_line(exc)} |" + " |" * (len(columns) - 1), False
-            if required:
-                passed = passed and ok
-            print(f"invariance {name} {dtype}: {cells}", flush=True)
-            table.append(f"| {name} | {dtype} | {cells} |")
-        del a, b, reference
-    body = [
-        (f"A[{rows_n}×{k}]·B[{k}×{n}] on {args.device}: the first row computed alone, and the rows from "
-         f"{start} computed alone, must equal the same rows of the full result bit for bit; a rerun must "
-         f"repeat every bit; accuracy against the float64 product within the spec's '{OPS[OP].tolerance}' tolerances, "
-         f"or a largest error at most {CUBLAS_ERROR_FACTOR:g}x cuBLAS's (K beyond the spec's reference shape)."),
-        "",
-        f"| kernel | dtype | {' | '.join(columns)} |",
-        "| --- | --- |" + " --- |" * len(columns),
-        *table,
-    ]
-    return passed, "\n".join(body)
+    body, passed = [], True
+    for op in selected_ops(args, "invariance"):
+        plan = plan_for(op, args.dry_run)
+        size = plan.invariance
+        probe = cases.draw(op, size, plan.compare_dtypes[0])
+        rows_n = cases.batch_rows(probe) or 1
+        start = min(100, rows_n // 2) if op.batch_dim is not None else 0  # a chunk that starts mid-batch, as when a batch is split
+        candidates = [(kern.name, cases.op_call(overload(kern, op.name)), True) for kern in native_kernels(rlkernels, args.platform, op.name)]
+        baseline = None
+        if op.bench is not None:
+            baseline = cases.baseline_call(op)
+            candidates.append((f"`{cases.baseline_code(op)}` (baseline)", baseline, False))  # informative only
+        columns = ["1 row", f"rows {start}+" if start else "a chunk", "rerun", "accuracy"]
+        table = []
+        for dtype in plan.compare_dtypes:
+            inputs = cases.draw(op, size, dtype, seed=7).to(args.device)
+            reference = reference_result(op, inputs)
+            baseline_error = None
+            if baseline is not None:
+                baseline_error = (baseline(*inputs.args).double() - reference).abs().max().item()
+            atol, rtol = TOLERANCES[OPS[op.name].tolerance][dtype]
+            for name, fn, required in candidates:
+                try:
+                    full = fn(*inputs.args)
+                    checks = [
+                        same_bits(fn(*cases.take_rows(inputs, 0, 1).args), cases.output_rows(op, full, 0, 1)) if rows_n > 1 else None,
+                        same_bits(fn(*cases.take_rows(inputs, start, rows_n).args), cases.output_rows(op, full, start, rows_n)) if start > 0 else None,
+                        same_bits(fn(*inputs.args), full),
+                        accurate(full, reference, atol, rtol, baseline_error),
+                    ]
+                    cells = " | ".join("-" if ok is None else "yes" if ok else "**no**" if required else "no" for ok in checks)
+                    ok = all(c is not False for c in checks)
+                except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
+                    cells, ok = f"error: {first_line(exc)} |" + " |" * (len(columns) - 1), False
+                if required:
+                    passed = passed and ok
+                print(f"invariance {op.name} {name} {dtype}: {cells}", flush=True)
+                table.append(f"| {name} | {dtype} | {cells} |")
+            del inputs, reference
+        body += [
+            "" if body else None,
+            (f"{op.name} at {', '.join(f'{d}={n}' for d, n in size.items())} on {args.device}: the first row computed alone, and the rows from "
+             f"{start or 'the middle'} computed alone (\"-\": no such split), must equal the same rows of the full result bit for bit; a rerun must "
+             f"repeat every bit; accuracy against the spec's reference on float64 inputs within the '{OPS[op.name].tolerance}' tolerances, "
+             f"or a largest error at most {BASELINE_ERROR_FACTOR:g}x the baseline's (sizes beyond the spec's reference shape)."),
+            "",
+            f"| kernel | dtype | {' | '.join(columns)} |",
+            "| --- | --- |" + " --- |" * len(columns),
+            *table,
+        ]
+    return passed, "\n".join(line for line in body if line is not None)
 
 
 def timer(device: str):
@@ -528,37 +656,27 @@ def timer(device: str):
     return measure
 
 
-# The three operand layouts of the det_gemm family, each with the cuBLAS call it replaces:
-# C = A·B, C = A·Bᵀ (det_linear, and det_gemm's input gradient), C = Aᵀ·B (the weight gradient).
-# Operands are made for C = A·B and stored as the op takes them.
-BENCH_OPS = {
-    "det_gemm": (lambda a, b: (a, b), lambda a, b: a @ b),
-    "det_gemm_nt": (lambda a, b: (a, b.t().contiguous(), None), lambda a, bt, _bias: a @ bt.t()),  # no bias: the plain product
-    "det_gemm_tn": (lambda a, b: (a.t().contiguous(), b), lambda at, b: at.t() @ b),
-}
-# Rows i..j-1 of C alone: the operands as the op takes them, cut to those rows of A.
-BENCH_ROWS = {
-    "det_gemm": lambda ops, i, j: (ops[0][i:j].contiguous(), ops[1]),
-    "det_gemm_nt": lambda ops, i, j: (ops[0][i:j].contiguous(), ops[1], None),
-    "det_gemm_tn": lambda ops, i, j: (ops[0][:, i:j].contiguous(), ops[1]),
-}
-
-
-def bitwise_invariance(fn, operands, rows, m: int) -> str:
-    """Three bitwise checks of one kernel at one shape: the first row alone, the rows from the middle
-    of the batch on alone (a chunk), and a rerun, against the full result; "-" where M has no such split."""
-    import torch
-
-    full = fn(*operands)
-    start = min(100, m // 2)
+def bitwise_invariance(op: specs.OpData, fn, inputs: cases.Inputs) -> str:
+    """Three bitwise checks of one kernel at one size: the first row alone, the rows from the middle
+    of the batch on alone (a chunk), and a rerun, against the full result; "-" where there is no such split."""
+    full = fn(*inputs.args)
+    rows = cases.batch_rows(inputs) or 1
+    start = min(100, rows // 2) if op.batch_dim is not None else 0
     checks = [
-        torch.equal(bits(fn(*rows(operands, 0, 1))), bits(full[:1])) if m > 1 else None,
-        torch.equal(bits(fn(*rows(operands, start, m))), bits(full[start:])) if start > 0 else None,
-        torch.equal(bits(fn(*operands)), bits(full)),
+        same_bits(fn(*cases.take_rows(inputs, 0, 1).args), cases.output_rows(op, full, 0, 1)) if rows > 1 else None,
+        same_bits(fn(*cases.take_rows(inputs, start, rows).args), cases.output_rows(op, full, start, rows)) if start > 0 else None,
+        same_bits(fn(*inputs.args), full),
     ]
     return "/".join("-" if ok is None else "yes" if ok else "**no**" for ok in checks)
-# float32 runs the simt kernel in every layout; it is measured for det_gemm only.
-BENCH_LAYOUT_DTYPES = ["bfloat16"]
+
+
+def flop(op: specs.OpData, sizes: dict[str, int]) -> float | None:
+    """Floating-point operations of one call, where the stage knows them (the det_gemm family's 2·M·K·N)."""
+    return 2.0 * sizes["M"] * sizes["K"] * sizes["N"] if op.name in FAMILY else None
+
+
+def speed(seconds: float, work: float | None) -> str:
+    return f"{work / seconds / 1e12:.3g}" if work is not None else f"{seconds * 1e3:.3g}"
 
 
 def stage_bench(args) -> tuple[bool, str]:
@@ -567,48 +685,54 @@ def stage_bench(args) -> tuple[bool, str]:
     rlkernels = load_package(args)
     # cuBLAS in full fp32, as det_gemm is: TF32 would be a different (less accurate) product.
     torch.backends.cuda.matmul.allow_tf32 = False
-    shapes = DRY_BENCH_SHAPES if args.dry_run else BENCH_SHAPES
     measure = timer(args.device)
     deadline = time.monotonic() + args.bench_budget_s
     sections, skipped, errors = [], [], 0
-    for op, (arrange, baseline) in BENCH_OPS.items():
-        kernels = native_kernels(rlkernels, args.platform, op)
+    for op in selected_ops(args, "bench"):
+        if op.bench is None:
+            sections += ["", f"### {op.name}", "", "Its spec has no bench section: nothing names what to time it against."]
+            continue
+        plan = plan_for(op, args.dry_run)
+        kernels = native_kernels(rlkernels, args.platform, op.name)
+        baseline, code = cases.baseline_call(op), cases.baseline_code(op)
+        unit = "TFLOP/s" if flop(op, plan.bench[0]) is not None else "ms"
         table = []
-        for dtype in BENCH_DTYPES if op == OP else BENCH_LAYOUT_DTYPES:
-            for m, k, n in shapes:
+        for dtype in plan.bench_dtypes:
+            for sizes in plan.bench:
                 if time.monotonic() > deadline:
-                    skipped.append(f"{op} {dtype} {shape_name((m, k, n))}")
+                    skipped.append(f"{op.name} {dtype} {shape_name(sizes)}")
                     continue
-                operands = arrange(*inputs(m, k, n, dtype, args.device, seed=11))
-                flop = 2.0 * m * k * n
-                base = measure(lambda operands=operands, baseline=baseline: baseline(*operands))
-                row = [f"{flop / base / 1e12:.3g}"]
+                inputs = cases.draw(op, sizes, dtype, seed=11).to(args.device)
+                work = flop(op, sizes)
+                base = measure(lambda inputs=inputs, baseline=baseline: baseline(*inputs.args))
+                row = [speed(base, work)]
                 for kernel in kernels:
-                    fn = overload(kernel, op)
+                    fn = cases.op_call(overload(kernel, op.name))
                     try:
-                        t = measure(lambda fn=fn, operands=operands: fn(*operands))
-                        checks = bitwise_invariance(fn, operands, BENCH_ROWS[op], m)
+                        t = measure(lambda fn=fn, inputs=inputs: fn(*inputs.args))
+                        checks = bitwise_invariance(op, fn, inputs)
                     except Exception as exc:  # noqa: BLE001  as in compare: report it, go on
                         errors += 1
                         row.append(f"error: {first_line(exc)}")
                         continue
                     # Every native kernel of these ops guarantees deterministic and batch_invariant.
                     errors += "no" in checks
-                    row.append(f"{flop / t / 1e12:.3g} ({base / t:.2f}×) {checks}")
-                    print(f"bench {op} {dtype} {shape_name((m, k, n))} {kernel.name}: {t * 1e3:.3f} ms vs cuBLAS {base * 1e3:.3f} ms ({base / t:.2f}×)", flush=True)
-                table.append(f"| {dtype} | {shape_name((m, k, n))} | " + " | ".join(row) + " |")
-                operands = None  # free this shape's operands before the next is allocated
+                    row.append(f"{speed(t, work)} ({base / t:.2f}×) {checks}")
+                    print(f"bench {op.name} {dtype} {shape_name(sizes)} {kernel.name}: {t * 1e3:.3f} ms vs baseline {base * 1e3:.3f} ms ({base / t:.2f}×)", flush=True)
+                table.append(f"| {dtype} | {shape_name(sizes)} | " + " | ".join(row) + " |")
+                inputs = None  # free this shape's inputs before the next is allocated
                 if args.device != "cpu":
                     torch.cuda.empty_cache()
         if table:
-            names = " | ".join(f"{k.name} TFLOP/s (× cuBLAS)" for k in kernels)
-            sections += ["", f"### {op}", "", f"| dtype | shape | torch.matmul TFLOP/s | {names} |", "| --- | --- | --- |" + " --- |" * len(kernels), *table]
+            names = " | ".join(f"{k.name} {unit} (× baseline)" for k in kernels)
+            sections += ["", f"### {op.name}", "", f"| dtype | {dims_name(plan.bench[0])} | `{code}` {unit} | {names} |", "| --- | --- | --- |" + " --- |" * len(kernels), *table]
     device = torch.cuda.get_device_name() if args.device != "cpu" else "CPU"
     body = [
-        (f"{device}, M×K×N, TFLOP/s = 2·M·K·N / time; median of 3 batches of calls after a warm-up, timed with "
-         f"{'CUDA events' if args.device != 'cpu' else 'perf_counter'}; torch.matmul (on the same layout) with TF32 off. "
-         "After each kernel's speed, its bits: the first row alone / the rows from min(100, M/2) on alone / a rerun, "
-         "each equal to the full result bit for bit (yes), or not (no), or no such split at this M (-). "
+        (f"{device}; TFLOP/s = 2·M·K·N / time (the det_gemm family), ms per call for other ops; median of 3 batches of calls after a warm-up, "
+         f"timed with {'CUDA events' if args.device != 'cpu' else 'perf_counter'}; the baseline is the one each op's spec names (bench.baseline) "
+         "on the same tensors, with TF32 off (torch.matmul and F.linear: cuBLAS on the same layout). "
+         "After each kernel's speed, its bits: the first row alone / the rows from min(100, rows/2) on alone / a rerun, "
+         "each equal to the full result bit for bit (yes), or not (no), or no such split at this size (-). "
          "On a 9.0 device built for 9.0a, wgmma runs its own kernel; elsewhere it hands the call to mma."),
         *sections,
     ]
@@ -617,22 +741,38 @@ def stage_bench(args) -> tuple[bool, str]:
     return errors == 0, "\n".join(body)
 
 
-# Tile configurations to try for det_gemm's mma kernel, as its spec's params
-# (block_m, block_n, block_k, warps_m, warps_n, stages, blocks_per_sm); the spec's own comes first.
-# Shared memory per block: stages * (block_m + block_n) * block_k * 2 bytes, at most 227 KiB.
-TILE_CANDIDATES = [(128, 256, 32, 2, 4, 4, 1), (128, 256, 64, 2, 4, 3, 1), (256, 128, 32, 4, 2, 4, 1)]
+# --------------------------------------------------------------------------- tiles
+
+# Tile configurations to try for det_gemm's mma kernel, as its spec's params; the spec's own comes
+# first.  Shared memory per block: stages * (block_m + block_n) * block_k * 2 bytes, at most 227 KiB.
+TILE_KEYS = ("block_m", "block_n", "block_k", "warps_m", "warps_n", "stages", "blocks_per_sm")
+TILE_CANDIDATES = [dict(zip(TILE_KEYS, tiles)) for tiles in [(128, 256, 32, 2, 4, 4, 1), (128, 256, 64, 2, 4, 3, 1), (256, 128, 32, 4, 2, 4, 1)]]
+TILE_OP, TILE_KERNEL = "det_gemm", "mma"
 TILE_SHAPES = [(4096, 4096, 4096), (4096, 14336, 4096)]
 TILE_BITS_SHAPE = (777, 4096, 4096)  # partial row tiles; equal bits across configurations expected
-TILES_LINE = re.compile(r"using Tiles = MmaTiles<(\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (true|false), (true|false)>;")
 
 
-def with_tiles(source: str, tiles: tuple[int, ...]) -> str:
-    """det_gemm_mma.cu with another tile configuration (the operand layouts kept)."""
-    match = TILES_LINE.search(source)
-    if match is None:
-        raise RuntimeError("no `using Tiles = MmaTiles<...>` line in det_gemm_mma.cu")
-    line = f"using Tiles = MmaTiles<{', '.join(map(str, tiles))}, {match.group(8)}, {match.group(9)}>;"
-    return source[: match.start()] + line + source[match.end() :]
+def tile_source(params: dict[str, int]) -> str:
+    """det_gemm_mma.cu with ``params`` in place of the spec's, rendered through the generator (its
+    params overridden, the contracts re-checked); raises generator.variant.VariantError where refused."""
+    sys.path.insert(0, str(ROOT))
+    from generator.variant import render_kernel
+
+    return render_kernel(ROOT, TILE_OP, TILE_KERNEL, "cuda", params)
+
+
+def spec_tiles() -> dict[str, int]:
+    sys.path.insert(0, str(ROOT))
+    from generator.load import load_catalog
+    from generator.model import NativeKernel
+
+    kernel = load_catalog(ROOT / "specs", ROOT).op(TILE_OP).kernels[TILE_KERNEL]
+    assert isinstance(kernel, NativeKernel)
+    return {key: int(kernel.params[key]) for key in TILE_KEYS}
+
+
+def tile_name(tiles: dict[str, int], spec: dict[str, int]) -> str:
+    return "{block_m}x{block_n}x{block_k}, {warps_m}x{warps_n} warps, {stages} stages, {blocks_per_sm}/SM".format(**tiles) + (" (spec)" if tiles == spec else "")
 
 
 def tile_probe(args) -> int:
@@ -644,13 +784,14 @@ def tile_probe(args) -> int:
 
     rlkernels = load_package(args)
     del rlkernels
-    mma = torch.ops.rlkernels.det_gemm.mma
+    mma = getattr(torch.ops.rlkernels, TILE_OP).mma
     measure = timer(args.device)
     result: dict[str, object] = {}
     for m, k, n in DRY_BENCH_SHAPES if args.dry_run else TILE_SHAPES:
-        a, b = inputs(m, k, n, "bfloat16", args.device, seed=11)
-        result[shape_name((m, k, n))] = {"cublas": measure(lambda a=a, b=b: torch.matmul(a, b)), "mma": measure(lambda a=a, b=b: mma(a, b))}
-    a, b = inputs(*TILE_BITS_SHAPE, "bfloat16", args.device, seed=13)
+        a, b = cases.draw(specs.read_op(TILE_OP, ROOT), {"M": m, "K": k, "N": n}, "bfloat16", seed=11).to(args.device).args
+        result[f"{m}×{k}×{n}"] = {"cublas": measure(lambda a=a, b=b: torch.matmul(a, b)), "mma": measure(lambda a=a, b=b: mma(a, b))}
+    m, k, n = TILE_BITS_SHAPE
+    a, b = cases.draw(specs.read_op(TILE_OP, ROOT), {"M": m, "K": k, "N": n}, "bfloat16", seed=13).to(args.device).args
     result["digest"] = hashlib.sha256(bits(mma(a, b)).cpu().numpy().tobytes()).hexdigest()[:16]
     print("TILE-PROBE " + json.dumps(result), flush=True)
     return 0
@@ -659,25 +800,40 @@ def tile_probe(args) -> int:
 def stage_tiles(args) -> tuple[bool, str]:
     import json
 
+    try:
+        spec = spec_tiles()
+        configurations = [spec, *[t for t in TILE_CANDIDATES if t != spec]]
+        sources = {}
+        for tiles in configurations:
+            try:
+                sources[tile_name(tiles, spec)] = tile_source(tiles)
+            except Exception as exc:  # noqa: BLE001  a refused configuration is a row of the report
+                sources[tile_name(tiles, spec)] = exc
+    except ImportError as exc:
+        return False, (f"- the tiles stage renders each configuration through the generator (generator/variant.py), whose dependencies "
+                       f"are not installed for {sys.executable} ({exc}): pip install -e . (pydantic, Jinja2, PyYAML)")
     if args.platform != "cuda":
-        return True, "The CPU package has no tensor-core kernel: nothing to measure."
+        rendered = [name for name, source in sources.items() if isinstance(source, str)]
+        refused = [f"{name}: {source}" for name, source in sources.items() if not isinstance(source, str)]
+        body = [("The CPU package has no tensor-core kernel: nothing to measure. Each configuration was rendered through the generator "
+                f"(no device to build or time it): {'; '.join(rendered)}.")]
+        body += [f"- **refused**: {line}" for line in refused]
+        return not refused, "\n".join(body)
     source = args.pkg / "csrc/kernels/cuda/det_gemm_mma.cu"
-    original = source.read_text()
-    match = TILES_LINE.search(original)
-    if match is None:
-        return False, "no `using Tiles = MmaTiles<...>` line in the built det_gemm_mma.cu"
-    spec_tiles = tuple(int(g) for g in match.groups()[:7])
+    original = source.read_bytes()
     env, _ = build_env(args)
     deadline = time.monotonic() + args.bench_budget_s
     rows, digests, skipped = [], {}, []
     try:
-        for tiles in [spec_tiles, *[t for t in TILE_CANDIDATES if t != spec_tiles]]:
-            name = "{}x{}x{}, {}x{} warps, {} stages, {}/SM".format(*tiles) + (" (spec)" if tiles == spec_tiles else "")
+        for name, variant in sources.items():
             if time.monotonic() > deadline:
                 skipped.append(name)
                 continue
-            if tiles != spec_tiles:
-                source.write_text(with_tiles(original, tiles))
+            if not isinstance(variant, str):
+                rows.append(f"| {name} | refused by the generator: {first_line(variant)} |")
+                continue
+            if variant.encode() != source.read_bytes():
+                source.write_text(variant)
                 # ninja recompiles det_gemm_mma.cu alone, then relinks.
                 if build_in_place(args, env) != 0:
                     rows.append(f"| {name} | build failed (see the log) |")
@@ -696,19 +852,20 @@ def stage_tiles(args) -> tuple[bool, str]:
             cells = [f"{2.0 * math.prod(int(x) for x in shape.split('×')) / t['mma'] / 1e12:.0f} ({t['cublas'] / t['mma']:.2f}×)" for shape, t in result.items()]
             rows.append(f"| {name} | " + " | ".join(cells) + f" | {'same' if digests[name] == next(iter(digests.values())) else '**differ**'} |")
     finally:
-        if source.read_text() != original:
+        if source.read_bytes() != original:
             # Back to the spec's configuration, rebuilt, so that a later `--only compare` (which
             # skips the build stage) tests what the spec says.  Killed before this, the source
             # is still restored by the next build stage's sync.
-            source.write_text(original)
+            source.write_bytes(original)
             if build_in_place(args, env) != 0:
                 rows.append("| (restoring the spec's configuration) | build failed (see the log) |")
     shapes = DRY_BENCH_SHAPES if args.dry_run else TILE_SHAPES
     body = [
-        (f"det_gemm.mma, bfloat16, rebuilt per configuration (det_gemm_nt/tn keep theirs). TFLOP/s and × cuBLAS as in the "
-         f"benchmark; bits: the result at {shape_name(TILE_BITS_SHAPE)} compared with the spec's configuration's."),
+        (f"det_gemm.mma, bfloat16, each configuration rendered through the generator (generator/variant.py: the spec's params "
+         f"overridden, the contracts re-checked) and rebuilt (det_gemm_nt/tn keep theirs). TFLOP/s and × cuBLAS as in the "
+         f"benchmark; bits: the result at {'×'.join(map(str, TILE_BITS_SHAPE))} compared with the spec's configuration's."),
         "",
-        "| configuration | " + " | ".join(f"{shape_name(s)} TFLOP/s (× cuBLAS)" for s in shapes) + " | bits |",
+        "| configuration | " + " | ".join(f"{'×'.join(map(str, s))} TFLOP/s (× cuBLAS)" for s in shapes) + " | bits |",
         "| --- |" + " --- |" * (len(shapes) + 1),
         *rows,
     ]
@@ -749,6 +906,8 @@ def child_command(args, stage: str) -> list[str]:
     command = [sys.executable, str(Path(__file__).resolve()), "--stage", stage, "--platform", args.platform, "--out", str(args.out)]
     if args.dry_run:
         command.append("--dry-run")
+    for op in args.op or ():
+        command += ["--op", op]
     return command
 
 
@@ -855,6 +1014,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", type=lambda s: s.split(","), help=f"comma-separated stages ({','.join(s.name for s in STAGES)})")
     parser.add_argument("--budget-s", type=int, default=570, help="stop starting stages after this many seconds")
     parser.add_argument("--bench-budget-s", type=int, default=200, help="measure no new shapes after this many seconds")
+    parser.add_argument(
+        "--op", action="append", metavar="NAME",
+        help=f"the op of the compare, invariance and bench stages (repeatable; default: {', '.join(DEFAULT_OPS['compare'])} for compare and "
+             f"invariance, {', '.join(DEFAULT_OPS['bench'])} for bench); in a dry run also the tests stage's",
+    )
     parser.add_argument("--stage", choices=list(BODIES), help=argparse.SUPPRESS)  # internal: run one stage
     parser.add_argument("--platform", help=argparse.SUPPRESS)
     parser.add_argument("--tile-probe", action="store_true", help=argparse.SUPPRESS)  # internal: child of `tiles`
@@ -866,6 +1030,11 @@ def main(argv: list[str] | None = None) -> int:
     args.pkg = ROOT / ".build" / f"gpu-check-{args.platform}"
     if args.only and not set(args.only) <= set(BODIES):
         parser.error(f"unknown stage in --only: {', '.join(sorted(set(args.only) - set(BODIES)))}")
+    for op in args.op or ():
+        try:
+            specs.read_op(op, ROOT)
+        except KeyError as exc:
+            parser.error(f"--op {op}: {exc.args[0]}")
     if args.tile_probe:
         return tile_probe(args)
     if args.stage:

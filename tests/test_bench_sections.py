@@ -1,0 +1,234 @@
+"""tools/bench/: every section implements the one interface, the runner drives any section that does,
+and the cases the gemm, ops and model tables measure come from the specs' bench sections (read
+without pydantic, as the generator's model reads them) with baselines from a closed vocabulary.
+No timing is asserted: sections run here with fake rows or not at all."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from generator.load import load_catalog
+from generator.model import LayerDim, NativeKernel, ReferenceKernel, TorchBaseline
+
+sys.path.insert(0, str(REPO))
+from tools.bench import cases, core, report, runner, specs
+from tools.bench.baselines import BASELINES
+from tools.bench.sections import all_sections
+from tools.bench.sections.model import MODEL_SIZES, row_kinds
+
+# ---------------------------------------------------------------- the interface
+
+
+def example_row(cls: type) -> Any:
+    """A row of ``cls`` with a plausible value in every field."""
+    values = {int: 2, float: 1.5, bool: True, str: "x", tuple[int, ...]: (4, 5, 6)}
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: values[hints[f.name]] for f in dataclasses.fields(cls)})
+
+
+@pytest.mark.parametrize("section", all_sections(), ids=lambda s: s.name)
+def test_every_section_implements_the_interface(section: core.Section):
+    assert [s.name for s in runner.selected([section.name], all_sections())] == [section.name]
+    assert section.title and "\n" not in section.title
+    assert dataclasses.is_dataclass(section.row_type)
+    assert isinstance(section.needs_torch, bool)
+    assert isinstance(section.variant({"det_gemm code path": "AVX2 + FMA"}), str)
+    assert callable(section.run)
+    row = example_row(section.row_type)
+    formatted = section.format([row, row])
+    # The last lines are one per row, each a Markdown table row: what a run prints as it measures.
+    assert formatted.table[-1] == formatted.table[-2] and formatted.table[-1].startswith("| ") and formatted.table[-1].endswith(" |")
+    assert section.format([row]).table[-1] == formatted.table[-1]
+    assert formatted.notes.startswith("* ")
+    # A row survives docs/performance.json.
+    assert report.row_from_json(section.row_type, report.row_to_json(row)) == row
+
+
+def test_sections_have_distinct_names_and_titles():
+    sections = all_sections()
+    assert len({s.name for s in sections}) == len(sections) == len({s.title for s in sections})
+    assert [s.name for s in runner.selected(["kernel"], sections)] == ["gemm", "ops"]
+
+
+@dataclasses.dataclass
+class FakeRow:
+    what: str
+    value: float
+    deterministic: bool = True
+    invariant: bool = True
+
+
+class FakeSection:
+    """A section that measures nothing: what the runner and the report need of one, and no more."""
+
+    title = "A fake table"
+    row_type = FakeRow
+    needs_torch = False
+
+    def __init__(self, name: str, stable: bool = True) -> None:
+        self.name, self.stable, self.ran = name, stable, 0
+
+    def variant(self, facts: Any) -> str:
+        return ""
+
+    def run(self, context: core.Context) -> list[FakeRow]:
+        self.ran += 1
+        rows = [FakeRow(f"{self.name} row {i}", 1.0 / (i + 1), invariant=self.stable or i == 0) for i in range(2 if not context.quick else 1)]
+        for row in rows:
+            context.emit(self, row)
+        return rows
+
+    def format(self, rows: Sequence[FakeRow]) -> core.Formatted:
+        return core.Formatted(["| what | value |", "| --- | ---: |", *(f"| {r.what} | **{r.value:.2f}** |" for r in rows)], f"* {len(rows)} rows.")
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path: Path) -> list[FakeSection]:
+    sections = [FakeSection("one"), FakeSection("two")]
+    monkeypatch.setattr(runner, "all_sections", lambda: sections)
+    monkeypatch.setattr(report, "DOC", tmp_path / "performance.md")
+    monkeypatch.setattr(report, "STORE", tmp_path / "performance.json")
+    monkeypatch.setattr(report, "ROOT", tmp_path)
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    return sections
+
+
+def test_the_runner_drives_any_section_and_writes_the_report_from_its_rows(fake, capsys):
+    assert runner.main(["one"]) == 0
+    out = capsys.readouterr().out
+    assert "| one row 0 | **1.00** |" in out and "| one row 1 | **0.50** |" in out and "| Command |" in out and "load average at the end" in out
+    assert fake[0].ran == 1 and fake[1].ran == 0
+    doc = report.DOC.read_text()
+    assert "## A fake table\n\n| what | value |" in doc and doc.endswith("* 2 rows.\n")
+    assert report.load(report.STORE).tables[0].rows == [{"what": "one row 0", "value": 1.0, "deterministic": True, "invariant": True},
+                                                       {"what": "one row 1", "value": 0.5, "deterministic": True, "invariant": True}]
+
+
+def test_quick_and_op_runs_write_no_report(fake, capsys):
+    assert runner.main(["--quick", "one", "two"]) == 0
+    assert fake[0].ran == fake[1].ran == 1
+    assert "| one row 1 |" not in capsys.readouterr().out
+    assert runner.main(["one", "--op", "silu"]) == 0
+    assert not report.DOC.exists() and not report.STORE.exists()
+
+
+def test_an_unstable_row_fails_the_run_and_is_named(fake, capsys):
+    fake[1].stable = False
+    assert runner.main(["two"]) == 1
+    assert "bench: two row 1 was not bitwise stable" in capsys.readouterr().err
+
+
+def test_an_unknown_section_is_refused(fake, capsys):
+    with pytest.raises(SystemExit):
+        runner.main(["three"])
+    assert "unknown section three; expected kernel, one, two" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- cases from the specs
+
+
+def test_the_vocabularies_are_the_models():
+    assert set(BASELINES) == set(typing.get_args(TorchBaseline))
+    assert set(cases.LAYER_DIMS) == set(typing.get_args(LayerDim))
+    size = MODEL_SIZES[0]
+    assert all(isinstance(getattr(size, dim), int) for dim in cases.LAYER_DIMS)
+
+
+def test_the_reader_reads_what_the_generators_model_reads():
+    """tools/bench/specs.py reads the spec files with PyYAML alone (gpu_check runs where pydantic is
+    not installed): every fact it gives must be the validated model's."""
+    catalog = load_catalog(REPO / "specs", REPO)
+    read = specs.read_ops(REPO)
+    assert list(read) == sorted(op.name for op in catalog.ops)
+    for op in catalog.ops:
+        data = read[op.name]
+        assert data.aliases == op.aliases
+        assert [(a.name, a.dtype, a.shape, a.optional) for a in data.args] == [(a.name, a.dtype, a.shape, a.optional) for a in op.args]
+        assert [(a.low, a.high) for a in data.args if a.name in {x.name for x in op.args if x.values}] == [
+            (a.values.low, a.values.high) for a in op.args if a.values
+        ]
+        assert data.attrs == {a.name: a.default for a in op.attrs}
+        assert data.outputs == tuple((o.name, o.shape) for o in op.outputs)
+        assert data.batch_dim == op.tests.batch_dim
+        assert data.offsets == (dict(op.tests.sequences.offsets) if op.tests.sequences else {})
+        sequences = op.tests.sequences
+        causal = sequences is not None and (sequences.prefix_if is None or any(a.name == sequences.prefix_if and a.default for a in op.attrs))
+        assert data.prefix == bool(sequences and sequences.prefix and causal)
+        assert data.test_shapes == op.tests.shapes
+        assert (data.reference, data.tolerance, data.has_backward) == (op.reference, op.tolerance, bool(op.backward))
+        assert data.references == {n: k.python for n, k in op.kernels.items() if isinstance(k, ReferenceKernel)}
+        assert {n for n, k in op.kernels.items() if isinstance(k, NativeKernel)}.isdisjoint(data.references)
+        if op.bench is None:
+            assert data.bench is None
+            continue
+        assert data.bench is not None
+        assert (data.bench.baseline_torch, data.bench.baseline_kernel) == (op.bench.baseline.torch, op.bench.baseline.kernel)
+        assert data.bench.dtypes == op.bench.dtypes and data.bench.shapes == op.bench.shapes
+        assert [(c.sizes, c.label, c.backward) for c in data.bench.layer] == [(c.sizes, c.label or op.name, c.backward) for c in op.bench.layer]
+
+
+def test_the_model_table_is_the_specs_data():
+    """Which rows the model table has, in which order, is what the specs' bench.layer say."""
+    kinds = row_kinds(specs.read_ops(REPO))
+    labels = [kind.label for kind in kinds]
+    assert labels[:4] == ["det_linear q/k/v/o", "det_linear MLP up/gate", "det_linear MLP down", "det_linear vocabulary"]
+    assert labels[4:12] == ["swiglu", "silu", "rms_norm", "logp", "linear_logp", "embedding", "rope", "attention"]
+    assert labels[12:] == [f"{name} fwd+bwd" for name in ("det_linear MLP up/gate", "swiglu", "rms_norm", "linear_logp", "attention")]
+
+
+TINY = cases.ModelSize(tokens=12, hidden=128, vocab=96)
+
+
+def bench_cases() -> list[tuple[str, dict[str, int], bool]]:
+    """Every benchmark case of the specs, at tiny sizes: (op, sizes, with the backward)."""
+    found = []
+    for data in specs.read_ops(REPO).values():
+        if data.bench is None:
+            continue
+        shapes = data.bench.shapes or data.test_shapes[:1]
+        found += [(data.name, {d: min(n, 40) for d, n in shape.items()}, False) for shape in shapes]
+        found += [(data.name, cases.layer_sizes(case.sizes, TINY), case.backward) for case in data.bench.layer]
+    return found
+
+
+@pytest.mark.parametrize(("name", "sizes", "backward"), bench_cases(), ids=lambda v: v if isinstance(v, str) else None)
+def test_every_baseline_runs_on_the_inputs_its_spec_draws(name: str, sizes: dict[str, int], backward: bool):
+    """The baseline a spec names takes the op's arguments as drawn from its signature and gives a
+    tensor of the shape of the op's first output; the rows of a batch cut alone keep their shapes."""
+    pytest.importorskip("torch")
+    data = specs.read_ops(REPO)[name]
+    inputs = cases.draw(data, sizes, data.bench.dtypes[0], layer_scale=True, grad=backward)
+    call = cases.baseline_call(data)
+    out = call(*inputs.args)
+    assert list(out.shape) == [sizes[d] for d in data.outputs[0][1]], cases.baseline_code(data)
+    rows = cases.batch_rows(inputs)
+    if rows is not None:
+        alone = cases.take_rows(inputs, 0, 3)
+        assert list(call(*alone.args).shape) == list(cases.output_rows(data, out, 0, 3).shape)
+    if backward:
+        gradient = cases.with_backward(call, inputs)()
+        first = next(t for a, t in zip(data.args, inputs.args) if a.floating)
+        assert gradient.shape == first.shape and math.isfinite(float(gradient.float().abs().sum()))
+    for arg, tensor in zip(data.args, inputs.args):
+        if tensor is not None and not arg.floating and arg.name not in data.offsets.values():
+            high = sizes[arg.high] if isinstance(arg.high, str) else arg.high
+            assert int(tensor.min()) >= arg.low and int(tensor.max()) < high, f"{arg.name}: only the spec's valid range, never planted ids"
+
+
+def test_a_linear_layers_weight_is_drawn_at_its_scale_and_nothing_else():
+    pytest.importorskip("torch")
+    data = specs.read_ops(REPO)["det_gemm_nt"]
+    layer = cases.draw(data, {"M": 64, "K": 1024, "N": 512}, "float32", layer_scale=True)
+    plain = cases.draw(data, {"M": 64, "K": 1024, "N": 512}, "float32")
+    assert layer.args[0].equal(plain.args[0]), "the activations are standard normals either way"
+    assert layer.args[1].equal(plain.args[1] * 1024**-0.5), "the weight [out, in], over sqrt(in)"
+    assert layer.args[2] is None and layer.shown() == "a 64×1024, b 512×1024"
