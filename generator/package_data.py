@@ -168,6 +168,44 @@ def build_data(catalog: Catalog, platform: PlatformSpec, targets: tuple[Platform
         "platform": platform.name,
         "carried": [t.name for t in targets],
         "backends": {view.name: {t.name: list(view.backends(t.name)) for t in targets} for view in catalog.views},
+        "setup": _setup(catalog, platform, targets),
+    }
+
+
+def _setup(catalog: Catalog, platform: PlatformSpec, targets: tuple[PlatformSpec, ...]) -> dict[str, Any]:
+    """What the package's setup.py builds: the extension builder, sources, flags, target
+    architectures and wheel label of ``platform``."""
+    build, wheel = platform.build, platform.wheel
+    sources = ["csrc/bindings.cpp"] + [
+        f"csrc/kernels/{t.name}/{view.name}_{kernel}{t.source_suffix}" for t in targets for view in catalog.views for kernel in view.native_kernels(t.name)
+    ]
+    floor = build.arch_floor
+    return {
+        "platform": platform.name,
+        "display_name": platform.display_name,
+        "kind": platform.kind,
+        "compiler": platform.compiler,
+        "import_module": platform.detection.import_module,
+        "extension_module": build.extension_module,
+        "extension": build.extension,
+        "compiler_key": build.compiler_key,
+        "arch_env": build.arch_env,
+        "archs": list(build.archs),
+        "arch_floor": {"entry": floor.entry, "reason": floor.reason} if floor is not None else None,
+        "device_available": platform.detection.available,
+        "strip_flags": list(build.strip_flags),
+        "pins": list(wheel.pins),
+        "sources": sources,
+        "host_flags": list(build.host_flags),
+        "device_flags": list(build.device_flags),
+        "version_attr": platform.detection.version_attr,
+        "version_attr_set": platform.detection.version_attr_set,
+        "version_from": wheel.version_from,
+        "version_parts": wheel.version_parts,
+        "version_separator": wheel.version_separator,
+        "wheel_label": wheel.label,
+        "toolkit_home": build.toolkit_home,
+        "toolkit_hint": build.toolkit_hint,
     }
 
 

@@ -20,7 +20,6 @@ REGISTRY_MD = "REGISTRY.md"
 PACKAGE_TEMPLATES = {
     # output path (inside generated/<platform>/; {package}: the package's name)   template
     "csrc/bindings.cpp": "package/bindings.cpp.j2",
-    "setup.py": "package/setup.py.j2",
     "README.md": "package/README.md.j2",
 }
 # Files that are the same in every package: their templates see the ops and the package spec,

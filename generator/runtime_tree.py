@@ -1,8 +1,8 @@
 """The package's hand-written Python under ``runtime/``: which files reach every package, and
 the names the package itself defines, which no op may take.
 
-``runtime/rlkernels/`` becomes the package's Python folder and ``runtime/tests/`` its tests,
-copied as they are (``plan``).  An op's public function is an attribute of the package, beside
+``runtime/rlkernels/`` becomes the package's Python folder, ``runtime/tests/`` its tests and
+``runtime/setup.py`` its build script, copied as they are (``plan``).  An op's public function is an attribute of the package, beside
 the package's own names (its modules, and what ``__init__.py`` binds); ``contracts`` refuses an
 op named like one of them, so no op can shadow the package or the package an op.
 """
@@ -24,11 +24,15 @@ TESTS_DIR = "tests"
 MAX_SOURCE_BYTES = 1024 * 1024
 
 
+ROOT_FILES = frozenset({"setup.py"})
+"""Files of ``runtime/`` itself, copied to the package's root."""
+
+
 def destination(rel: str, package: str) -> str | None:
-    """Where ``runtime/<rel>`` goes inside a package; None for a file outside the two folders copied."""
+    """Where ``runtime/<rel>`` goes inside a package; None for a file nothing copies."""
     folder, _, rest = rel.partition("/")
     if not rest:
-        return None
+        return rel if rel in ROOT_FILES else None
     return {PACKAGE_DIR: f"{package}/{rest}", TESTS_DIR: f"{TESTS_DIR}/{rest}"}.get(folder)
 
 
@@ -61,7 +65,10 @@ def runtime_files(runtime: Path) -> tuple[str, ...]:
             if path.is_symlink() or not path.is_file():
                 problems.append(f"{shown}: not a regular file; the package's sources must be plain files")
             elif not name.endswith((".py", ".typed")) or destination(rel, "package") is None:
-                problems.append(f"{shown}: not copied into any package; {RUNTIME_DIR}/ holds the Python files of {PACKAGE_DIR}/ and {TESTS_DIR}/ only")
+                problems.append(
+                    f"{shown}: not copied into any package; {RUNTIME_DIR}/ holds the Python files of {PACKAGE_DIR}/ and {TESTS_DIR}/, "
+                    f"and {', '.join(sorted(ROOT_FILES))}"
+                )
             else:
                 found.append(rel)
     if problems:

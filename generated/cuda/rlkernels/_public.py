@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from . import _runtime
-from ._checks import CHECK, CHECK_TYPES
+from ._checks import CHECK_TYPES, CHECK_VALUES
 from ._registry import CARRIED_PLATFORMS, OPS, PACKAGE, PLATFORMS, Op
 
 Values = tuple[Any, ...]
@@ -201,23 +201,22 @@ def _runner(op: Op) -> Callable[[Values], Any]:
     """The op after its arguments are bound and their types checked: autocast, the input checks,
     then the backend (or the fake kernel, for meta tensors)."""
     name = op.name
-    check = CHECK[name]
+    check = CHECK_VALUES[name]
     policy = op.autocast
     cast = frozenset(i for i, a in enumerate(op.args) if a.name in op.autocast_args)
+    select, platform_of, call = _runtime.select_backend, _runtime.platform_of, _runtime.call
 
     def run(values: Values) -> Any:
+        device_type = values[0].device.type
         if cast:
             # Cast before the checks, which hold the cast dtypes.
-            device_type = values[0].device.type
             cast_to = _autocast_dtype(policy, device_type)
             if cast_to is not None:
                 values = tuple(_autocast(v, cast_to, device_type) if i in cast else v for i, v in enumerate(values))
         check(values)
-        device_type = values[0].device.type
         if device_type == "meta":  # shapes only: the fake kernel answers
             return _runtime.overload(name, "default")(*values)
-        kernel = _runtime.select_backend(name, _runtime.platform_of(device_type))
-        return _runtime.call(name, kernel, *values)
+        return call(name, select(name, platform_of(device_type)), *values)
 
     return run
 
@@ -252,7 +251,7 @@ def _public(op: Op, run: Callable[[Values], Any]) -> Callable[..., Any]:
 def _fake(op: Op) -> Callable[..., Any]:
     """The op's shape-only kernel: checks, then outputs of the right shape, dtype and device."""
     bind = _binder(op)
-    check = CHECK[op.name]
+    check_types, check_values = CHECK_TYPES[op.name], CHECK_VALUES[op.name]
     dims = tuple((d.dim, d.arg, d.axis) for d in op.dims)
     sources = _dtype_sources(op)
     flags = tuple(op.params.index(o.float32_if) if o.float32_if else None for o in op.outputs)
@@ -260,7 +259,8 @@ def _fake(op: Op) -> Callable[..., Any]:
 
     def fake(*args: Any, **kwargs: Any) -> Any:
         values = bind(args, kwargs)
-        check(values)
+        check_types(values)
+        check_values(values)
         sizes: dict[str, Any] = {dim: values[arg].shape[axis] for dim, arg, axis in dims}
         for dim, _ in op.dynamic_dims:
             sizes[dim] = torch.library.get_ctx().new_dynamic_size()  # data-dependent

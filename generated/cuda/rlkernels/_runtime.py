@@ -200,7 +200,9 @@ def overload(op: str, name: str) -> Any:
 
 def call(op: str, kernel: Kernel, *args: Any) -> Any:
     if kernel.kind == "native":
-        native = overload(op, kernel.name)
+        native = _OVERLOADS.get((op, kernel.name))  # overload(), inlined: this runs on every call
+        if native is None:
+            native = overload(op, kernel.name)
         if _records_nothing(args):
             with _BELOW_AUTOGRAD():  # type: ignore[misc]
                 return native(*args)

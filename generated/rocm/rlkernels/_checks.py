@@ -2,14 +2,19 @@
 """Input checks, read from the registry: the same rules and messages as the C++ bindings, so
 errors read the same before dispatch and under torch.compile (where the fake kernels run them).
 
-Each op's checks are turned into plain functions once, at import, so that a call runs a short
-list of comparisons and builds no message unless one fails.
+Every public call runs its op's checks, so each op's list is turned, once at import, into one
+function of straight-line comparisons -- as the bindings' C++ runs them -- rather than a loop that
+interprets the list on every call.  The function's source is assembled here from fixed fragments
+and integers (argument positions, ranks, axes, divisors) only; every text of the registry (the
+messages, the dtype names) reaches it as a value in its namespace, never as source, so nothing a
+spec says can become code.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
+from typing import Any
 
 import torch
 
@@ -55,9 +60,50 @@ def dtype_name(t: torch.Tensor) -> str:
     return name if name is not None else str(t.dtype).removeprefix("torch.")
 
 
-Values = Sequence[object]
+def _wrong_type(prefix: str, value: object) -> InputTypeError:
+    return InputTypeError(f"{prefix}, got {_type_name(value)}")
+
+
+def _wrong_attribute(prefix: str, value: object) -> InputTypeError:
+    return InputTypeError(f"{prefix}, got {_type_name(value)} {value!r:.40}")
+
+
+Values = Sequence[Any]
 """An op's arguments, tensors then attributes, in its signature's order."""
-TensorCheck = Callable[[Sequence[torch.Tensor]], None]
+
+
+class _Source:
+    """The body of one check function: lines of fixed fragments and integers, with every other
+    value (a message, a tuple of dtype names) held in ``constants`` and named ``K[<index>]``."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.constants: list[object] = []
+
+    def constant(self, value: object) -> str:
+        self.constants.append(value)
+        return f"K[{len(self.constants) - 1}]"
+
+    def add(self, condition: str, error: str) -> None:
+        self.lines += [f"    if {condition}:", f"        raise {error}"]
+
+    def compile(self, what: str) -> Callable[[Values], None]:
+        body = self.lines or ["    pass"]
+        source = "def check(v):\n" + "\n".join(body) + "\n"
+        namespace: dict[str, Any] = {
+            "K": tuple(self.constants),
+            "Tensor": torch.Tensor,
+            "Integral": Integral,
+            "Real": Real,
+            "InputError": InputError,
+            "dtype_name": dtype_name,
+            "has_data": _has_data,
+            "wrong_type": _wrong_type,
+            "wrong_attribute": _wrong_attribute,
+        }
+        exec(compile(source, f"<{what}>", "exec"), namespace)  # noqa: S102 -- integers and fixed fragments only (see the module's docstring)
+        check: Callable[[Values], None] = namespace["check"]
+        return check
 
 
 def _type_check(op: Op) -> Callable[[Values], None]:
@@ -65,124 +111,66 @@ def _type_check(op: Op) -> Callable[[Values], None]:
     (or None where optional) for each tensor argument; for each attribute the type the torch
     schema takes -- bool for bool, an integer (not a bool) for int, a real number (not a bool)
     for float."""
-    tensors = tuple((a.name, a.optional) for a in op.args)
-    scalars = tuple((len(op.args) + i, a.name, a.type) for i, a in enumerate(op.attrs))
-    name = op.name
-
-    def check(values: Values) -> None:
-        for index, (arg, optional) in enumerate(tensors):
-            value = values[index]
-            if not isinstance(value, torch.Tensor) and not (optional and value is None):
-                expected = "a torch.Tensor or None" if optional else "a torch.Tensor"
-                raise InputTypeError(f"{name}: argument '{arg}' must be {expected}, got {_type_name(value)}")
-        for index, attr, kind in scalars:
-            value = values[index]
-            if kind == "bool":
-                fits = isinstance(value, bool)
-            elif kind == "int":
-                fits = isinstance(value, Integral) and not isinstance(value, bool)
-            else:
-                fits = isinstance(value, Real) and not isinstance(value, bool)
-            if not fits:
-                raise InputTypeError(f"{name}: attribute '{attr}' must be {'an int' if kind == 'int' else 'a ' + kind}, got {_type_name(value)} {value!r:.40}")
-
-    return check
+    code = _Source()
+    for i, a in enumerate(op.args):
+        expected = "a torch.Tensor or None" if a.optional else "a torch.Tensor"
+        prefix = code.constant(f"{op.name}: argument '{a.name}' must be {expected}")
+        allowed = f"v[{i}] is not None and " if a.optional else ""
+        code.add(f"{allowed}not isinstance(v[{i}], Tensor)", f"wrong_type({prefix}, v[{i}])")
+    for index, attr in enumerate(op.attrs, start=len(op.args)):
+        fits = {
+            "bool": f"isinstance(v[{index}], bool)",
+            "int": f"isinstance(v[{index}], Integral) and not isinstance(v[{index}], bool)",
+            "float": f"isinstance(v[{index}], Real) and not isinstance(v[{index}], bool)",
+        }[attr.type]
+        prefix = code.constant(f"{op.name}: attribute '{attr.name}' must be {'an int' if attr.type == 'int' else 'a ' + attr.type}")
+        code.add(f"not ({fits})", f"wrong_attribute({prefix}, v[{index}])")
+    return code.compile(f"{op.name} argument types")
 
 
-def _rule(c: Check) -> TensorCheck:
-    """One check as a function of the op's tensors; it raises ``InputError`` with the check's
-    message and what it got."""
-    i, j, axis, other_axis, message = c.arg, c.other, c.axis, c.other_axis, c.message
-
+def _value_rule(code: _Source, c: Check) -> None:
+    """One check of the op's tensors, once their types hold; an optional argument that is None is
+    not checked.  It raises ``InputError`` with the check's message and what it got."""
+    t, o, m = f"v[{c.arg}]", f"v[{c.other}]", code.constant(c.message)
+    given = f"{t} is not None and " if c.optional else ""
     if c.kind == "rank":
-        rank = c.rank
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if ts[i].dim() != rank:
-                raise InputError(f"{message}, got shape {list(ts[i].shape)}")
-
+        code.add(f"{given}{t}.dim() != {c.rank}", f'InputError(f"{{{m}}}, got shape {{list({t}.shape)}}")')
     elif c.kind == "dtype":
-        allowed = c.dtypes
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if dtype_name(ts[i]) not in allowed:
-                raise InputError(f"{message}, got {dtype_name(ts[i])}")
-
+        code.add(f"{given}dtype_name({t}) not in {code.constant(c.dtypes)}", f'InputError(f"{{{m}}}, got {{dtype_name({t})}}")')
     elif c.kind == "same_dtype":
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if ts[i].dtype != ts[j].dtype:
-                raise InputError(f"{message}, got {dtype_name(ts[i])} and {dtype_name(ts[j])}")
-
+        code.add(f"{given}{t}.dtype != {o}.dtype", f'InputError(f"{{{m}}}, got {{dtype_name({t})}} and {{dtype_name({o})}}")')
     elif c.kind == "same_device":
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if ts[i].device != ts[j].device:
-                raise InputError(f"{message}, got {ts[i].device} and {ts[j].device}")
-
+        code.add(f"{given}{t}.device != {o}.device", f'InputError(f"{{{m}}}, got {{{t}.device}} and {{{o}.device}}")')
     elif c.kind == "dim":
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if ts[i].shape[axis] != ts[j].shape[other_axis]:
-                raise InputError(f"{message}, got {ts[i].shape[axis]} and {ts[j].shape[other_axis]}")
-
+        size, other = f"{t}.shape[{c.axis}]", f"{o}.shape[{c.other_axis}]"
+        code.add(f"{given}{size} != {other}", f'InputError(f"{{{m}}}, got {{{size}}} and {{{other}}}")')
     elif c.kind == "multiple_of":
-        divisor = c.multiple_of
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if ts[i].shape[axis] % divisor != 0:
-                raise InputError(f"{message}, got {ts[i].shape[axis]}")
-
+        size = f"{t}.shape[{c.axis}]"
+        code.add(f"{given}{size} % {c.multiple_of} != 0", f'InputError(f"{{{m}}}, got {{{size}}}")')
     elif c.kind == "multiple_of_dim":
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            size, divisor = ts[i].shape[axis], ts[j].shape[other_axis]
-            if (divisor == 0 and size != 0) or (divisor != 0 and size % divisor != 0):  # a size 0 divides only 0
-                raise InputError(f"{message}, got {size} and {divisor}")
-
+        size, divisor = f"{t}.shape[{c.axis}]", f"{o}.shape[{c.other_axis}]"
+        # A size 0 divides only 0.
+        code.add(f"({divisor} == 0 and {size} != 0) or ({divisor} != 0 and {size} % {divisor} != 0)", f'InputError(f"{{{m}}}, got {{{size}}} and {{{divisor}}}")')
     elif c.kind == "count_nonzero":
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if _has_data(ts[j]):  # traced and meta tensors have no values to count
-                count = int(ts[j].count_nonzero())
-                if ts[i].shape[axis] != count:
-                    raise InputError(f"{message}, got {ts[i].shape[axis]} and {count}")
-
+        size = f"{t}.shape[{c.axis}]"
+        # Traced and meta tensors have no values to count (the native op checks again when it runs).
+        code.add(f"{given}has_data({o}) and {size} != int({o}.count_nonzero())", f'InputError(f"{{{m}}}, got {{{size}}} and {{int({o}.count_nonzero())}}")')
     elif c.kind == "contiguous":
-
-        def rule(ts: Sequence[torch.Tensor]) -> None:
-            if not ts[i].is_contiguous():
-                raise InputError(message)
-
+        code.add(f"{given}not {t}.is_contiguous()", f"InputError({m})")
     else:
         raise AssertionError(f"unknown check kind {c.kind!r}")  # the generator writes only the kinds above
 
-    if not c.optional:
-        return rule
 
-    def when_given(ts: Sequence[torch.Tensor]) -> None:
-        if ts[i] is not None:
-            rule(ts)
-
-    return when_given
-
-
-def _value_check(op: Op, types: Callable[[Values], None]) -> Callable[[Values], None]:
-    """Every check of the op's tensors (their types first), as one function of its arguments."""
-    rules = tuple(_rule(c) for c in op.checks)
-    count = len(op.args)
-
-    def check(values: Values) -> None:
-        types(values)
-        tensors: Sequence[torch.Tensor] = values[:count]  # type: ignore[assignment]
-        for rule in rules:
-            rule(tensors)
-
-    return check
+def _value_check(op: Op) -> Callable[[Values], None]:
+    """Every check of the op's tensors but their types (ranks, dtypes, devices, shared dimensions,
+    constraints, contiguity), in the order the bindings run them."""
+    code = _Source()
+    for c in op.checks:
+        _value_rule(code, c)
+    return code.compile(f"{op.name} inputs")
 
 
 CHECK_TYPES: dict[str, Callable[[Values], None]] = {name: _type_check(op) for name, op in OPS.items()}
-"""Op → the check of its arguments' types (tensors and attributes)."""
-CHECK: dict[str, Callable[[Values], None]] = {name: _value_check(op, CHECK_TYPES[name]) for name, op in OPS.items()}
-"""Op → every check of its arguments (types, ranks, dtypes, devices, shared dimensions,
-constraints, contiguity).  Raises ``InputError``."""
+"""Op → the check of its arguments' types (tensors and attributes).  Raises ``InputTypeError``."""
+CHECK_VALUES: dict[str, Callable[[Values], None]] = {name: _value_check(op) for name, op in OPS.items()}
+"""Op → every check of its tensors once their types hold.  Raises ``InputError``."""
