@@ -645,6 +645,11 @@ class ReferenceKernel(StrictModel):
 
     kind: Literal["reference"]
     python: DottedName
+    kwargs: dict[Identifier, StrictBool | StrictInt | Annotated[float, Field(allow_inf_nan=False)] | Annotated[str, _Matching(IDENTIFIER, "keyword value", "tanh")]] = Field(
+        default={}, max_length=8
+    )
+    """Keyword arguments the callable is always called with, after the op's own (e.g.
+    ``approximate: tanh`` for torch.nn.functional.gelu)."""
     guarantees: tuple[Guarantee, ...] = ()
     doc: Text = ""
 

@@ -92,6 +92,8 @@ def _op(view: OpView, catalog: Catalog) -> dict[str, Any]:
         entry: dict[str, Any] = {"kind": kernel.kind, "guarantees": sorted(g.value for g in kernel.guarantees)}
         if isinstance(kernel, ReferenceKernel):
             entry["python"] = kernel.python
+            if kernel.kwargs:
+                entry["kwargs"] = dict(kernel.kwargs)
         if kernel.doc:
             entry["doc"] = kernel.doc
         kernels[name] = entry

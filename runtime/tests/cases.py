@@ -143,9 +143,10 @@ class OpCase:
         return getattr(getattr(runtime.ops_namespace(), self.name), kernel)
 
     def reference(self, *args: Any, **attrs: Any) -> Outputs:
-        fn = runtime._resolve(self.op.kernels[self.op.reference].python)
+        kernel = self.op.kernels[self.op.reference]
+        fn = runtime._resolve(kernel.python)
         cpu = [t.cpu().float() if t is not None and t.is_floating_point() else (None if t is None else t.cpu()) for t in args]
-        out = fn(*cpu, **{**self.attrs, **attrs})
+        out = fn(*cpu, **{**self.attrs, **attrs, **kernel.kwargs})
         return out if isinstance(out, tuple) else (out,)
 
     def backend_for(self, device: str) -> Any:

@@ -26,6 +26,8 @@ class Kernel:
     guarantees: frozenset[str]
     python: str | None = None
     doc: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict, hash=False)
+    """A reference's keyword arguments, always passed after the op's own."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,8 @@ def _op(entry: dict[str, Any], backends: dict[str, list[str]]) -> Op:
         summary=entry["summary"],
         requires=frozenset(entry["requires"]),
         kernels={
-            name: Kernel(name, k["kind"], frozenset(k["guarantees"]), k.get("python"), k.get("doc", "")) for name, k in sorted(entry["kernels"].items())
+            name: Kernel(name, k["kind"], frozenset(k["guarantees"]), k.get("python"), k.get("doc", ""), k.get("kwargs", {}))
+            for name, k in sorted(entry["kernels"].items())
         },
         backends={platform: tuple(names) for platform, names in backends.items()},
         reference=entry["reference"],

@@ -207,4 +207,4 @@ def call(op: str, kernel: Kernel, *args: Any) -> Any:
             with _BELOW_AUTOGRAD():  # type: ignore[misc]
                 return native(*args)
         return native(*args)
-    return _resolve(kernel.python or "")(*args)
+    return _resolve(kernel.python or "")(*args, **kernel.kwargs)
