@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +25,8 @@ from .source_hash import package_files
 from .write import MANIFEST, Changes, compute_changes, exclusive, manifest_bytes, recover, write_files, write_tree
 
 EXIT_OK, EXIT_DIFFERS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away (``diff | head``)
 REGISTRY = "registry.json"
 
 
@@ -339,3 +343,47 @@ def main(argv: list[str] | None = None) -> int:
     except GeneratorError as exc:
         print("\n".join(one_line(line) for line in f"error: {exc}".splitlines()), file=sys.stderr)
         return EXIT_ERROR
+
+
+def _tolerant(stream: object) -> None:
+    """Characters the stream's encoding lacks (an ASCII-only terminal) escaped, not an exception."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+
+
+def run(argv: list[str] | None = None) -> int:
+    """``main`` as a command: the edges of a process end in a one-line message and the usual exit
+    status, never a traceback -- Ctrl-C (130; a commit it interrupted is finished or undone by the
+    next run, see ``write``), a reader that closed the pipe (141, silently), output that cannot be
+    written (a full disk, /dev/full: 2)."""
+    for stream in (sys.stdout, sys.stderr):
+        _tolerant(stream)
+    try:
+        code = main(argv)
+        sys.stdout.flush()  # here, where a failure can still be reported, not at interpreter exit
+        return code
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing half-written remains (an interrupted commit is finished by the next run)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG):
+            raise
+        _quiet_stdout()
+        print(f"error: cannot write the output ({exc.strerror or exc})", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _quiet_stdout() -> None:
+    """stdout pointed at /dev/null, so that the interpreter's own flush at exit finds nothing to fail on
+    (what the failed stream still buffers goes there too)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- it lives until the process ends
