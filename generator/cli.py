@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import errno
-import json
 import os
 import re
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 from . import evidence, noop, readme, record, semantic_diff
 from .errors import ContractError, GeneratorError, SpecError, one_line
 from .explain import explain
+from .files import MAX_JSON_BYTES, FileProblem, read_json, read_regular
 from .load import PARALLEL_MIN_OPS, load_catalog
 from .pipeline import Layout, Output, load_checked, produce_all
 from .render import PARALLEL_MIN_JOBS
@@ -28,6 +28,8 @@ EXIT_OK, EXIT_DIFFERS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away (``diff | head``)
 REGISTRY = "registry.json"
+MAX_SHOWN_BYTES = 16 * 1024 * 1024
+"""``diff`` shows at most this much of a file that is in the way (the rest is past any output's size)."""
 
 
 def _expected(layout: Layout, workers: int | None = None) -> Output:
@@ -154,12 +156,13 @@ def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> 
         source, old_bytes = f"{_shown_value(args.base)}:generated/{REGISTRY}", _base_registry(layout, args.base)
     else:
         source, path = f"generated/{REGISTRY}", layout.generated / REGISTRY
-        try:
-            old_bytes = path.read_bytes()
-        except FileNotFoundError:
+        if not os.path.lexists(path):
             old_bytes = b'{"ops": {}}'  # nothing generated yet: every op is new
-        except OSError as exc:
-            return [f"semantic changes: unavailable ({source}: {exc.strerror})"]
+        else:
+            try:
+                old_bytes = read_regular(path, MAX_JSON_BYTES)
+            except FileProblem as problem:
+                return [f"semantic changes: unavailable ({source}: {problem})"]
     try:
         old = semantic_diff.parse_state(old_bytes, source)
         new = semantic_diff.parse_state(new_registry, f"the rendered {REGISTRY}")
@@ -183,9 +186,9 @@ def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
             path = (layout.generated if in_tree else layout.root) / rel
             data = (expected.files if in_tree else expected.extras).get(rel)
             try:
-                old = path.read_bytes().decode(errors="replace").splitlines(keepends=True) if path.is_file() else []
-            except OSError as exc:
-                raise GeneratorError(f"cannot read {shown} to show how it differs ({exc.strerror or exc})") from None
+                old = read_regular(path, MAX_SHOWN_BYTES).decode(errors="replace").splitlines(keepends=True) if os.path.lexists(path) else []
+            except FileProblem as problem:
+                old = [f"({shown}: {problem})\n"]
             new = data.decode().splitlines(keepends=True) if data is not None else []
             sys.stdout.writelines(difflib.unified_diff(old, new, f"a/{shown}", f"b/{shown}" if data is not None else "/dev/null"))
     return EXIT_DIFFERS if not changes.empty or semantic_changed else EXIT_OK
@@ -225,11 +228,9 @@ def cmd_evidence(layout: Layout, args: argparse.Namespace) -> int:
     """``evidence record-executed RESULTS``: the generated tests' results (``$RLK_EVIDENCE_OUT``) into executed records."""
     shown = str(args.results)
     try:
-        results = json.loads(args.results.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise GeneratorError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GeneratorError(f"{shown}: not valid JSON ({exc})") from None
+        results = read_json(args.results)
+    except FileProblem as problem:
+        raise GeneratorError(f"{shown}: {problem}") from None
     catalog = load_checked(layout)
     platform = results.get("package_platform") if isinstance(results, dict) else None
     files: dict[str, bytes] = {}

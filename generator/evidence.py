@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import GeneratorError, one_line
+from .files import MAX_JSON_BYTES, MAX_JSON_DEPTH, FileProblem, json_depth, read_regular
 from .load import Catalog
 from .model import NativeKernel
 from .source_hash import Memo, source_sha256
@@ -127,8 +128,23 @@ def ledger_bytes(records: Iterable[Record]) -> bytes:
     return (json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
+def _read_ledger_bytes(path: Path, shown: str) -> bytes:
+    """A ledger file's bytes through the generator's bounded reader: a regular file of at most
+    ``MAX_JSON_BYTES``, never a FIFO read forever or a device read without end."""
+    try:
+        data = read_regular(path, MAX_JSON_BYTES)
+    except FileProblem as problem:
+        raise GeneratorError(f"{shown}: {problem}; ledger files must be regular files") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise GeneratorError(f"{shown}: larger than {MAX_JSON_BYTES} bytes; fix the file or remove it and rerun the check that wrote it")
+    return data
+
+
 def parse_ledger_file(data: bytes, shown: str) -> list[Record]:
     """The records of one ledger file; ``GeneratorError`` naming the file (and record) when it is malformed."""
+    depth = json_depth(data)
+    if depth > MAX_JSON_DEPTH:
+        raise GeneratorError(f"{shown}: nested {depth} levels deep, more than the {MAX_JSON_DEPTH} a ledger file may be; fix the file or remove it and rerun the check that wrote it")
     try:
         body = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -172,10 +188,7 @@ def read_ledger(root: Path) -> Ledger:
         platform, level = path.parent.name, path.stem
         if level not in LEVELS:
             raise GeneratorError(f"{shown}: not a ledger file; ledger files are named {', '.join(f'{lv}.json' for lv in LEVELS)}")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise GeneratorError(f"{shown}: cannot read it ({exc.strerror or exc})") from None
+        data = _read_ledger_bytes(path, shown)
         seen: set[tuple[str, ...]] = set()
         for index, record in enumerate(parse_ledger_file(data, shown)):
             if (record.platform, record.level) != (platform, level):
@@ -219,7 +232,7 @@ def write_ledger(root: Path, new: Sequence[Record]) -> list[Record]:
     for (platform, level), records in sorted(groups.items()):
         rel = ledger_file(platform, level)
         path = root / rel
-        existing = parse_ledger_file(path.read_bytes(), rel) if path.is_file() else []
+        existing = parse_ledger_file(_read_ledger_bytes(path, rel), rel) if os.path.lexists(path) else []
         merged, added = merge(existing, records)
         if not added:
             continue

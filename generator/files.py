@@ -8,9 +8,12 @@ must lie inside a folder is refused when it resolves (through any symbolic link)
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 from pathlib import Path
+from typing import Any
 
 
 class FileProblem(Exception):
@@ -67,3 +70,44 @@ def read_regular(file: Path, limit: int, inside: Path | None = None, follow_link
     finally:
         os.close(fd)
     return b"".join(chunks)
+
+
+MAX_JSON_BYTES = 16 * 1024 * 1024
+MAX_JSON_DEPTH = 64
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
+
+
+def json_depth(data: bytes) -> int:
+    """How deeply ``data``'s arrays and objects nest (strings skipped), without parsing it: the
+    JSON parser recurses, so a document nested past Python's recursion limit must be refused
+    before it is parsed."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub(b'""', data)):
+        if match.group() in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+def read_json(file: Path, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH, inside: Path | None = None) -> Any:
+    """A JSON file the generator did not write (or that may have changed since): read through
+    ``read_regular`` (a regular file, at most ``limit`` bytes), nested at most ``max_depth`` deep,
+    UTF-8; ``FileProblem`` otherwise, never a RecursionError, a hang or a MemoryError."""
+    data = read_regular(file, limit, inside)
+    return parse_json(data, limit, max_depth)
+
+
+def parse_json(data: bytes, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``read_json`` for bytes already in hand (e.g. a file as git shows it)."""
+    if len(data) > limit:
+        raise FileProblem(f"larger than {limit} bytes", "unreadable")
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise FileProblem(f"nested {depth} levels deep, more than the {max_depth} a JSON file here may be", "unreadable")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise FileProblem(f"not valid JSON ({exc})", "unreadable") from None

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .files import FileProblem, parse_json
+
 WEAKENS = "WEAKENS CONTRACT: "
 
 State = Mapping[str, Any]
@@ -35,11 +37,11 @@ class StateError(ValueError):
     """A registry.json that cannot be read as a review state."""
 
 
-def parse_state(data: bytes | str, where: str) -> State:
+def parse_state(data: bytes, where: str) -> State:
     try:
-        state = json.loads(data)
-    except ValueError as exc:
-        raise StateError(f"{where}: not valid JSON ({exc})") from None
+        state = parse_json(data)
+    except FileProblem as problem:
+        raise StateError(f"{where}: {problem}") from None
     if not isinstance(state, dict) or not isinstance(state.get("ops", {}), dict):
         raise StateError(f"{where}: not a registry (expected an object with an 'ops' object)")
     return state

@@ -439,3 +439,87 @@ def test_a_symbolic_link_at_the_lock_path_is_an_error_and_creates_nothing(projec
     _, err = no_traceback(capsys)
     assert f"error: {lock}: the generator's lock file is a symbolic link, not a regular file" in err
     assert not victim.exists()
+
+
+# --------------------------------------------------------------------------- files the tools read besides the specs
+# The manifest, the commit journal, the evidence ledger, registry.json and a results file are each
+# read through one bounded reader: a FIFO, a device, a file past its size limit or JSON nested past
+# its depth limit is an error naming it (or, for the manifest, a manifest rebuilt from the tree),
+# never a hang, a RecursionError or a MemoryError.
+
+DEEP_JSON = b"[" * 100_000
+
+
+def _plant(path: Path, what: str) -> None:
+    path.unlink(missing_ok=True)
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "zero":
+        path.symlink_to("/dev/zero")
+    elif what == "deep":
+        path.write_bytes(DEEP_JSON)
+    elif what == "mangled":
+        path.write_text('{"files": [')
+
+
+@pytest.mark.parametrize("what", ["fifo", "zero", "deep", "mangled"])
+def test_a_hostile_manifest_is_rebuilt_from_the_tree(project: Project, what: str):
+    """The manifest cannot say what the generator owns: the files that begin as its files begin
+    are its, so the files of a kernel no longer generated are still reported stale and removed."""
+    project.edit(OP, "  rocm: [simt]", "  rocm: []")
+    (project.generated / "rocm" / "NOTES.txt").write_text("mine")
+    _plant(project.generated / "manifest.json", what)
+    checked = run_cli(project, "check", limit_bytes=4 << 30)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr
+    assert "stale: generated/rocm/csrc/kernels/rocm/det_gemm_simt.hip is no longer produced" in checked.stderr
+    if what == "zero":  # a symbolic link leading out of the tree is never touched: a clear refusal
+        refused(run_cli(project, "generate"), "refusing to touch manifest.json: it lies outside")
+        (project.generated / "manifest.json").unlink()
+    generated = run_cli(project, "generate", limit_bytes=4 << 30)
+    assert generated.returncode == 0, generated.stderr
+    assert not (project.generated / "rocm/csrc/kernels/rocm/det_gemm_simt.hip").exists()
+    assert (project.generated / "rocm" / "NOTES.txt").read_text() == "mine", "a file the generator never wrote is left alone"
+    assert project.run("check") == 0
+
+
+@pytest.mark.parametrize("what", ["fifo", "zero", "deep"])
+def test_a_hostile_ledger_file_is_an_error_naming_it(project: Project, what: str):
+    ledger = project.root / "evidence/cpu/executed.json"
+    _plant(ledger, what)
+    before = project.snapshot()
+    refused(run_cli(project, "generate", "--full", limit_bytes=4 << 30), "evidence/cpu/executed.json: ")
+    assert project.snapshot() == before
+
+
+@pytest.mark.parametrize("what", ["fifo", "zero", "deep"])
+def test_a_hostile_results_file_is_an_error_naming_it(project: Project, tmp_path: Path, what: str):
+    results = tmp_path / "results.json"
+    _plant(results, what)
+    refused(run_cli(project, "evidence", "record-executed", str(results), limit_bytes=4 << 30), f"{results}: ")
+
+
+@pytest.mark.parametrize("what", ["fifo", "zero", "deep"])
+def test_a_hostile_registry_makes_the_semantic_summary_unavailable(project: Project, what: str):
+    _plant(project.generated / "registry.json", what)
+    done = run_cli(project, "diff", "--summary", limit_bytes=4 << 30)
+    assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr
+    assert done.stdout.startswith("semantic changes: unavailable (generated/registry.json: "), done.stdout
+
+
+def test_a_fifo_in_an_outputs_place_is_replaced_not_read(project: Project):
+    target = project.generated / "cpu" / "README.md"
+    target.unlink()
+    os.mkfifo(target)
+    done = run_cli(project, "generate")
+    assert done.returncode == 0, done.stderr
+    assert target.is_file() and not target.is_fifo()
+
+
+def test_an_output_tree_that_is_a_symbolic_link_is_not_written_through(project: Project, tmp_path: Path):
+    outside = tmp_path / "elsewhere"
+    project.generated.rename(outside)
+    project.generated.symlink_to(outside)
+    project.edit(OP, "  rocm: [simt]", "  rocm: []")
+    before = {p.relative_to(outside).as_posix(): p.read_bytes() for p in outside.rglob("*") if p.is_file()}
+    refused(run_cli(project, "generate"), "is a symbolic link", "the output tree must be a folder of the project")
+    assert {p.relative_to(outside).as_posix(): p.read_bytes() for p in outside.rglob("*") if p.is_file()} == before
