@@ -386,15 +386,19 @@ def test_embedding_backward_that_skips_a_position_is_caught(tmp_path):
 FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
     (
         "        for dim, base, plus in op.derived_dims:\n            sizes[dim] = sizes[base] + plus\n",
-        "        for dim, base, plus in op.derived_dims:\n            sizes[dim] = sizes[base] + plus\n"
-        '        if op.name == "det_gemm":\n            sizes["N"] = sizes["N"] + 1  # MUTANT\n',
+        (
+            "        for dim, base, plus in op.derived_dims:\n            sizes[dim] = sizes[base] + plus\n"
+            '        if op.name == "det_gemm":\n            sizes["N"] = sizes["N"] + 1  # MUTANT\n'
+        ),
     )
 ]
 LOGP_BACKWARD_WITHOUT_AUTOGRAD = [
     (
         '            torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)\n',
-        '            if op.name != "logp_backward":  # MUTANT: no autograd registered for it, so torch warns and differentiates to nothing\n'
-        '                torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)\n',
+        (
+            '            if op.name != "logp_backward":  # MUTANT: no autograd registered for it, so torch warns and differentiates to nothing\n'
+            '                torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)\n'
+        ),
     )
 ]
 
