@@ -50,7 +50,7 @@ check: $(VENV)/.gen-stamp
 
 # The CLI exits 1 when it shows a change; here that is the answer, not a failure (2 still is).
 diff: $(VENV)/.gen-stamp
-	$(GEN) diff || [ $$? -eq 1 ]
+	$(GEN) diff || { status=$$?; [ $$status -eq 1 ] || exit $$status; }
 
 test: $(VENV)/.test-stamp
 	$(PY) -m pytest -q
