@@ -107,7 +107,7 @@ def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     _report_evidence(expected, "check")
     if changes.empty:
-        print("check: generated/, the README's generated tables and schema/ match the specs, templates and evidence/")
+        print("check: generated/, the README's generated tables, schema/ and docs/spec-language.md match the specs, templates and evidence/")
         return EXIT_OK
     for rel in changes.written:
         state = "differs from what the specs produce" if (layout.generated / rel).exists() else "is missing"
@@ -294,13 +294,13 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="render generated/, the README's operator table and schema/ (writes only changed files)")
+    gen = sub.add_parser("generate", help="render generated/, the README's tables, schema/ and docs/spec-language.md (writes only changed files)")
     gen.add_argument(
         "--full",
         action="store_true",
         help="render even when the inputs and outputs are as the last generate left them (which is otherwise recognised and skipped)",
     )
-    sub.add_parser("check", help="exit 1 when generated/, the README's operator table or schema/ is not what the specs produce")
+    sub.add_parser("check", help="exit 1 when generated/, the README's tables, schema/ or docs/spec-language.md is not what the specs produce")
     diff = sub.add_parser("diff", help="what `generate` would change: a semantic summary, then a unified diff")
     diff.add_argument("--summary", action="store_true", help="print the semantic summary only")
     diff.add_argument("--base", metavar="REV", help="summarise against generated/registry.json at git revision REV (e.g. origin/main)")

@@ -211,7 +211,9 @@ class Tolerance(StrictModel):
 
 class PackageSpec(StrictModel):
     name: Identifier
+    """The Python package and the torch library namespace (``torch.ops.<name>``)."""
     version: Version
+    """The wheels' version, before the platform's local label (``0.1.0+cpu``)."""
     description: Text
     tolerances: dict[Identifier, dict[Dtype, Tolerance]] = Field(min_length=1)
     """The tolerance table: class → dtype → atol/rtol.  Accuracy only; invariance is always bitwise."""
@@ -444,10 +446,13 @@ class TestValues(StrictModel):
 class TensorArg(StrictModel):
     name: Identifier
     dtype: DtypeRef
+    """float32, float16, bfloat16, int64, int32, bool, or a dtype variable of ``dtype_vars`` (one capital letter)."""
     shape: tuple[DimName, ...] = Field(max_length=8)
+    """Symbolic sizes, e.g. [M, K]; a name used twice means the same size."""
     optional: bool = False
     """Schema ``Tensor?``: the kernel receives a null pointer when it is absent."""
     values: TestValues | None = None
+    """How the generated tests fill an integer or bool argument."""
     doc: Text = ""
 
 
@@ -480,6 +485,7 @@ class Output(StrictModel):
     float32_if: Identifier | None = None
     """A bool attribute that, when true, makes this output float32 instead of ``dtype``."""
     differentiable: bool = True
+    """False for an output no gradient flows into (a saved statistic such as rstd or lse)."""
     doc: Text = ""
 
 
@@ -645,6 +651,7 @@ class ReferenceKernel(StrictModel):
 
     kind: Literal["reference"]
     python: DottedName
+    """The callable, e.g. torch.matmul or rlkernels._references.det_gemm."""
     kwargs: dict[Identifier, StrictBool | StrictInt | Annotated[float, Field(allow_inf_nan=False)] | Annotated[str, _Matching(IDENTIFIER, "keyword value", "tanh")]] = Field(
         default={}, max_length=8
     )
@@ -687,6 +694,7 @@ class TestPlan(StrictModel):
     """Shapes the generated contract tests use, scaled to run on a CPU in seconds."""
 
     shapes: tuple[Annotated[dict[DimName, Annotated[int, Field(ge=1, le=1 << 16)]], AfterValidator(_fits_a_test_run)], ...] = Field(min_length=1, max_length=16)
+    """Sizes of every dimension of the required arguments; the first shape, every size at least 2, builds the bad-input cases."""
     batch_dim: DimName | None = None
     """The dimension whose size must not change any row's bits; null when the op has none.
     The batch sizes, chunk and pad splits come from each kernel's ``tiles``."""
@@ -789,12 +797,17 @@ def _bench_problems(bench: Bench, info: ValidationInfo) -> list[tuple[tuple[str 
 
 class OpSpec(StrictModel):
     name: Identifier
+    """The public function (``rlkernels.<name>``) and the torch op (``torch.ops.rlkernels.<name>``)."""
     summary: Text
+    """One line: the operator table, REGISTRY.md and the docstrings show it."""
     aliases: tuple[Identifier, ...] = ()
     """More public names for the same function (e.g. det_linear)."""
     dtype_vars: dict[TypeVar, Annotated[tuple[Dtype, ...], Field(min_length=1)]] = {}
+    """Dtype variable → the floating dtypes it ranges over; the tests run every combination."""
     args: tuple[TensorArg, ...] = Field(min_length=1)
+    """The tensor arguments, in the signature's order; optional ones last."""
     attrs: tuple[Attr, ...] = ()
+    """Scalar attributes, after the tensors in the signature."""
     outputs: tuple[Output, ...] = Field(min_length=1)
     dynamic_dims: dict[DimName, DynamicDim] = {}
     derived_dims: dict[DimName, DerivedDim] = {}
@@ -802,12 +815,19 @@ class OpSpec(StrictModel):
     """A first dimension callers may pass as several ([B, T, H] for [N, H]): the public function
     flattens them for the kernels and restores them on the outputs."""
     constraints: tuple[DimConstraint, ...] = ()
+    """Rules on sizes the input checks enforce, each naming the dimension."""
     reduction: Reduction | None = None
+    """The order every kernel reduces in; null for an op without a reduction."""
     tolerance: Identifier
+    """A class of the package's ``tolerances``: accuracy against the reference."""
     reference: Identifier
+    """The kernel (of kind reference) the tests compare every kernel with."""
     requires: tuple[Guarantee, ...]
+    """The guarantees every backend listed for the op must keep; generate refuses one that lacks any."""
     kernels: dict[Identifier, Kernel] = Field(min_length=1)
+    """Every implementation: native kernels (a template) and Python references."""
     backends: dict[Identifier, tuple[Identifier, ...]]
+    """Platform → the kernels that may run the op there, first available first; [] means unsupported. Every platform needs an entry."""
     tests: TestPlan
     backward: tuple[BackwardStep, ...] = ()
     """How autograd differentiates the op, with other ops of the catalog (never torch.matmul)."""

@@ -4,7 +4,8 @@ A ``generate`` is a function of its inputs: the spec files, the templates, the p
 Python (``runtime/``), the evidence ledger, the generator's own sources and the versions of Python and of the libraries it renders with.
 After a successful run, ``generate`` stores two digests outside the output tree, in
 ``.build/generate-state.json``: one over all of those inputs as they were read, and one over
-every file it leaves behind (every file under generated/, README.md and schema/) as written.
+every file it leaves behind (every file under generated/, README.md, schema/ and
+docs/spec-language.md) as written.
 The next ``generate`` computes both again; when both match, the outputs are exactly what
 rendering would produce, and it stops there.
 
@@ -44,6 +45,7 @@ from typing import Any
 from . import evidence, readme
 from .runtime_tree import RUNTIME_DIR
 from .schema import MODELS, schema_path
+from .spec_doc import SPEC_DOC
 from .write import JOURNAL, NEW_SUFFIX
 
 STATE_DIR = ".build"
@@ -195,7 +197,7 @@ def inputs_digest(root: Path, generator_dir: Path | None = None) -> str | None:
 
 def extra_paths() -> tuple[str, ...]:
     """The files outside generated/ that a ``generate`` writes, by name only (no schema is computed)."""
-    return (readme.README, *(schema_path(kind) for kind in MODELS))
+    return (readme.README, *(schema_path(kind) for kind in MODELS), SPEC_DOC)
 
 
 def _outputs(root: Path, files: dict[str, bytes] | None = None, rendered: Mapping[str, bytes] | None = None) -> str:

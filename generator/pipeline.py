@@ -13,6 +13,7 @@ from .plan import REGISTRY_MD, make_plan
 from .render import render_all, render_text
 from .runtime_tree import RUNTIME_DIR, package_names, runtime_files
 from .schema import schema_files
+from .spec_doc import spec_doc_files
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Layout:
     @property
     def extras(self) -> tuple[str, ...]:
         """Every file outside generated/ that a run may write (relative to the root)."""
-        return (readme.README, *schema_files())
+        return (readme.README, *schema_files(), *spec_doc_files())
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ class Output:
     files: dict[str, bytes]
     """Everything under generated/ (the manifest is added by ``write``)."""
     extras: dict[str, bytes]
-    """Files outside generated/, relative to the root: the JSON Schemas and, where README.md
-    carries the markers, the README with its operator table and verification table spliced in."""
+    """Files outside generated/, relative to the root: the JSON Schemas, the spec-language page and,
+    where README.md carries the markers, the README with its operator table and verification table spliced in."""
     evidence: evidence.Evidence | None = None
     """The ledger under evidence/ judged against the sources rendered here."""
 
@@ -85,7 +86,7 @@ def produce_all(layout: Layout, workers: int | None = None) -> Output:
     late = [replace(j, context={**j.context, "evidence": judged}) for j in jobs if j.path == REGISTRY_MD]
     files.update(render_all(late, layout.templates, layout.template_cache, 1))
     files = dict(sorted(files.items()))
-    extras = schema_files()
+    extras = {**schema_files(), **spec_doc_files()}
     readme_path = layout.root / readme.README
     if readme_path.is_file():
         try:

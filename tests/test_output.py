@@ -114,9 +114,10 @@ def test_stale_files_are_removed_but_unowned_files_are_kept(project: Project):
 
 
 def test_removing_an_op_removes_its_files(project: Project):
-    project.spec("ops/det_gemm_ktree.yaml").unlink()  # an op no other op's backward uses
+    project.spec("ops/grpo_loss.yaml").unlink()  # an op no other op's backward and no integration uses
     assert project.run("generate") == 0
-    assert not list(project.generated.rglob("*det_gemm_ktree*"))
+    assert not list(project.generated.rglob("grpo_loss_block*"))
+    assert list(project.generated.rglob("grpo_loss_backward_block*")), "only the removed op's files go"
     assert (project.generated / "cpu/rlkernels/_registry.py").exists()
 
 
