@@ -12,7 +12,19 @@ from typing import get_args
 from .admission import admissible
 from .errors import ContractError, SpecError, SpecProblem
 from .load import PACKAGE_KEY, Catalog, SourceMap
-from .model import MAX_STAGES, MAX_TILE_REDUCTION, MAX_TILE_ROWS, Dtype, Guarantee, NativeKernel, OpSpec, ReferenceKernel, SupportHeader
+from .model import (
+    MAX_STAGES,
+    MAX_TILE_REDUCTION,
+    MAX_TILE_ROWS,
+    Dtype,
+    Guarantee,
+    NativeKernel,
+    OpSpec,
+    Output,
+    ReferenceKernel,
+    SupportHeader,
+    TensorArg,
+)
 from .runtime_tree import PackageNames
 
 
@@ -89,6 +101,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         for attr_index, attr in enumerate(step.attrs or ()):
             if attr not in {a.name for a in op.attrs} or attr not in {a.name for a in target.attrs}:
                 problems.append(src.problem(("backward", index, "attrs", attr_index), f"attribute {attr} is not shared by {op.name} and {step.op}"))
+    problems += _backward_problems(catalog, src, op)
     problems += _autocast_problems(src, op)
     problems += _layout_problems(src, op)
     # Batch invariance is defined on the outputs that carry the batch dimension; without one
@@ -126,6 +139,78 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
         if isinstance(kernel, NativeKernel) and not any(name in names for names in op.backends.values()):
             problems.append(src.problem(("kernels", name), f"native kernel {name} is used by no platform; add it to a backends list or remove it"))
     return problems, violations
+
+
+def _backward_problems(catalog: Catalog, src: SourceMap, op: OpSpec) -> list[SpecProblem]:
+    """A backward that computes what it says: each step is another op, each gradient is given once,
+    and each step's arguments and results fit the step op's signature -- shapes that agree
+    dimension for dimension (so swapped arguments, or a result that does not have its argument's
+    shape, are refused), integer tensors where it takes integers.  Ops may be each other's
+    derivatives (det_gemm's gradients are det_gemm_nt's and det_gemm_tn's, and theirs include
+    det_gemm's; pack and unpack): a chain of backwards may lead back, for second derivatives, but
+    one step never calls the op it differentiates."""
+    ops = {o.name: o for o in catalog.ops}
+    problems: list[SpecProblem] = []
+    given: dict[str, int] = {}
+    tensors: dict[str, TensorArg | Output] = {a.name: a for a in op.args} | {o.name: o for o in op.outputs}
+    for index, step in enumerate(op.backward):
+        target = ops.get(step.op)
+        if target is None or not target.args:
+            continue  # an unknown op: reported above
+        if step.op == op.name:
+            problems.append(src.problem(("backward", index, "op"), f"{op.name}'s backward calls {op.name} itself; a backward step runs another op of the catalog"))
+            continue
+        for position, name in enumerate(step.gives):
+            if name is None:
+                continue
+            if name in given:
+                problems.append(
+                    src.problem(("backward", index, "gives", position), f"the gradient of {name} is given by step {given[name]} already; each gradient comes from one step")
+                )
+            given.setdefault(name, index)
+        binding: dict[str, str] = {}
+        for position, source in enumerate(step.args):
+            if position >= len(target.args):
+                break
+            name = source[5:-1] if source.startswith("grad(") else source
+            tensor = tensors.get(name)
+            if tensor is None:
+                continue  # reported by the model
+            param = target.args[position]
+            described = f"argument {position} ({source}) of {step.op}, its {param.name},"
+            mismatch = _bind_dims(binding, tensor.shape, param.shape, step.op)
+            if mismatch:
+                problems.append(src.problem(("backward", index, "args", position), f"{described} {mismatch}"))
+            if _is_integer(tensor.dtype) != _is_integer(param.dtype):
+                kind = "an integer" if _is_integer(param.dtype) else "a floating"
+                problems.append(src.problem(("backward", index, "args", position), f"{described} takes {kind} tensor, and {source} is not one"))
+        for position, name in enumerate(step.gives):
+            if name is None or position >= len(target.outputs) or name not in tensors:
+                continue
+            result = target.outputs[position]
+            described = f"{step.op}'s output {result.name}, given as the gradient of {name},"
+            mapped = tuple(binding.get(d, "?") for d in result.shape)  # ?: a size the step op knows only from the data
+            expected = tensors[name].shape
+            if len(mapped) != len(expected) or any(m not in ("?", e) for m, e in zip(mapped, expected, strict=False)):
+                problems.append(
+                    src.problem(("backward", index, "gives", position), f"{described} has shape [{', '.join(mapped)}], not {name}'s [{', '.join(expected)}]")
+                )
+    return problems
+
+
+def _bind_dims(binding: dict[str, str], ours: tuple[str, ...], theirs: tuple[str, ...], op: str) -> str | None:
+    """Bind ``op``'s dimensions ``theirs`` to ours, in ``binding``; what does not fit, or None."""
+    if len(ours) != len(theirs):
+        return f"has {len(ours)} dimensions, {op} takes {len(theirs)} there"
+    for axis, (mine, other) in enumerate(zip(ours, theirs, strict=True)):
+        bound = binding.setdefault(other, mine)
+        if bound != mine:
+            return f"has {mine} as dimension {axis}, but {op}'s {other} is already {bound} (arguments swapped?)"
+    return None
+
+
+def _is_integer(dtype: str) -> bool:
+    return dtype in ("int64", "int32", "bool")
 
 
 def _arch_problems(src: SourceMap, catalog: Catalog, op: OpSpec, name: str, kernel: NativeKernel) -> list[SpecProblem]:

@@ -167,6 +167,18 @@ def _meet(node: yaml.Node, seen: set[int] | None) -> None:
 
 
 _MAP, _SEQ, _STR = f"{_YAML}map", f"{_YAML}seq", f"{_YAML}str"
+# The one spelling of each kind of plain scalar a spec may use.  YAML 1.1, which PyYAML reads,
+# also takes 1:40 for 100 (base 60), 017 and 0o17 for 15, 0x10, 1_000, yes/no/on/off for booleans
+# and .nan or .inf for numbers: a value written so would mean something other than it reads.
+_PLAIN = {
+    f"{_YAML}int": (re.compile(r"[-+]?(0|[1-9][0-9]*)"), "a plain decimal integer (YAML reads 1:40 as 100, 017 as 15, 0x10 as 16)"),
+    f"{_YAML}float": (
+        re.compile(r"[-+]?([0-9]+\.[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"),
+        "a finite decimal number such as 1.0e-5 (not .nan, .inf or a base-60 1:40.5)",
+    ),
+    f"{_YAML}bool": (re.compile(r"true|false"), "true or false (YAML also reads yes, no, on, off as booleans)"),
+    f"{_YAML}null": (re.compile(r"null|~|"), "null"),
+}
 
 
 def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: SourceMap, loader: Any, seen: set[int] | None = None) -> Any:
@@ -176,13 +188,18 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
     PyYAML's constructor returns for one)."""
     _meet(node, seen)
     lines[path] = loader.line_of(node.start_mark)
+
+    def here(message: str) -> SpecProblem:
+        """A problem at this node's own line (the source map is not complete until the whole file is read)."""
+        return SpecProblem(src.file, lines[path], field_path(path), message)
+
     if len(path) > MAX_DEPTH:
-        raise SpecError([src.problem(path, f"nesting deeper than {MAX_DEPTH} levels")])
+        raise SpecError([here(f"nesting deeper than {MAX_DEPTH} levels")])
     if isinstance(node, yaml.ScalarNode) and node.tag == _STR:
         return node.value
     if isinstance(node, yaml.MappingNode):
         if node.tag != _MAP:
-            raise SpecError([src.problem(path, f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain mapping")])
+            raise SpecError([here(f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain mapping")])
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode) or key_node.tag != _STR:
@@ -197,18 +214,22 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int], src: Sourc
         return out
     if isinstance(node, yaml.SequenceNode):
         if node.tag != _SEQ:
-            raise SpecError([src.problem(path, f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain list")])
+            raise SpecError([here(f"YAML tag {node.tag.removeprefix(_YAML)} is not allowed here; write a plain list")])
         return [_to_python(item, (*path, i), lines, src, loader, seen) for i, item in enumerate(node.value)]
     if node.tag not in _SCALAR_TAGS:
         what = "a date or time" if node.tag == f"{_YAML}timestamp" else f"YAML tag {node.tag.removeprefix(_YAML)}"
-        raise SpecError([src.problem(path, f"{what} is not allowed in spec files; write a string, number, boolean or null (quote it to keep it as text)")])
+        raise SpecError([here(f"{what} is not allowed in spec files; write a string, number, boolean or null (quote it to keep it as text)")])
+    plain = _PLAIN.get(node.tag)
+    if plain is not None and not plain[0].fullmatch(node.value):
+        kind = node.tag.removeprefix(_YAML)
+        raise SpecError([here(f"{node.value[:40]!r} reads as a {kind} in YAML 1.1; write {plain[1]}, or quote it to keep it as text")])
     try:
         value = loader.construct_object(node, deep=True)
     except (ValueError, KeyError, TypeError, OverflowError) as exc:
         # e.g. `!!int abc`, `!!bool maybe`, or an integer beyond Python's digit limit
-        raise SpecError([src.problem(path, f"cannot read {node.value[:40]!r} as {node.tag.removeprefix(_YAML)}: {exc}")]) from None
+        raise SpecError([here(f"cannot read {node.value[:40]!r} as {node.tag.removeprefix(_YAML)}: {exc}")]) from None
     if not isinstance(value, (str, int, float, bool, type(None))):
-        raise SpecError([src.problem(path, f"unsupported YAML value of type {type(value).__name__}")])
+        raise SpecError([here(f"unsupported YAML value of type {type(value).__name__}")])
     return value
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     StrictBool,
+    StrictFloat,
     StrictInt,
     ValidationError,
     ValidationInfo,
@@ -169,6 +170,10 @@ close a comment or a string, or open a template expression."""
 Suffix = Literal[".cu", ".hip", ".mu", ".cpp"]
 
 
+FiniteFloat = Annotated[StrictFloat, Field(allow_inf_nan=False)]
+"""A number where a float belongs: an int is one, a bool or a string is not, nor NaN or an infinity."""
+
+
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -205,8 +210,8 @@ FLOAT_DTYPES = (Dtype.float32, Dtype.float16, Dtype.bfloat16)
 
 
 class Tolerance(StrictModel):
-    atol: float = Field(ge=0, le=1)
-    rtol: float = Field(ge=0, le=1)
+    atol: StrictFloat = Field(ge=0, le=1)
+    rtol: StrictFloat = Field(ge=0, le=1)
 
 
 class PackageSpec(StrictModel):
@@ -300,7 +305,7 @@ class ArchFloor(StrictModel):
     entry: Annotated[str, _Matching(r"[0-9]+(\.[0-9]+)?", "numeric arch list entry", "22")]
     macro: CppName
     """Defined in device compilation only, e.g. __MUSA_ARCH__."""
-    value: int = Field(ge=1, le=100000)
+    value: StrictInt = Field(ge=1, le=100000)
     """``macro``'s value for ``entry``, e.g. 220 for MUSA's 22."""
     reason: Text
 
@@ -357,8 +362,8 @@ class Detection(StrictModel):
     available: DottedName | None
     """Callable that says whether a device is present; null: always available (the host)."""
     version_attr: DottedName | None
-    version_attr_set: bool
-    order: int = Field(ge=0, le=99)
+    version_attr_set: StrictBool
+    order: StrictInt = Field(ge=0, le=99)
     """Lower is checked first: MUSA before CUDA, since torch_musa can coexist with a CUDA torch."""
 
 
@@ -368,7 +373,7 @@ class Wheel(StrictModel):
     label: Annotated[str, _Matching(r"[a-z]+(\{version\})?", "wheel label", "cu{version}")]
     version_from: DottedName | None
     """Where {version} comes from at build time (e.g. torch.version.cuda); it must be set."""
-    version_parts: int = Field(default=2, ge=1, le=3)
+    version_parts: StrictInt = Field(default=2, ge=1, le=3)
     version_separator: Literal["", "."] = ""
     pins: tuple[Annotated[str, _Matching(r"[A-Za-z][A-Za-z0-9_-]{0,63}", "distribution name", "torch_musa")], ...] = ()
     """Distributions besides torch whose binary the extension links against: the wheel requires
@@ -388,9 +393,9 @@ class PlatformSpec(StrictModel):
     torch: TorchBinding
     build: Build
     detection: Detection
-    max_grid_blocks: int | None = Field(default=None, ge=1, le=(1 << 31) - 1)
+    max_grid_blocks: StrictInt | None = Field(default=None, ge=1, le=(1 << 31) - 1)
     """Blocks a strided grid may launch, and the limit of a grid's second axis (device platforms)."""
-    shared_memory_without_opt_in: int | None = Field(default=None, ge=1024, le=1 << 24)
+    shared_memory_without_opt_in: StrictInt | None = Field(default=None, ge=1024, le=1 << 24)
     """Bytes of dynamic shared memory a block may use before a kernel must opt in to more (device platforms)."""
     wheel: Wheel
 
@@ -424,7 +429,7 @@ DtypeRef = Annotated[
         _pattern(r"[A-Z]|float32|float16|bfloat16|int64|int32|bool", "dtype", "float32, float16, bfloat16, int64, int32, bool or a dtype variable such as T")
     ),
 ]
-Size = Annotated[int, Field(ge=-(1 << 31), le=1 << 31)]
+Size = Annotated[StrictInt, Field(ge=-(1 << 31), le=1 << 31)]
 
 
 class TestValues(StrictModel):
@@ -434,7 +439,7 @@ class TestValues(StrictModel):
     low: Size = 0
     high: Size | DimName = 2
     include: tuple[Size, ...] = Field(default=(), max_length=16)
-    every: int = Field(default=5, ge=1, le=1000)
+    every: StrictInt = Field(default=5, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _range_is_not_empty(self) -> TestValues:
@@ -449,7 +454,7 @@ class TensorArg(StrictModel):
     """float32, float16, bfloat16, int64, int32, bool, or a dtype variable of ``dtype_vars`` (one capital letter)."""
     shape: tuple[DimName, ...] = Field(max_length=8)
     """Symbolic sizes, e.g. [M, K]; a name used twice means the same size."""
-    optional: bool = False
+    optional: StrictBool = False
     """Schema ``Tensor?``: the kernel receives a null pointer when it is absent."""
     values: TestValues | None = None
     """How the generated tests fill an integer or bool argument."""
@@ -461,7 +466,7 @@ class Attr(StrictModel):
 
     name: Identifier
     type: Literal["float", "int", "bool"]
-    default: float | int | bool
+    default: StrictBool | StrictInt | FiniteFloat
     doc: Text = ""
 
     @model_validator(mode="after")
@@ -484,7 +489,7 @@ class Output(StrictModel):
     shape: tuple[DimName, ...] = Field(max_length=8)
     float32_if: Identifier | None = None
     """A bool attribute that, when true, makes this output float32 instead of ``dtype``."""
-    differentiable: bool = True
+    differentiable: StrictBool = True
     """False for an output no gradient flows into (a saved statistic such as rstd or lse)."""
     doc: Text = ""
 
@@ -494,7 +499,7 @@ class DimConstraint(StrictModel):
     entries of an argument (checked on the data, so it waits for the device)."""
 
     dim: DimName
-    multiple_of: int | None = Field(default=None, ge=2, le=1 << 20)
+    multiple_of: StrictInt | None = Field(default=None, ge=2, le=1 << 20)
     """At least 2: every size is a multiple of 1."""
     multiple_of_dim: DimName | None = None
     """Another dimension (query heads a multiple of key/value heads); a size 0 divides only 0."""
@@ -527,9 +532,9 @@ class Reduction(StrictModel):
     dim: DimName
     order: Literal["ascending", "k_tree", "lanes_tree", "online_blocks"]
     accumulator: Literal["float32"]
-    leaf: int | None = Field(default=None, ge=1, le=4096)
-    lanes: int | None = Field(default=None, ge=2, le=1024)
-    block: int | None = Field(default=None, ge=2, le=1024)
+    leaf: StrictInt | None = Field(default=None, ge=1, le=4096)
+    lanes: StrictInt | None = Field(default=None, ge=2, le=1024)
+    block: StrictInt | None = Field(default=None, ge=2, le=1024)
     step: Literal["add", "fma"] = "add"
     """add: the term, rounded to float32 (a product a * b is rounded on its own), then added, one
     more rounding.  fma: each term is a product a * b joined by one fused multiply-add,
@@ -565,7 +570,7 @@ class DerivedDim(StrictModel):
     """An output dimension a fixed offset from an argument's, e.g. B1 = B + 1 for cu_seqlens."""
 
     dim: DimName
-    plus: int = Field(ge=-64, le=64)
+    plus: StrictInt = Field(ge=-64, le=64)
 
 
 class BackwardStep(StrictModel):
@@ -652,7 +657,7 @@ class ReferenceKernel(StrictModel):
     kind: Literal["reference"]
     python: DottedName
     """The callable, e.g. torch.matmul or rlkernels._references.det_gemm."""
-    kwargs: dict[Identifier, StrictBool | StrictInt | Annotated[float, Field(allow_inf_nan=False)] | Annotated[str, _Matching(IDENTIFIER, "keyword value", "tanh")]] = Field(
+    kwargs: dict[Identifier, StrictBool | StrictInt | FiniteFloat | Annotated[str, _Matching(IDENTIFIER, "keyword value", "tanh")]] = Field(
         default={}, max_length=8
     )
     """Keyword arguments the callable is always called with, after the op's own (e.g.
@@ -693,13 +698,13 @@ class Sequences(StrictModel):
 class TestPlan(StrictModel):
     """Shapes the generated contract tests use, scaled to run on a CPU in seconds."""
 
-    shapes: tuple[Annotated[dict[DimName, Annotated[int, Field(ge=1, le=1 << 16)]], AfterValidator(_fits_a_test_run)], ...] = Field(min_length=1, max_length=16)
+    shapes: tuple[Annotated[dict[DimName, Annotated[StrictInt, Field(ge=1, le=1 << 16)]], AfterValidator(_fits_a_test_run)], ...] = Field(min_length=1, max_length=16)
     """Sizes of every dimension of the required arguments; the first shape, every size at least 2, builds the bad-input cases."""
     batch_dim: DimName | None = None
     """The dimension whose size must not change any row's bits; null when the op has none.
     The batch sizes, chunk and pad splits come from each kernel's ``tiles``."""
     sequences: Sequences | None = None
-    variants: tuple[dict[Identifier, StrictBool | StrictInt | float], ...] = Field(default=(), max_length=4)
+    variants: tuple[dict[Identifier, StrictBool | StrictInt | FiniteFloat], ...] = Field(default=(), max_length=4)
     """Attribute settings the contract tests also run under (e.g. a sliding window)."""
 
 
@@ -716,7 +721,7 @@ LayerDim = Literal["tokens", "hidden", "intermediate", "vocab", "heads", "kv_hea
 """A size of the decoder layer whose ops tools/bench's model table measures, at each of its model
 sizes: tokens T, hidden H, MLP width I, vocabulary V, query heads, key/value heads, head dim."""
 
-BenchSize = Annotated[int, Field(ge=1, le=1 << 20)]
+BenchSize = Annotated[StrictInt, Field(ge=1, le=1 << 20)]
 
 
 def _layer_size(value: int | str) -> int | str:
@@ -961,6 +966,10 @@ class OpSpec(StrictModel):
                     raise ValueError(f"tests.variants[{index}]: {name} is not an attribute")
                 if isinstance(value, bool) != (attr.type == "bool") or (attr.type == "int" and not isinstance(value, int)):
                     raise ValueError(f"tests.variants[{index}]: {name} = {value!r} is not a {attr.type}")
+                if attr.type == "int" and not INT64_MIN <= value <= INT64_MAX:
+                    raise ValueError(f"tests.variants[{index}]: {name} = {value!r} does not fit int64, which the kernels receive")
+                if attr.type == "float" and abs(value) > FLOAT32_MAX:
+                    raise ValueError(f"tests.variants[{index}]: {name} = {value!r} overflows float32, which the kernels receive")
         for shape in self.tests.shapes:
             if set(shape) != bound:
                 raise ValueError(f"tests.shapes entries must give exactly the dimensions {', '.join(sorted(bound))}")

@@ -1,0 +1,119 @@
+"""A value in a spec means what it reads as, or it is refused: no lax coercion ("no" for false, 7.0
+for 7, true for 1.0), no YAML 1.1 reading that changes a number (1:40 for 100, 017 for 15) or a
+boolean (yes, on), no NaN or infinity, numbers within what consumes them; and a backward that does
+what it says (no step calling its own op, each gradient given once, arguments and results that fit
+the step op).  Each refusal names file, line and field and leaves generated/ as it was."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+from pydantic_core import core_schema
+
+from conftest import Project, copy_project
+from generator import model
+
+OP = "specs/ops/det_gemm.yaml"
+LOGP = "specs/ops/logp.yaml"
+ATTN = "specs/ops/attention.yaml"
+NT = "specs/ops/det_gemm_nt.yaml"
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Project:
+    ops = ("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum", "logp", "logp_backward", "attention", "attention_backward")
+    return copy_project(tmp_path_factory.mktemp("strict") / "proj", ops=ops)
+
+
+def refused(project: Project, capsys, file: str, old: str, new: str, field: str, message: str) -> None:
+    before = project.snapshot()
+    original = (project.root / file).read_text()
+    line = project.edit(file, old, new)
+    try:
+        assert project.run("generate") == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        # A rule of the whole op (the model's own check) is reported at the op's first line.
+        prefix = f"{file}:{line}: {field}" if field else f"{file}:"
+        assert any(l.startswith(prefix) and message in l for l in err.splitlines()), f"no line starting {prefix!r} with {message!r} in:\n{err}"
+        assert project.snapshot() == before
+    finally:
+        (project.root / file).write_text(original)
+
+
+@pytest.mark.parametrize(
+    "file, old, new, field, message",
+    [
+        (NT, "  - {name: bias, dtype: T, shape: [N], optional: true", '  - {name: bias, dtype: T, shape: [N], optional: "no"', "args.2.optional", "valid boolean"),
+        (OP, "    - {M: 33, K: 64, N: 40}", "    - {M: 33.0, K: 64, N: 40}", "tests.shapes.0.M", "valid integer"),
+        (OP, "    - {M: 33, K: 64, N: 40}", "    - {M: 1:40, K: 64, N: 40}", "tests.shapes.0.M", "reads as a int in YAML 1.1"),
+        (OP, "    - {M: 33, K: 64, N: 40}", "    - {M: 033, K: 64, N: 40}", "tests.shapes.0.M", "reads as a int in YAML 1.1"),
+        (OP, "    - {M: 33, K: 64, N: 40}", "    - {M: 0x21, K: 64, N: 40}", "tests.shapes.0.M", "reads as a int in YAML 1.1"),
+        (NT, "  - {name: bias, dtype: T, shape: [N], optional: true", "  - {name: bias, dtype: T, shape: [N], optional: yes", "args.2.optional", "reads as a bool in YAML 1.1"),
+        (LOGP, "values: {low: 0, high: V, include: [-100, -1, 1000000], every: 5}", "values: {low: 0, high: V, include: [-100, -1, 1000000], every: true}", "args.1.values.every", "valid integer"),
+        (ATTN, "  - {window: 70}", "  - {window: .nan}", "tests.variants.0.window", "reads as a float in YAML 1.1"),
+        (ATTN, "  - {window: 70}", "  - {window: 1180591620717411303424}", "", "tests.variants[0]: window = 1180591620717411303424 does not fit int64"),
+    ],
+)
+def test_lax_values_are_refused(generated, capsys, file, old, new, field, message):
+    refused(generated, capsys, file, old, new, field, message)
+
+
+def test_a_tolerance_of_true_is_refused(project, capsys):
+    refused(project, capsys, "specs/package.yaml", "float32: {atol: 1.0e-5, rtol: 1.0e-5}", "float32: {atol: true, rtol: 1.0e-5}", "tolerances.elementwise.float32.atol", "valid number")
+
+
+@pytest.mark.parametrize(
+    "file, old, new, field, message",
+    [
+        (OP, "  - {op: det_gemm_nt,", "  - {op: det_gemm,", "backward.0.op", "calls det_gemm itself"),
+        (OP, 'args: ["grad(c)", b], gives: [a]', 'args: [b, "grad(c)"], gives: [a]', "backward.0.gives.0", "has shape [K, M], not a's [M, K]"),
+        (OP, 'args: ["grad(c)", b], gives: [a]', 'args: ["grad(c)", a], gives: [a]', "backward.0.args.1", "(arguments swapped?)"),
+        (OP, 'args: [a, "grad(c)"], gives: [b]', 'args: [a, "grad(c)"], gives: [a]', "backward.1.gives.0", "given by step 0 already"),
+    ],
+)
+def test_a_backward_that_does_not_fit_is_refused(generated, capsys, file, old, new, field, message):
+    refused(generated, capsys, file, old, new, field, message)
+
+
+def _lax_fields(model_type: type[BaseModel], seen: set[type[BaseModel]]) -> list[str]:
+    """The int, float and bool fields (anywhere below ``model_type``) whose validation is not strict."""
+    if model_type in seen:
+        return []
+    seen.add(model_type)
+    found: list[str] = []
+
+    def walk(schema: typing.Any, where: str) -> None:
+        if isinstance(schema, dict):
+            if schema.get("type") in ("int", "float", "bool") and not schema.get("strict"):
+                found.append(where)
+            for value in schema.values():
+                walk(value, where)
+        elif isinstance(schema, list):
+            for item in schema:
+                walk(item, where)
+
+    walk(model_type.__pydantic_core_schema__, model_type.__name__)
+    return found
+
+
+@pytest.mark.parametrize("spec_model", [model.PackageSpec, model.PlatformSpec, model.OpSpec])
+def test_every_number_and_boolean_of_the_spec_models_is_strict(spec_model):
+    """The root cause, not the cases: no int, float or bool anywhere in the models is validated laxly."""
+    assert _lax_fields(spec_model, set()) == []
+    assert core_schema  # the schemas walked are pydantic-core's
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.one_of(st.text(min_size=1, max_size=6), st.booleans(), st.floats(allow_nan=True, allow_infinity=True)))
+def test_a_test_shape_size_that_is_not_an_int_is_refused(value):
+    """Whatever else stands where a size belongs -- text, a boolean, a float (even a whole one) -- is refused."""
+    from pydantic import TypeAdapter, ValidationError
+
+    sizes = TypeAdapter(model.TestPlan)
+    with pytest.raises(ValidationError):
+        sizes.validate_python({"shapes": [{"M": value, "K": 4}]})
