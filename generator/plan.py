@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .cabi import CAbi
 from .load import Catalog
 from .model import Attr, BackwardStep, Dtype, NativeKernel, OpSpec, Output, PlatformSpec, TensorArg
 
@@ -298,35 +299,10 @@ class OpView:
     def native_kernels(self, platform: str) -> tuple[str, ...]:
         return tuple(k for k in self.backends(platform) if isinstance(self.spec.kernels[k], NativeKernel))
 
-    def launcher_params(self, target: PlatformSpec) -> str:
-        params = [f"const void* {a.name}" for a in self.spec.args]
-        params += [f"void* {o.name}" for o in self.spec.outputs]
-        params += [f"Dtype dtype_{v}" for v in self.dtype_vars]
-        params += [f"Dtype dtype_{o.name}" for o in self.variable_outputs]
-        params += [f"int64_t {d.dim}" for d in self.dims]
-        params += [f"int64_t {d}" for d in self.spec.dynamic_dims]
-        params += [f"int64_t {d}" for d in self.spec.derived_dims]
-        params += [f"{_ATTR_CPP[a.type]} {a.name}" for a in self.spec.attrs]
-        if target.types.stream is not None:
-            params.append(f"{target.types.stream} stream")
-        else:
-            params.append("int64_t num_threads")  # the host's stream: how many threads it may use
-        return ", ".join(params)
-
-    def launcher_args(self, target: PlatformSpec) -> str:
-        args = [f"{a.name}.has_value() ? {a.name}->data_ptr() : nullptr" if a.optional else f"{a.name}.data_ptr()" for a in self.spec.args]
-        args += [f"{o.name}.data_ptr()" for o in self.spec.outputs]
-        args += [f"to_rlk_dtype({self.dtype_leader(v).name})" for v in self.dtype_vars]
-        args += [f"to_rlk_dtype({o.name})" for o in self.variable_outputs]
-        args += [d.dim for d in self.dims]
-        args += list(self.spec.dynamic_dims)
-        args += list(self.spec.derived_dims)
-        args += [f"static_cast<{_ATTR_CPP[a.type]}>({a.name})" for a in self.spec.attrs]
-        if target.types.stream is not None:
-            args.append("stream")
-        else:
-            args.append("at::get_num_threads()")
-        return ", ".join(args)
+    @functools.cached_property
+    def abi(self) -> CAbi:
+        """The C ABI of the op's launchers and the names kernel templates reach the spec's through (``cabi``)."""
+        return CAbi(self)
 
     @property
     def saved_for_backward(self) -> tuple[str, ...]:
@@ -431,7 +407,6 @@ def _tile_values(kernel: NativeKernel, values: tuple[int | str, ...]) -> list[in
 
 
 _FLOATS = ("float32", "float16", "bfloat16")
-_ATTR_CPP = {"float": "float", "int": "int64_t", "bool": "bool"}
 
 
 @dataclass(frozen=True)

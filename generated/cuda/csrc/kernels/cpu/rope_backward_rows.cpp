@@ -6,11 +6,6 @@
 // For row n, frequency i in [0, D/2) and every head h, with p = position_ids[n]:
 //   inv_freq[i] = theta^(-(2i/D)) correctly rounded to float32 (2i/D rounded once in float32)
 //   angle       = mul_rn(float(p), inv_freq[i]);  c, s = cos_f32(angle), sin_f32(angle)
-//   the transposed rotation (the angle negated): s = -s, exactly, since sin_f32 is odd
-//   y[a] = x[a] c - x[b] s,  y[b] = x[b] c + x[a] s,  each product and sum rounded in float32
-// where (a, b) = (i, i + D/2), or (2i, 2i + 1) when interleaved; one rounding to the storage
-// type at the store. Nothing depends on N or on the other rows, and device and host run the
-// same functions below, so the bits depend on the row, theta and D only.
 
 #include "rope_backward_rows.h"
 #include "rlk_math.h"
@@ -107,7 +102,6 @@ RLK_ARITH void rotate_pair(const T* x, T* y, int64_t a, int64_t b, float c, floa
   y[a] = from_float<T>(add_rn(mul_rn(x1, c), -mul_rn(x2, s)));
   y[b] = from_float<T>(add_rn(mul_rn(x2, c), mul_rn(x1, s)));
 }
-
 // Every pair of one head. The pointers do not alias (the output is new memory), which lets the
 // compiler vectorize the loops; each element still gets the same operations in the same order.
 template <typename T>
@@ -144,21 +138,21 @@ void run(const void* x_ptr, const void* position_ids_ptr, void* y_ptr, int64_t N
 
 }  // namespace
 
-void rope_backward_rows(const void* grad_y, const void* position_ids, void* grad_x, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, int64_t num_threads) {
+void rope_backward_rows(const void* arg_grad_y, const void* arg_position_ids, void* out_grad_x, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, int64_t num_threads) {
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(grad_y, position_ids, grad_x, N, H, D, theta, interleaved, num_threads);
+      run<T>(arg_grad_y, arg_position_ids, out_grad_x, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(grad_y, position_ids, grad_x, N, H, D, theta, interleaved, num_threads);
+      run<T>(arg_grad_y, arg_position_ids, out_grad_x, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(grad_y, position_ids, grad_x, N, H, D, theta, interleaved, num_threads);
+      run<T>(arg_grad_y, arg_position_ids, out_grad_x, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, num_threads);
       return;
     }
   }

@@ -4,16 +4,9 @@
 // unpack / rows on CPU: Varlen unpacking, the inverse of pack, zeros at the masked-out positions.
 //
 // The k-th true entry of mask, counted in row-major (b, s) order, is packed row k.
-// x[b,s,:] = packed[k,:] where mask[b,s] is the k-th true entry, zeros where it is false.
-// Packed rows at or past TOTAL are never read; their positions stay zero.
-// Rows are copied as stored, with no arithmetic, so every platform gives the same bits.
-// A device block of kThreads threads handles one sequence b: it counts the true entries
-// of the sequences before b (its first packed row), then takes s in chunks of kThreads
-// positions, ranks the true ones by a block scan, and copies their rows.
 
 #include "unpack_rows.h"
 #include "rlk_numerics.h"
-
 #include <algorithm>
 
 namespace rlk {
@@ -38,21 +31,21 @@ void run(const void* packed_ptr, const void* mask_ptr, void* x_ptr, int64_t B, i
 
 }  // namespace
 
-void unpack_rows(const void* packed, const void* mask, void* x, Dtype dtype_T, int64_t TOTAL, int64_t H, int64_t B, int64_t S, int64_t num_threads) {
+void unpack_rows(const void* arg_packed, const void* arg_mask, void* out_x, Dtype dtype_T, int64_t dim_TOTAL, int64_t dim_H, int64_t dim_B, int64_t dim_S, int64_t num_threads) {
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(packed, mask, x, B, S, H, TOTAL);
+      run<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(packed, mask, x, B, S, H, TOTAL);
+      run<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(packed, mask, x, B, S, H, TOTAL);
+      run<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
   }
