@@ -136,7 +136,7 @@ def test_adding_an_elementwise_op_takes_its_spec_and_one_functor_file(tmp_path: 
     spec = (project.root / "specs" / "ops" / "silu.yaml").read_text()
     spec = spec.replace("name: silu\n", "name: square\n").replace("functor: silu\n", "functor: square\n")
     spec = spec.replace("python: rlkernels._references.silu", "python: torch.square")
-    spec = re.sub(r"\nbackward:\n.*", "\n", spec, flags=re.S)
+    spec = re.sub(r"\nbackward:\n.*", "\n", spec, flags=re.DOTALL)
     (project.root / "specs" / "ops" / "square.yaml").write_text(spec)
     (project.root / "templates" / "kernels" / "functors" / "square.j2").write_text(
         '{% set inputs = ["x"] %}\n{% set outputs = ["y"] %}\n'

@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-import compile_check  # noqa: E402 -- the compile check's flags and archs
+import compile_check
 
-from generator.load import load_catalog  # noqa: E402
-from generator.plan import OpView  # noqa: E402
+from generator.load import load_catalog
+from generator.plan import OpView
 
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|::|->|<<|>>|[<>=!+\-*/%&|^]=?|&&|\|\||\+\+|--|\S")
-COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def tokens(text: str, rename: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
@@ -86,7 +86,7 @@ def device_code(job: compile_check.Job, compiler: str, source: Path, work: Path)
         stripped = line.strip()
         if not stripped or stripped.startswith((".file", ".loc", ".ident")):
             continue
-        if job.compiler == "hipcc" and (stripped.startswith(".") or stripped.startswith("-") or (":" in stripped and not stripped.endswith(":"))):
+        if job.compiler == "hipcc" and (stripped.startswith((".", "-")) or (":" in stripped and not stripped.endswith(":"))):
             continue  # directives and the metadata block (it names parameters)
         lines.append(stripped)
     return "\n".join(lines)
