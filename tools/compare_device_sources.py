@@ -10,9 +10,13 @@ every .cu, .hip and .mu source under generated/<platform>/csrc/kernels/<platform
 2. for a source whose tokens differ, the compiler's output for both: PTX for .cu (nvcc, the
    platform's flags, its first arch) and for .mu (nvcc through the MUSA header shim: the same
    well-formedness check compile_check makes, not mcc), AMDGPU assembly for .hip (hipcc, the
-   first arch), instructions only (no comments, no metadata naming parameters).  Equal output
-   means the same device code whatever the source's text.
-Prints one line per source and a summary; exit status 1 when any output differs.
+   first arch), instructions only (no comments, no metadata naming parameters, the anonymous
+   namespace's mangled hash left out).  Equal output
+   means the same device code whatever the source's text; where it differs, the same
+   instructions counted by opcode (mul.rn.f32, ld.global.nc.u16, ...) mean the same operations
+   in another order or other registers, which for separately rounded operations (no
+   contraction) is the same arithmetic.
+Prints one line per source and a summary; exit status 1 when any source's instructions differ.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +42,7 @@ from generator.load import load_catalog
 from generator.plan import OpView
 
 TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'|::|->|<<|>>|[<>=!+\-*/%&|^]=?|&&|\|\||\+\+|--|\S")
+ANONYMOUS = re.compile(r"_GLOBAL__N__[0-9a-f]{8}_")
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
@@ -88,8 +94,32 @@ def device_code(job: compile_check.Job, compiler: str, source: Path, work: Path)
             continue
         if job.compiler == "hipcc" and (stripped.startswith((".", "-")) or (":" in stripped and not stripped.endswith(":"))):
             continue  # directives and the metadata block (it names parameters)
-        lines.append(stripped)
+        # The anonymous namespace's mangled name carries a hash of the file (its text, its path).
+        lines.append(ANONYMOUS.sub("_GLOBAL__N__", stripped))
     return "\n".join(lines)
+
+
+def opcodes(code: str) -> Counter[str]:
+    """How many times each instruction's opcode (with its type and rounding suffixes) occurs: the
+    same operations whatever their order and registers.  Labels, branches' targets and register
+    declarations left out."""
+    found: Counter[str] = Counter()
+    for line in code.splitlines():
+        word = line.split()[0] if line.split() else ""
+        if word and not word.endswith(":") and not word.startswith((".", "{", "}", "@", "$")):
+            found[word] += 1
+    return found
+
+
+FLOAT_TYPE = re.compile(r"\.(?:f16|f32|f64|bf16|f16x2|bf16x2)\b|_(?:f16|f32|f64)(?:_|\b)")
+MEMORY_OR_MOVE = re.compile(r"^(?:ld|st|mov|global_|buffer_|flat_|scratch_|ds_|s_mov|v_mov|v_cndmask|selp)")
+
+
+def float_ops(code: str) -> Counter[str]:
+    """The floating-point arithmetic among ``opcodes`` (conversions included; loads, stores,
+    moves and selects left out): the same counts mean the same rounded operations, each taken
+    as many times, whatever else surrounds them."""
+    return Counter({op: n for op, n in opcodes(code).items() if FLOAT_TYPE.search(op) and not MEMORY_OR_MOVE.match(op)})
 
 
 def base_tree(rev: str) -> Path:
@@ -113,7 +143,7 @@ def main() -> int:
     jobs = {job.source: job for job in compile_check.plan(catalog, generated, first_arch=True) if job.compiler in ("nvcc", "hipcc")}
     base = base_tree(args.base)
     views = {f"{op.name}_{kernel}": OpView(op, "") for op in catalog.ops for kernel in op.kernels}
-    same = compiled_same = differ = 0
+    same = compiled_same = reordered = same_float = differ = 0
     for source, job in sorted(jobs.items()):
         rel = source.relative_to(ROOT).as_posix()
         old_path = base / rel
@@ -141,10 +171,22 @@ def main() -> int:
         if a == b and not a.startswith("COMPILE FAILED"):
             compiled_same += 1
             print(f"code      {rel} ({job.compiler}: tokens differ, {len(b.splitlines())} instruction lines equal)")
+        elif not a.startswith("COMPILE FAILED") and not b.startswith("COMPILE FAILED") and opcodes(a) == opcodes(b):
+            reordered += 1
+            print(f"reordered {rel} ({job.compiler}: the same {sum(opcodes(b).values())} instructions by opcode, in another order or registers)")
+        elif not a.startswith("COMPILE FAILED") and not b.startswith("COMPILE FAILED") and float_ops(a) == float_ops(b):
+            same_float += 1
+            others = {k: v for k, v in ((opcodes(b) - opcodes(a)) | {f"-{k}": v for k, v in (opcodes(a) - opcodes(b)).items()}).items()}
+            print(f"float ops {rel} ({job.compiler}: the same {sum(float_ops(b).values())} floating-point instructions by opcode; "
+                  f"other instructions differ: {', '.join(f'{k} {v:+d}' if not k.startswith('-') else f'{k[1:]} -{v}' for k, v in sorted(others.items()))})")
         else:
             differ += 1
             print(f"DIFFERS   {rel}: {a[:300] if a.startswith('COMPILE') else ''}{b[:300] if b.startswith('COMPILE') else ''}")
-    print(f"device sources: {same} with equal token streams, {compiled_same} with equal compiled code, {differ} differing")
+    print(
+        f"device sources: {same} with equal token streams, {compiled_same} with equal compiled code, "
+        f"{reordered} with the same instructions in another order, {same_float} with the same floating-point instructions "
+        f"(their loads, stores, branches or integer conversions differ), {differ} differing"
+    )
     return 1 if differ else 0
 
 
