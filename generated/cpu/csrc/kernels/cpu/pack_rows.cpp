@@ -4,6 +4,12 @@
 // pack / rows on CPU: Varlen packing, packed = x[mask], the unmasked rows of every sequence back to back, with cu_seqlens.
 //
 // The k-th true entry of mask, counted in row-major (b, s) order, is packed row k.
+// packed[k,:] = x[b,s,:] where mask[b,s] is the k-th true entry; cu_seqlens[b] is the
+// packed row of sequence b's first kept position, cu_seqlens[B] the number of kept rows.
+// Rows are copied as stored, with no arithmetic, so every platform gives the same bits.
+// A device block of kThreads threads handles one sequence b: it counts the true entries
+// of the sequences before b (its first packed row), then takes s in chunks of kThreads
+// positions, ranks the true ones by a block scan, and copies their rows.
 
 #include "pack_rows.h"
 #include "rlk_numerics.h"

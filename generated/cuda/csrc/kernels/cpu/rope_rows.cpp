@@ -6,6 +6,10 @@
 // For row n, frequency i in [0, D/2) and every head h, with p = position_ids[n]:
 //   inv_freq[i] = theta^(-(2i/D)) correctly rounded to float32 (2i/D rounded once in float32)
 //   angle       = mul_rn(float(p), inv_freq[i]);  c, s = cos_f32(angle), sin_f32(angle)
+//   y[a] = x[a] c - x[b] s,  y[b] = x[b] c + x[a] s,  each product and sum rounded in float32
+// where (a, b) = (i, i + D/2), or (2i, 2i + 1) when interleaved; one rounding to the storage
+// type at the store. Nothing depends on N or on the other rows, and device and host run the
+// same functions below, so the bits depend on the row, theta and D only.
 
 #include "rope_rows.h"
 #include "rlk_math.h"

@@ -4,6 +4,12 @@
 // unpack / rows on CPU: Varlen unpacking, the inverse of pack, zeros at the masked-out positions.
 //
 // The k-th true entry of mask, counted in row-major (b, s) order, is packed row k.
+// x[b,s,:] = packed[k,:] where mask[b,s] is the k-th true entry, zeros where it is false.
+// Packed rows at or past TOTAL are never read; their positions stay zero.
+// Rows are copied as stored, with no arithmetic, so every platform gives the same bits.
+// A device block of kThreads threads handles one sequence b: it counts the true entries
+// of the sequences before b (its first packed row), then takes s in chunks of kThreads
+// positions, ranks the true ones by a block scan, and copies their rows.
 
 #include "unpack_rows.h"
 #include "rlk_numerics.h"
