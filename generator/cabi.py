@@ -120,6 +120,21 @@ class CAbi:
         """The run-time dtype of each output whose dtype is only known at run time (float32_if)."""
         return NameMap(self.view.name, "output with a run-time dtype", "dtype_out_", tuple(o.name for o in self.view.variable_outputs))
 
+    @functools.cached_property
+    def empty_outputs(self) -> str:
+        """A C++ condition on the launcher's dimensions that holds when every output has no element
+        (nothing to write, so a launcher may return at once), or "" when some output always has
+        one (a scalar, or only dimensions derived as another plus a positive number)."""
+        spec = self.view.spec
+        never_zero = {name for name, derived in spec.derived_dims.items() if derived.plus > 0}
+        shapes = [frozenset(d for d in o.shape if d not in never_zero) for o in spec.outputs]
+        if not shapes or any(not shape for shape in shapes):
+            return ""
+        # An output whose dimensions include another's is empty whenever that one is.
+        minimal = [s for s in dict.fromkeys(shapes) if not any(other < s for other in shapes)]
+        terms = [" || ".join(f"{self.dim[d]} == 0" for d in self.dim if d in shape) for shape in minimal]
+        return " && ".join(f"({t})" if len(minimal) > 1 and "||" in t else t for t in terms)
+
     def params(self, target: PlatformSpec) -> tuple[Param, ...]:
         """The launcher's parameters, in order: inputs, outputs, dtypes, dimensions, attributes,
         then the stream (a device) or the threads the host kernel may use."""

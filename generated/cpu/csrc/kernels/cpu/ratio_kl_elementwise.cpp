@@ -124,6 +124,7 @@ void run(const void* lp_ptr, const void* old_lp_ptr, const void* ref_lp_ptr, con
 }  // namespace
 
 void ratio_kl_elementwise(const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_ratio, void* out_kl, Dtype dtype_L, int64_t dim_B, int64_t dim_T, int64_t num_threads) {
+  if (dim_B == 0 || dim_T == 0) return;  // every output is empty: nothing to write
   switch (dtype_L) {
     case Dtype::float32: {
       using T = float;

@@ -125,6 +125,7 @@ void run(const void* dy_ptr, const void* x_ptr, void* dx_ptr, int64_t n, int64_t
 }  // namespace
 
 void silu_backward_elementwise(const void* arg_grad_y, const void* arg_x, void* out_dx, Dtype dtype_T, int64_t dim_R, int64_t dim_C, int64_t num_threads) {
+  if (dim_R == 0 || dim_C == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;

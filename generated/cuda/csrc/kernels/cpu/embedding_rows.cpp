@@ -54,6 +54,7 @@ void run(const void* weight_ptr, const void* ids_ptr, void* y_ptr, int64_t V, in
 }  // namespace
 
 void embedding_rows(const void* arg_weight, const void* arg_ids, void* out_y, Dtype dtype_T, int64_t dim_V, int64_t dim_H, int64_t dim_N, int64_t num_threads) {
+  if (dim_H == 0 || dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;

@@ -231,6 +231,7 @@ cudaError_t launch(const void* grad_o, const void* q, const void* k, const void*
 }  // namespace
 
 cudaError_t attention_backward_blocks(const void* arg_grad_o, const void* arg_q, const void* arg_k, const void* arg_v, const void* arg_o, const void* arg_lse, const void* arg_cu_seqlens_q, const void* arg_cu_seqlens_k, void* out_grad_q, void* out_grad_k, void* out_grad_v, Dtype dtype_T, int64_t dim_TQ, int64_t dim_HQ, int64_t dim_D, int64_t dim_TK, int64_t dim_HK, int64_t dim_B1, float attr_scale, bool attr_causal, int64_t attr_window, cudaStream_t stream) {
+  if ((dim_TQ == 0 || dim_HQ == 0 || dim_D == 0) && (dim_D == 0 || dim_TK == 0 || dim_HK == 0)) return cudaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;

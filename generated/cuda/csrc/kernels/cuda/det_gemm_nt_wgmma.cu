@@ -442,6 +442,7 @@ cudaError_t launch<float>(const void* a, const void* b, const void* bias, void* 
 }  // namespace
 
 cudaError_t det_gemm_nt_wgmma(const void* arg_a, const void* arg_b, const void* arg_bias, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_M, int64_t dim_K, int64_t dim_N, bool attr_out_fp32, cudaStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
   const int blocks_max = multiprocessors_here();
   if (blocks_max == 0) {
     return det_gemm_nt_mma(arg_a, arg_b, arg_bias, out_c, dtype_T, dtype_out_c, dim_M, dim_K, dim_N, attr_out_fp32, stream);

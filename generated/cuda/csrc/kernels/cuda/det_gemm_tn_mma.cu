@@ -427,6 +427,7 @@ cudaError_t launch<float>(const void* a, const void* b, const void* bias, void* 
 }  // namespace
 
 cudaError_t det_gemm_tn_mma(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_K, int64_t dim_M, int64_t dim_N, bool attr_out_fp32, cudaStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
   if (dtype_out_c != dtype_T) {
     // A float32 result of 16-bit inputs: the epilogue here stores pairs of T, so the
     // portable kernel serves this rarer case.

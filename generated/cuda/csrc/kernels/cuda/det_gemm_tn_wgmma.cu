@@ -441,6 +441,7 @@ cudaError_t launch<float>(const void* a, const void* b, const void* bias, void* 
 }  // namespace
 
 cudaError_t det_gemm_tn_wgmma(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_K, int64_t dim_M, int64_t dim_N, bool attr_out_fp32, cudaStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
   const int blocks_max = multiprocessors_here();
   if (blocks_max == 0) {
     return det_gemm_tn_mma(arg_a, arg_b, out_c, dtype_T, dtype_out_c, dim_K, dim_M, dim_N, attr_out_fp32, stream);

@@ -407,7 +407,6 @@ inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* 
 template <typename T>
 void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* lp_ptr, void* entropy_ptr, void* lse_ptr, int64_t N,
          int64_t H, int64_t V, int64_t ignore_index, int64_t num_threads) {
-  if (N == 0) return;
   const T* h = static_cast<const T*>(h_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   float* lp = static_cast<float*>(lp_ptr);
@@ -488,6 +487,7 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
 }  // namespace
 
 void linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;

@@ -123,6 +123,7 @@ void run(const void* g_ptr, const void* u_ptr, void* y_ptr, int64_t n, int64_t n
 }  // namespace
 
 void swiglu_elementwise(const void* arg_g, const void* arg_u, void* out_y, Dtype dtype_T, int64_t dim_R, int64_t dim_C, int64_t num_threads) {
+  if (dim_R == 0 || dim_C == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;

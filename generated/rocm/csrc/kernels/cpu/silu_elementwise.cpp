@@ -121,6 +121,7 @@ void run(const void* x_ptr, void* y_ptr, int64_t n, int64_t num_threads) {
 }  // namespace
 
 void silu_elementwise(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_R, int64_t dim_C, int64_t num_threads) {
+  if (dim_R == 0 || dim_C == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;

@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_backward_block_kernel(
 }  // namespace
 
 hipError_t grpo_loss_backward_block(const void* arg_grad_loss, const void* arg_ratio, const void* arg_mask, const void* arg_adv, void* out_grad_ratio, void* out_grad_kl, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, hipStream_t stream) {
+  if (dim_G == 0 || dim_S == 0 || dim_T == 0) return hipSuccess;  // every output is empty: nothing to write
   // One block for every size: the count's summation order may not depend on a launch parameter.
   switch (dtype_R) {
     case Dtype::float32: {

@@ -60,7 +60,6 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 hipError_t launch(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, int64_t n, hipStream_t stream) {
-  if (n == 0) return hipSuccess;
   ratio_kl_backward_elementwise_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
 static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), static_cast<const T*>(lp), static_cast<const T*>(old_lp), static_cast<const T*>(ref_lp), static_cast<const bool*>(mask), static_cast<T*>(grad_lp), n);
   return hipGetLastError();
@@ -69,6 +68,7 @@ static_cast<const float*>(grad_ratio), static_cast<const float*>(grad_kl), stati
 }  // namespace
 
 hipError_t ratio_kl_backward_elementwise(const void* arg_grad_ratio, const void* arg_grad_kl, const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_grad_lp, Dtype dtype_L, int64_t dim_B, int64_t dim_T, hipStream_t stream) {
+  if (dim_B == 0 || dim_T == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_L) {
     case Dtype::float32: {
       using T = float;
