@@ -273,9 +273,11 @@ def compare(old: Worker, new: Worker, cases_from: Path, quick: bool) -> int:
     return 1 if differing else 0
 
 
-def timings(old: Worker, new: Worker, rounds: int, calls: int) -> None:
+def timings(old: Worker, new: Worker, rounds: int, calls: int, only: str = "") -> None:
     print(f"timings: median of {calls} calls per turn, {rounds} turns per build, alternating; ratio new / old")
     for label, op, kernel, dims, dtype, attrs in TIMED:
+        if only not in label:
+            continue
         request = {"op": op, "kernel": kernel, "case": {"dims": dims, "dtype": dtype, "attrs": attrs}, "time": calls}
         olds, news = [], []
         for turn in range(rounds):
@@ -293,6 +295,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="code paths and thread counts on the spec's shapes only")
     parser.add_argument("--time", action="store_true", help="also time representative ops, old against new")
     parser.add_argument("--no-compare", action="store_true", help="skip the bitwise comparison (with --time)")
+    parser.add_argument("--only", default="", help="time only the rows whose label contains this text")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -307,7 +310,7 @@ def main() -> int:
     try:
         status = 0 if args.no_compare else compare(old, new, new_root, args.quick)
         if args.time:
-            timings(old, new, args.rounds, args.calls)
+            timings(old, new, args.rounds, args.calls, args.only)
     finally:
         old.close()
         new.close()
