@@ -137,6 +137,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="HEAD")
     parser.add_argument("--no-compile", action="store_true", help="token streams only")
+    parser.add_argument("--only", default="", help="compare only the sources whose path holds this text")
     args = parser.parse_args()
     generated = ROOT / "generated"
     catalog = load_catalog(ROOT / "specs", ROOT)
@@ -146,6 +147,8 @@ def main() -> int:
     same = compiled_same = reordered = same_float = differ = 0
     for source, job in sorted(jobs.items()):
         rel = source.relative_to(ROOT).as_posix()
+        if args.only not in rel:
+            continue
         old_path = base / rel
         old = old_path.read_text() if old_path.is_file() else None
         if old is None:
