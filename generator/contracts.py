@@ -6,6 +6,7 @@ generator writes nothing unless ``check`` passes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import get_args
 
@@ -13,6 +14,7 @@ from .admission import admissible
 from .errors import ContractError, SpecError, SpecProblem
 from .load import PACKAGE_KEY, Catalog, SourceMap
 from .model import (
+    IDENTIFIER,
     MAX_STAGES,
     MAX_TILE_REDUCTION,
     MAX_TILE_ROWS,
@@ -380,16 +382,57 @@ def _integration_problems(catalog: Catalog, names: PackageNames) -> list[SpecPro
     return problems
 
 
+FUNCTORS = "kernels/functors"
+"""Where the elementwise kernels' functors live, under the templates folder: one file <name>.j2 each."""
+
+
+def _functors(templates: Path) -> dict[str, bool]:
+    """Each functor file's name -> whether it may be used: a regular file, or a symbolic link to one
+    inside the project (the templates folder's parent).  Files whose names are not identifiers
+    (``_shared.j2``) are the functors' own helpers, not functors."""
+    folder = templates / FUNCTORS
+    project = templates.resolve().parent
+    found: dict[str, bool] = {}
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        stem = entry.name.removesuffix(".j2")
+        if not entry.name.endswith(".j2") or not re.fullmatch(IDENTIFIER, stem):
+            continue
+        try:
+            target = entry.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # a dangling or looping link: not a functor
+        found[stem] = target.is_file() and target.is_relative_to(project)
+    return found
+
+
+def _functor_problem(name: str, functors: dict[str, bool]) -> str | None:
+    usable = [n for n, ok in functors.items() if ok]
+    if name in functors and not functors[name]:
+        return f"functor file templates/{FUNCTORS}/{name}.j2 is a symbolic link leading outside the project (or not to a file); refusing it"
+    if name not in usable:
+        return _one_of("functor", name, usable)
+    return None
+
+
 def check(catalog: Catalog, templates: Path | None = None, names: PackageNames | None = None) -> None:
     """Raise ``ContractError`` (guarantee violations) or ``SpecError`` (dangling names).
     ``templates``: the templates folder, where each native kernel's template must exist;
     ``names``: the package's own names (``runtime_tree``), which no op may take and among whose
     modules the integrations are."""
     problems: list[SpecProblem] = []
+    functors = _functors(templates) if templates is not None else None
     for op in catalog.ops:
         for name, kernel in op.kernels.items():
             if templates is not None and isinstance(kernel, NativeKernel) and not (templates / kernel.template).is_file():
                 problems.append(catalog.op_source(op.name).problem(("kernels", name, "template"), f"template {kernel.template} does not exist under templates/"))
+            if functors is not None and isinstance(kernel, NativeKernel) and kernel.functor is not None:
+                problem = _functor_problem(kernel.functor, functors)
+                if problem is not None:
+                    problems.append(catalog.op_source(op.name).problem(("kernels", name, "functor"), problem))
     violations: list[SpecProblem] = []
     for op in catalog.ops:
         p, v = _op_problems(catalog, op)

@@ -635,6 +635,9 @@ class NativeKernel(StrictModel):
     kind: Literal["native"]
     template: Annotated[str, _Matching(r"kernels/[a-z0-9_]+\.j2", "kernel template", "kernels/det_gemm_simt.j2")]
     guarantees: tuple[Guarantee, ...]
+    functor: Identifier | None = None
+    """The per-element math of an elementwise kernel (kernels/elementwise.j2): the file
+    templates/kernels/functors/<functor>.j2, one of those the project has."""
     platforms: tuple[Identifier, ...] | None = None
     """Platforms the template can render for (e.g. a tensor-core kernel); null: every platform."""
     params: dict[Identifier, Annotated[StrictBool | StrictInt, AfterValidator(_at_most(MAX_PARAM, "an integer param"))]] = {}

@@ -13,6 +13,7 @@ import shutil
 import stat
 import sys
 import threading
+import traceback
 from collections.abc import Mapping
 from json.encoder import encode_basestring as _encode_str
 from pathlib import Path, PurePosixPath
@@ -21,6 +22,7 @@ from typing import Any
 import jinja2
 
 from . import forked
+from .cabi import AbiNameError
 from .errors import RenderError, SpecError, SpecProblem
 from .files import FileProblem, read_regular
 from .plan import RenderJob
@@ -216,6 +218,10 @@ def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], 
     except Exception as exc:  # noqa: BLE001 -- a missing template or value, a filter or a view raised: never a partial write
         if blame is not None:
             file, line, field = blame
+            if isinstance(exc, AbiNameError):
+                where = _template_line(exc, template)
+                why = f"{where} names {exc}, so the generated C++ would not compile"
+                raise SpecError([SpecProblem(file, line, field, f"cannot render {output}: {why}; nothing was written")]) from None
             missing = isinstance(exc, jinja2.TemplateNotFound)
             names = re.findall(r"'([A-Za-z_][A-Za-z0-9_]*)'", str(exc)) if isinstance(exc, jinja2.UndefinedError) else []
             needs = f"a value named {names[-1]}" if names else "something"
@@ -248,6 +254,18 @@ def _copy_job(job: RenderJob, root: Path) -> bytes:
     if "\r" in text or not text.endswith("\n"):
         raise RenderError(f"{job.template}: lines must end in LF alone, the last one too (the generated packages are byte-stable)")
     return (_header(job) + text).encode("utf-8")
+
+
+def _template_line(exc: BaseException, template: str) -> str:
+    """Where in the templates ``exc`` was raised, as templates/<name>:<line> (Jinja writes the
+    template's file and line into the traceback frames of template code), else the job's template."""
+    found = f"templates/{template}"
+    for frame in traceback.extract_tb(exc.__traceback__):
+        parts = PurePosixPath(Path(frame.filename).as_posix()).parts
+        if frame.filename.endswith(".j2") and "templates" in parts:
+            rel = PurePosixPath(*parts[len(parts) - 1 - parts[::-1].index("templates"):])
+            found = f"{rel}:{frame.lineno}"
+    return found
 
 
 def _render_job(env: jinja2.Environment, job: RenderJob, root: Path) -> bytes:

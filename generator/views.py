@@ -1,6 +1,7 @@
 """An op spec with the facts derived from it, one concern per module: its signature
-(``signature``), its input checks (``checks``), the sizes its kernels are tested at
-(``testplan``) and the backends each platform admits (``admission``).  The catalog holds one view
+(``signature``), its input checks (``checks``), its C ABI and the C++ names of its spec names
+(``cabi``), the sizes its kernels are tested at (``testplan``) and the backends each platform
+admits (``admission``).  The catalog holds one view
 per op (``Catalog.views``); templates and writers read these facts, never work them out again.
 """
 
@@ -11,10 +12,9 @@ from dataclasses import dataclass
 
 from . import checks, testplan
 from .admission import admitted_backends
-from .model import Dtype, NativeKernel, OpSpec, Output, PlatformSpec
+from .cabi import CAbi
+from .model import Dtype, NativeKernel, OpSpec, Output
 from .signature import DimBinding, Signature
-
-_ATTR_CPP = {"float": "float", "int": "int64_t", "bool": "bool"}
 
 
 @dataclass(frozen=True)
@@ -64,38 +64,10 @@ class OpView:
     def native_kernels(self, platform: str) -> tuple[str, ...]:
         return tuple(k for k in self.backends(platform) if isinstance(self.spec.kernels[k], NativeKernel))
 
-    # The launcher ABI (C++ parameter and argument lists).
-    def launcher_params(self, target: PlatformSpec) -> str:
-        sig = self.signature
-        params = [f"const void* {a.name}" for a in self.spec.args]
-        params += [f"void* {o.name}" for o in self.spec.outputs]
-        params += [f"Dtype dtype_{v}" for v in sig.dtype_vars]
-        params += [f"Dtype dtype_{o.name}" for o in sig.variable_outputs]
-        params += [f"int64_t {d.dim}" for d in sig.dims]
-        params += [f"int64_t {d}" for d in self.spec.dynamic_dims]
-        params += [f"int64_t {d}" for d in self.spec.derived_dims]
-        params += [f"{_ATTR_CPP[a.type]} {a.name}" for a in self.spec.attrs]
-        if target.types.stream is not None:
-            params.append(f"{target.types.stream} stream")
-        else:
-            params.append("int64_t num_threads")  # the host's stream: how many threads it may use
-        return ", ".join(params)
-
-    def launcher_args(self, target: PlatformSpec) -> str:
-        sig = self.signature
-        args = [f"{a.name}.has_value() ? {a.name}->data_ptr() : nullptr" if a.optional else f"{a.name}.data_ptr()" for a in self.spec.args]
-        args += [f"{o.name}.data_ptr()" for o in self.spec.outputs]
-        args += [f"to_rlk_dtype({sig.dtype_leader(v).name})" for v in sig.dtype_vars]
-        args += [f"to_rlk_dtype({o.name})" for o in sig.variable_outputs]
-        args += [d.dim for d in sig.dims]
-        args += list(self.spec.dynamic_dims)
-        args += list(self.spec.derived_dims)
-        args += [f"static_cast<{_ATTR_CPP[a.type]}>({a.name})" for a in self.spec.attrs]
-        if target.types.stream is not None:
-            args.append("stream")
-        else:
-            args.append("at::get_num_threads()")
-        return ", ".join(args)
+    @functools.cached_property
+    def abi(self) -> CAbi:
+        """The C ABI of the op's launchers and the names kernel templates reach the spec's through (``cabi``)."""
+        return CAbi(self)
 
     def kernel_sizes(self, platform: str) -> dict[str, testplan.KernelSizes]:
         """Per native kernel of ``platform``: the sizes its contract tests use."""

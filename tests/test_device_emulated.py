@@ -148,14 +148,14 @@ def broken_kernels(stem: str, text: str) -> str:
     if stem == "swiglu_elementwise":
         text = _mutate_once(
             text,
-            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32<Near>(g), u); }\n",
-            "RLK_ARITH float gated(float g, float u) { return mul_rn(silu_f32<Near>(g), u); }\n\n"
+            "RLK_ARITH void element(float g, float u, float& y) {\n  y = mul_rn(silu_f32<Near>(g), u);\n}\n",
+            "RLK_ARITH void element(float g, float u, float& y) {\n  y = mul_rn(silu_f32<Near>(g), u);\n}\n\n"
             "template <typename T>\n"
             "__device__ __forceinline__ T one_ulp_up(T v) { return from_storage_bits<T>(static_cast<uint16_t>(storage_bits(v) + 1u)); }\n"
             "template <>\n"
             "__device__ __forceinline__ float one_ulp_up<float>(float v) { return bits_float(float_bits(v) + 1u); }\n",
         )
-        return _mutate_once(text, "y[i] = from_float<T>(gated(to_float(g[i]), to_float(u[i])));", "y[i] = one_ulp_up<T>(from_float<T>(gated(to_float(g[i]), to_float(u[i]))));")
+        return _mutate_once(text, "y[i] = from_float<T>(y_i);", "y[i] = one_ulp_up<T>(from_float<T>(y_i));")
     return text
 
 

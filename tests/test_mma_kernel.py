@@ -57,7 +57,10 @@ def test_mma_launcher_covers_every_dtype_and_never_uses_tf32(op: str, dims: str,
     assert "return cudaErrorInvalidValue;" in launcher, "an unknown dtype must fail loudly"
     # The simt launcher takes the dims in its op's order (K first when A is [K, M]), and det_linear's bias.
     assert f"return {op}_simt(a, b, {bias}c, Dtype::float32, Dtype::float32, {dims}, false, stream);" in source, "float32 goes to the simt kernel"
-    assert f"return {op}_simt(a, b, {bias}c, dtype_T, dtype_c, {dims}, out_fp32, stream);" in source, "so does a float32 output"
+    # The launcher hands on its own parameters, named by the op's ABI (arg_, out_, dtype_, dim_, attr_).
+    forwarded = ", ".join(f"dim_{d}" for d in dims.split(", "))
+    arg_bias = "arg_bias, " if bias else ""
+    assert f"return {op}_simt(arg_a, arg_b, {arg_bias}out_c, dtype_T, dtype_out_c, {forwarded}, attr_out_fp32, stream);" in source, "so does a float32 output"
     instructions = source + (KERNELS / "rlk_tensor_core.h").read_text()
     assert ".tf32" not in instructions and "mma.sync.aligned.m16n8k8" not in instructions
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in instructions

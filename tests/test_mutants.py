@@ -113,24 +113,26 @@ LOGP_FLIPS_A_BIT_EVERY_OTHER_LARGE_CALL = [
     ('#include "logp_rows.h"\n', '#include "logp_rows.h"\n\n#include <atomic>\n#include <cstdint>\n#include <cstring>\n'),
     (
         """\
-void logp_rows(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
         """\
-static void unmutated(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads);
+static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads);
 
 // MUTANT: with its rows shared among threads, every other call flips the last bit of lp[0].
-void logp_rows(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
   static std::atomic<unsigned> calls{0};
-  unmutated(logits, ids, lp, lse, dtype_T, N, V, ignore_index, num_threads);
-  if (N * V >= (int64_t{1} << 17) && calls.fetch_add(1) % 2 == 1) {
+  unmutated(arg_logits, arg_ids, out_lp, out_lse, dtype_T, dim_N, dim_V, attr_ignore_index, num_threads);
+  if (dim_N * dim_V >= (int64_t{1} << 17) && calls.fetch_add(1) % 2 == 1) {
     uint32_t bits;
-    std::memcpy(&bits, lp, sizeof bits);
+    std::memcpy(&bits, out_lp, sizeof bits);
     bits ^= 1u;
-    std::memcpy(lp, &bits, sizeof bits);
+    std::memcpy(out_lp, &bits, sizeof bits);
   }
 }
 
-static void unmutated(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
     ),
 ]

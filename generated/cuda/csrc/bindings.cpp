@@ -124,1556 +124,1556 @@ namespace {
 
 // ---------------------------------------------------------------- attention (specs/ops/attention.yaml)
 
-void check_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k) {
-  TORCH_CHECK(q.dim() == 3, "attention: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", q.sizes());
-  TORCH_CHECK(k.dim() == 3, "attention: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", k.sizes());
-  TORCH_CHECK(v.dim() == 3, "attention: argument 'v' must be 3-D with shape [TK, HK, D], got shape ", v.sizes());
-  TORCH_CHECK(cu_seqlens_q.dim() == 1, "attention: argument 'cu_seqlens_q' must be 1-D with shape [B1], got shape ", cu_seqlens_q.sizes());
-  TORCH_CHECK(cu_seqlens_k.dim() == 1, "attention: argument 'cu_seqlens_k' must be 1-D with shape [B1], got shape ", cu_seqlens_k.sizes());
-  TORCH_CHECK(dtype_in(q.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "attention: argument 'q' must have dtype float32, float16 or bfloat16, got ", dtype_name(q.scalar_type()));
-  TORCH_CHECK(k.scalar_type() == q.scalar_type(), "attention: argument 'k' must have the same dtype as argument 'q' (T), got ",
-              dtype_name(k.scalar_type()), " and ", dtype_name(q.scalar_type()));
-  TORCH_CHECK(v.scalar_type() == q.scalar_type(), "attention: argument 'v' must have the same dtype as argument 'q' (T), got ",
-              dtype_name(v.scalar_type()), " and ", dtype_name(q.scalar_type()));
-  TORCH_CHECK(dtype_in(cu_seqlens_q.scalar_type(), { "int32" }),
-              "attention: argument 'cu_seqlens_q' must have dtype int32, got ", dtype_name(cu_seqlens_q.scalar_type()));
-  TORCH_CHECK(dtype_in(cu_seqlens_k.scalar_type(), { "int32" }),
-              "attention: argument 'cu_seqlens_k' must have dtype int32, got ", dtype_name(cu_seqlens_k.scalar_type()));
-  TORCH_CHECK(k.device() == q.device(), "attention: argument 'k' must be on the same device as argument 'q', got ", k.device(), " and ",
-              q.device());
-  TORCH_CHECK(v.device() == q.device(), "attention: argument 'v' must be on the same device as argument 'q', got ", v.device(), " and ",
-              q.device());
-  TORCH_CHECK(cu_seqlens_q.device() == q.device(), "attention: argument 'cu_seqlens_q' must be on the same device as argument 'q', got ", cu_seqlens_q.device(), " and ",
-              q.device());
-  TORCH_CHECK(cu_seqlens_k.device() == q.device(), "attention: argument 'cu_seqlens_k' must be on the same device as argument 'q', got ", cu_seqlens_k.device(), " and ",
-              q.device());
-  TORCH_CHECK(k.size(2) == q.size(2), "attention: dimension D of argument 'k' (axis 2) must equal dimension D of argument 'q' (axis 2), got ",
-              k.size(2), " and ", q.size(2));
-  TORCH_CHECK(v.size(0) == k.size(0), "attention: dimension TK of argument 'v' (axis 0) must equal dimension TK of argument 'k' (axis 0), got ",
-              v.size(0), " and ", k.size(0));
-  TORCH_CHECK(v.size(1) == k.size(1), "attention: dimension HK of argument 'v' (axis 1) must equal dimension HK of argument 'k' (axis 1), got ",
-              v.size(1), " and ", k.size(1));
-  TORCH_CHECK(v.size(2) == q.size(2), "attention: dimension D of argument 'v' (axis 2) must equal dimension D of argument 'q' (axis 2), got ",
-              v.size(2), " and ", q.size(2));
-  TORCH_CHECK(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "attention: dimension B1 of argument 'cu_seqlens_k' (axis 0) must equal dimension B1 of argument 'cu_seqlens_q' (axis 0), got ",
-              cu_seqlens_k.size(0), " and ", cu_seqlens_q.size(0));
+void check_attention(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k) {
+  TORCH_CHECK(arg_q.dim() == 3, "attention: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", arg_q.sizes());
+  TORCH_CHECK(arg_k.dim() == 3, "attention: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", arg_k.sizes());
+  TORCH_CHECK(arg_v.dim() == 3, "attention: argument 'v' must be 3-D with shape [TK, HK, D], got shape ", arg_v.sizes());
+  TORCH_CHECK(arg_cu_seqlens_q.dim() == 1, "attention: argument 'cu_seqlens_q' must be 1-D with shape [B1], got shape ", arg_cu_seqlens_q.sizes());
+  TORCH_CHECK(arg_cu_seqlens_k.dim() == 1, "attention: argument 'cu_seqlens_k' must be 1-D with shape [B1], got shape ", arg_cu_seqlens_k.sizes());
+  TORCH_CHECK(dtype_in(arg_q.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "attention: argument 'q' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_q.scalar_type()));
+  TORCH_CHECK(arg_k.scalar_type() == arg_q.scalar_type(), "attention: argument 'k' must have the same dtype as argument 'q' (T), got ",
+              dtype_name(arg_k.scalar_type()), " and ", dtype_name(arg_q.scalar_type()));
+  TORCH_CHECK(arg_v.scalar_type() == arg_q.scalar_type(), "attention: argument 'v' must have the same dtype as argument 'q' (T), got ",
+              dtype_name(arg_v.scalar_type()), " and ", dtype_name(arg_q.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_cu_seqlens_q.scalar_type(), { "int32" }),
+              "attention: argument 'cu_seqlens_q' must have dtype int32, got ", dtype_name(arg_cu_seqlens_q.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_cu_seqlens_k.scalar_type(), { "int32" }),
+              "attention: argument 'cu_seqlens_k' must have dtype int32, got ", dtype_name(arg_cu_seqlens_k.scalar_type()));
+  TORCH_CHECK(arg_k.device() == arg_q.device(), "attention: argument 'k' must be on the same device as argument 'q', got ", arg_k.device(), " and ",
+              arg_q.device());
+  TORCH_CHECK(arg_v.device() == arg_q.device(), "attention: argument 'v' must be on the same device as argument 'q', got ", arg_v.device(), " and ",
+              arg_q.device());
+  TORCH_CHECK(arg_cu_seqlens_q.device() == arg_q.device(), "attention: argument 'cu_seqlens_q' must be on the same device as argument 'q', got ", arg_cu_seqlens_q.device(), " and ",
+              arg_q.device());
+  TORCH_CHECK(arg_cu_seqlens_k.device() == arg_q.device(), "attention: argument 'cu_seqlens_k' must be on the same device as argument 'q', got ", arg_cu_seqlens_k.device(), " and ",
+              arg_q.device());
+  TORCH_CHECK(arg_k.size(2) == arg_q.size(2), "attention: dimension D of argument 'k' (axis 2) must equal dimension D of argument 'q' (axis 2), got ",
+              arg_k.size(2), " and ", arg_q.size(2));
+  TORCH_CHECK(arg_v.size(0) == arg_k.size(0), "attention: dimension TK of argument 'v' (axis 0) must equal dimension TK of argument 'k' (axis 0), got ",
+              arg_v.size(0), " and ", arg_k.size(0));
+  TORCH_CHECK(arg_v.size(1) == arg_k.size(1), "attention: dimension HK of argument 'v' (axis 1) must equal dimension HK of argument 'k' (axis 1), got ",
+              arg_v.size(1), " and ", arg_k.size(1));
+  TORCH_CHECK(arg_v.size(2) == arg_q.size(2), "attention: dimension D of argument 'v' (axis 2) must equal dimension D of argument 'q' (axis 2), got ",
+              arg_v.size(2), " and ", arg_q.size(2));
+  TORCH_CHECK(arg_cu_seqlens_k.size(0) == arg_cu_seqlens_q.size(0), "attention: dimension B1 of argument 'cu_seqlens_k' (axis 0) must equal dimension B1 of argument 'cu_seqlens_q' (axis 0), got ",
+              arg_cu_seqlens_k.size(0), " and ", arg_cu_seqlens_q.size(0));
   // A size 0 divides only 0 (and never divides by zero here).
-  TORCH_CHECK(k.size(1) == 0 ? q.size(1) == 0 : q.size(1) % k.size(1) == 0,
-              "attention: dimension HQ (axis 1 of argument 'q') must be a multiple of dimension HK (axis 1 of argument 'k'), got ", q.size(1), " and ", k.size(1));
-  TORCH_CHECK(q.is_contiguous(), "attention: argument 'q' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(k.is_contiguous(), "attention: argument 'k' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(v.is_contiguous(), "attention: argument 'v' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(cu_seqlens_q.is_contiguous(), "attention: argument 'cu_seqlens_q' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(cu_seqlens_k.is_contiguous(), "attention: argument 'cu_seqlens_k' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_k.size(1) == 0 ? arg_q.size(1) == 0 : arg_q.size(1) % arg_k.size(1) == 0,
+              "attention: dimension HQ (axis 1 of argument 'q') must be a multiple of dimension HK (axis 1 of argument 'k'), got ", arg_q.size(1), " and ", arg_k.size(1));
+  TORCH_CHECK(arg_q.is_contiguous(), "attention: argument 'q' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_k.is_contiguous(), "attention: argument 'k' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_v.is_contiguous(), "attention: argument 'v' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_cu_seqlens_q.is_contiguous(), "attention: argument 'cu_seqlens_q' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_cu_seqlens_k.is_contiguous(), "attention: argument 'cu_seqlens_k' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_blocks_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, double scale, bool causal, int64_t window) {
-  check_attention(q, k, v, cu_seqlens_q, cu_seqlens_k);
-  at::cuda::OptionalCUDAGuard device_guard(q.device());
-  const int64_t TQ = q.size(0);
-  const int64_t HQ = q.size(1);
-  const int64_t D = q.size(2);
-  const int64_t TK = k.size(0);
-  const int64_t HK = k.size(1);
-  const int64_t B1 = cu_seqlens_q.size(0);
-  at::Tensor o = at::empty({TQ, HQ, D}, q.options());
-  at::Tensor lse = at::empty({TQ, HQ}, q.options().dtype(scalar_type_of("float32")));
+std::tuple<at::Tensor, at::Tensor> attention_blocks_cuda(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  check_attention(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k);
+  at::cuda::OptionalCUDAGuard device_guard(arg_q.device());
+  const int64_t dim_TQ = arg_q.size(0);
+  const int64_t dim_HQ = arg_q.size(1);
+  const int64_t dim_D = arg_q.size(2);
+  const int64_t dim_TK = arg_k.size(0);
+  const int64_t dim_HK = arg_k.size(1);
+  const int64_t dim_B1 = arg_cu_seqlens_q.size(0);
+  at::Tensor out_o = at::empty({dim_TQ, dim_HQ, dim_D}, arg_q.options());
+  at::Tensor out_lse = at::empty({dim_TQ, dim_HQ}, arg_q.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::attention_blocks(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), o.data_ptr(), lse.data_ptr(), to_rlk_dtype(q), TQ, HQ, D, TK, HK, B1, static_cast<float>(scale), static_cast<bool>(causal), static_cast<int64_t>(window), stream);
+  const auto status = rlk::cuda::attention_blocks(arg_q.data_ptr(), arg_k.data_ptr(), arg_v.data_ptr(), arg_cu_seqlens_q.data_ptr(), arg_cu_seqlens_k.data_ptr(), out_o.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_q), dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, static_cast<float>(attr_scale), static_cast<bool>(attr_causal), static_cast<int64_t>(attr_window), stream);
   TORCH_CHECK(status == cudaSuccess, "attention/blocks: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { o, lse };
+  return { out_o, out_lse };
 }
 
-std::tuple<at::Tensor, at::Tensor> attention_blocks_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, double scale, bool causal, int64_t window) {
-  check_attention(q, k, v, cu_seqlens_q, cu_seqlens_k);
-  const int64_t TQ = q.size(0);
-  const int64_t HQ = q.size(1);
-  const int64_t D = q.size(2);
-  const int64_t TK = k.size(0);
-  const int64_t HK = k.size(1);
-  const int64_t B1 = cu_seqlens_q.size(0);
-  at::Tensor o = at::empty({TQ, HQ, D}, q.options());
-  at::Tensor lse = at::empty({TQ, HQ}, q.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::attention_blocks(q.data_ptr(), k.data_ptr(), v.data_ptr(), cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), o.data_ptr(), lse.data_ptr(), to_rlk_dtype(q), TQ, HQ, D, TK, HK, B1, static_cast<float>(scale), static_cast<bool>(causal), static_cast<int64_t>(window), at::get_num_threads());
-  return { o, lse };
+std::tuple<at::Tensor, at::Tensor> attention_blocks_cpu(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  check_attention(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k);
+  const int64_t dim_TQ = arg_q.size(0);
+  const int64_t dim_HQ = arg_q.size(1);
+  const int64_t dim_D = arg_q.size(2);
+  const int64_t dim_TK = arg_k.size(0);
+  const int64_t dim_HK = arg_k.size(1);
+  const int64_t dim_B1 = arg_cu_seqlens_q.size(0);
+  at::Tensor out_o = at::empty({dim_TQ, dim_HQ, dim_D}, arg_q.options());
+  at::Tensor out_lse = at::empty({dim_TQ, dim_HQ}, arg_q.options().dtype(scalar_type_of("float32")));
+  rlk::cpu::attention_blocks(arg_q.data_ptr(), arg_k.data_ptr(), arg_v.data_ptr(), arg_cu_seqlens_q.data_ptr(), arg_cu_seqlens_k.data_ptr(), out_o.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_q), dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, static_cast<float>(attr_scale), static_cast<bool>(attr_causal), static_cast<int64_t>(attr_window), at::get_num_threads());
+  return { out_o, out_lse };
 }
 
 // ---------------------------------------------------------------- attention_backward (specs/ops/attention_backward.yaml)
 
-void check_attention_backward(const at::Tensor& grad_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k) {
-  TORCH_CHECK(grad_o.dim() == 3, "attention_backward: argument 'grad_o' must be 3-D with shape [TQ, HQ, D], got shape ", grad_o.sizes());
-  TORCH_CHECK(q.dim() == 3, "attention_backward: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", q.sizes());
-  TORCH_CHECK(k.dim() == 3, "attention_backward: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", k.sizes());
-  TORCH_CHECK(v.dim() == 3, "attention_backward: argument 'v' must be 3-D with shape [TK, HK, D], got shape ", v.sizes());
-  TORCH_CHECK(o.dim() == 3, "attention_backward: argument 'o' must be 3-D with shape [TQ, HQ, D], got shape ", o.sizes());
-  TORCH_CHECK(lse.dim() == 2, "attention_backward: argument 'lse' must be 2-D with shape [TQ, HQ], got shape ", lse.sizes());
-  TORCH_CHECK(cu_seqlens_q.dim() == 1, "attention_backward: argument 'cu_seqlens_q' must be 1-D with shape [B1], got shape ", cu_seqlens_q.sizes());
-  TORCH_CHECK(cu_seqlens_k.dim() == 1, "attention_backward: argument 'cu_seqlens_k' must be 1-D with shape [B1], got shape ", cu_seqlens_k.sizes());
-  TORCH_CHECK(dtype_in(grad_o.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "attention_backward: argument 'grad_o' must have dtype float32, float16 or bfloat16, got ", dtype_name(grad_o.scalar_type()));
-  TORCH_CHECK(q.scalar_type() == grad_o.scalar_type(), "attention_backward: argument 'q' must have the same dtype as argument 'grad_o' (T), got ",
-              dtype_name(q.scalar_type()), " and ", dtype_name(grad_o.scalar_type()));
-  TORCH_CHECK(k.scalar_type() == grad_o.scalar_type(), "attention_backward: argument 'k' must have the same dtype as argument 'grad_o' (T), got ",
-              dtype_name(k.scalar_type()), " and ", dtype_name(grad_o.scalar_type()));
-  TORCH_CHECK(v.scalar_type() == grad_o.scalar_type(), "attention_backward: argument 'v' must have the same dtype as argument 'grad_o' (T), got ",
-              dtype_name(v.scalar_type()), " and ", dtype_name(grad_o.scalar_type()));
-  TORCH_CHECK(o.scalar_type() == grad_o.scalar_type(), "attention_backward: argument 'o' must have the same dtype as argument 'grad_o' (T), got ",
-              dtype_name(o.scalar_type()), " and ", dtype_name(grad_o.scalar_type()));
-  TORCH_CHECK(dtype_in(lse.scalar_type(), { "float32" }),
-              "attention_backward: argument 'lse' must have dtype float32, got ", dtype_name(lse.scalar_type()));
-  TORCH_CHECK(dtype_in(cu_seqlens_q.scalar_type(), { "int32" }),
-              "attention_backward: argument 'cu_seqlens_q' must have dtype int32, got ", dtype_name(cu_seqlens_q.scalar_type()));
-  TORCH_CHECK(dtype_in(cu_seqlens_k.scalar_type(), { "int32" }),
-              "attention_backward: argument 'cu_seqlens_k' must have dtype int32, got ", dtype_name(cu_seqlens_k.scalar_type()));
-  TORCH_CHECK(q.device() == grad_o.device(), "attention_backward: argument 'q' must be on the same device as argument 'grad_o', got ", q.device(), " and ",
-              grad_o.device());
-  TORCH_CHECK(k.device() == grad_o.device(), "attention_backward: argument 'k' must be on the same device as argument 'grad_o', got ", k.device(), " and ",
-              grad_o.device());
-  TORCH_CHECK(v.device() == grad_o.device(), "attention_backward: argument 'v' must be on the same device as argument 'grad_o', got ", v.device(), " and ",
-              grad_o.device());
-  TORCH_CHECK(o.device() == grad_o.device(), "attention_backward: argument 'o' must be on the same device as argument 'grad_o', got ", o.device(), " and ",
-              grad_o.device());
-  TORCH_CHECK(lse.device() == grad_o.device(), "attention_backward: argument 'lse' must be on the same device as argument 'grad_o', got ", lse.device(), " and ",
-              grad_o.device());
-  TORCH_CHECK(cu_seqlens_q.device() == grad_o.device(), "attention_backward: argument 'cu_seqlens_q' must be on the same device as argument 'grad_o', got ", cu_seqlens_q.device(), " and ",
-              grad_o.device());
-  TORCH_CHECK(cu_seqlens_k.device() == grad_o.device(), "attention_backward: argument 'cu_seqlens_k' must be on the same device as argument 'grad_o', got ", cu_seqlens_k.device(), " and ",
-              grad_o.device());
-  TORCH_CHECK(q.size(0) == grad_o.size(0), "attention_backward: dimension TQ of argument 'q' (axis 0) must equal dimension TQ of argument 'grad_o' (axis 0), got ",
-              q.size(0), " and ", grad_o.size(0));
-  TORCH_CHECK(q.size(1) == grad_o.size(1), "attention_backward: dimension HQ of argument 'q' (axis 1) must equal dimension HQ of argument 'grad_o' (axis 1), got ",
-              q.size(1), " and ", grad_o.size(1));
-  TORCH_CHECK(q.size(2) == grad_o.size(2), "attention_backward: dimension D of argument 'q' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
-              q.size(2), " and ", grad_o.size(2));
-  TORCH_CHECK(k.size(2) == grad_o.size(2), "attention_backward: dimension D of argument 'k' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
-              k.size(2), " and ", grad_o.size(2));
-  TORCH_CHECK(v.size(0) == k.size(0), "attention_backward: dimension TK of argument 'v' (axis 0) must equal dimension TK of argument 'k' (axis 0), got ",
-              v.size(0), " and ", k.size(0));
-  TORCH_CHECK(v.size(1) == k.size(1), "attention_backward: dimension HK of argument 'v' (axis 1) must equal dimension HK of argument 'k' (axis 1), got ",
-              v.size(1), " and ", k.size(1));
-  TORCH_CHECK(v.size(2) == grad_o.size(2), "attention_backward: dimension D of argument 'v' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
-              v.size(2), " and ", grad_o.size(2));
-  TORCH_CHECK(o.size(0) == grad_o.size(0), "attention_backward: dimension TQ of argument 'o' (axis 0) must equal dimension TQ of argument 'grad_o' (axis 0), got ",
-              o.size(0), " and ", grad_o.size(0));
-  TORCH_CHECK(o.size(1) == grad_o.size(1), "attention_backward: dimension HQ of argument 'o' (axis 1) must equal dimension HQ of argument 'grad_o' (axis 1), got ",
-              o.size(1), " and ", grad_o.size(1));
-  TORCH_CHECK(o.size(2) == grad_o.size(2), "attention_backward: dimension D of argument 'o' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
-              o.size(2), " and ", grad_o.size(2));
-  TORCH_CHECK(lse.size(0) == grad_o.size(0), "attention_backward: dimension TQ of argument 'lse' (axis 0) must equal dimension TQ of argument 'grad_o' (axis 0), got ",
-              lse.size(0), " and ", grad_o.size(0));
-  TORCH_CHECK(lse.size(1) == grad_o.size(1), "attention_backward: dimension HQ of argument 'lse' (axis 1) must equal dimension HQ of argument 'grad_o' (axis 1), got ",
-              lse.size(1), " and ", grad_o.size(1));
-  TORCH_CHECK(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "attention_backward: dimension B1 of argument 'cu_seqlens_k' (axis 0) must equal dimension B1 of argument 'cu_seqlens_q' (axis 0), got ",
-              cu_seqlens_k.size(0), " and ", cu_seqlens_q.size(0));
+void check_attention_backward(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k) {
+  TORCH_CHECK(arg_grad_o.dim() == 3, "attention_backward: argument 'grad_o' must be 3-D with shape [TQ, HQ, D], got shape ", arg_grad_o.sizes());
+  TORCH_CHECK(arg_q.dim() == 3, "attention_backward: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", arg_q.sizes());
+  TORCH_CHECK(arg_k.dim() == 3, "attention_backward: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", arg_k.sizes());
+  TORCH_CHECK(arg_v.dim() == 3, "attention_backward: argument 'v' must be 3-D with shape [TK, HK, D], got shape ", arg_v.sizes());
+  TORCH_CHECK(arg_o.dim() == 3, "attention_backward: argument 'o' must be 3-D with shape [TQ, HQ, D], got shape ", arg_o.sizes());
+  TORCH_CHECK(arg_lse.dim() == 2, "attention_backward: argument 'lse' must be 2-D with shape [TQ, HQ], got shape ", arg_lse.sizes());
+  TORCH_CHECK(arg_cu_seqlens_q.dim() == 1, "attention_backward: argument 'cu_seqlens_q' must be 1-D with shape [B1], got shape ", arg_cu_seqlens_q.sizes());
+  TORCH_CHECK(arg_cu_seqlens_k.dim() == 1, "attention_backward: argument 'cu_seqlens_k' must be 1-D with shape [B1], got shape ", arg_cu_seqlens_k.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_o.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "attention_backward: argument 'grad_o' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_grad_o.scalar_type()));
+  TORCH_CHECK(arg_q.scalar_type() == arg_grad_o.scalar_type(), "attention_backward: argument 'q' must have the same dtype as argument 'grad_o' (T), got ",
+              dtype_name(arg_q.scalar_type()), " and ", dtype_name(arg_grad_o.scalar_type()));
+  TORCH_CHECK(arg_k.scalar_type() == arg_grad_o.scalar_type(), "attention_backward: argument 'k' must have the same dtype as argument 'grad_o' (T), got ",
+              dtype_name(arg_k.scalar_type()), " and ", dtype_name(arg_grad_o.scalar_type()));
+  TORCH_CHECK(arg_v.scalar_type() == arg_grad_o.scalar_type(), "attention_backward: argument 'v' must have the same dtype as argument 'grad_o' (T), got ",
+              dtype_name(arg_v.scalar_type()), " and ", dtype_name(arg_grad_o.scalar_type()));
+  TORCH_CHECK(arg_o.scalar_type() == arg_grad_o.scalar_type(), "attention_backward: argument 'o' must have the same dtype as argument 'grad_o' (T), got ",
+              dtype_name(arg_o.scalar_type()), " and ", dtype_name(arg_grad_o.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_lse.scalar_type(), { "float32" }),
+              "attention_backward: argument 'lse' must have dtype float32, got ", dtype_name(arg_lse.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_cu_seqlens_q.scalar_type(), { "int32" }),
+              "attention_backward: argument 'cu_seqlens_q' must have dtype int32, got ", dtype_name(arg_cu_seqlens_q.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_cu_seqlens_k.scalar_type(), { "int32" }),
+              "attention_backward: argument 'cu_seqlens_k' must have dtype int32, got ", dtype_name(arg_cu_seqlens_k.scalar_type()));
+  TORCH_CHECK(arg_q.device() == arg_grad_o.device(), "attention_backward: argument 'q' must be on the same device as argument 'grad_o', got ", arg_q.device(), " and ",
+              arg_grad_o.device());
+  TORCH_CHECK(arg_k.device() == arg_grad_o.device(), "attention_backward: argument 'k' must be on the same device as argument 'grad_o', got ", arg_k.device(), " and ",
+              arg_grad_o.device());
+  TORCH_CHECK(arg_v.device() == arg_grad_o.device(), "attention_backward: argument 'v' must be on the same device as argument 'grad_o', got ", arg_v.device(), " and ",
+              arg_grad_o.device());
+  TORCH_CHECK(arg_o.device() == arg_grad_o.device(), "attention_backward: argument 'o' must be on the same device as argument 'grad_o', got ", arg_o.device(), " and ",
+              arg_grad_o.device());
+  TORCH_CHECK(arg_lse.device() == arg_grad_o.device(), "attention_backward: argument 'lse' must be on the same device as argument 'grad_o', got ", arg_lse.device(), " and ",
+              arg_grad_o.device());
+  TORCH_CHECK(arg_cu_seqlens_q.device() == arg_grad_o.device(), "attention_backward: argument 'cu_seqlens_q' must be on the same device as argument 'grad_o', got ", arg_cu_seqlens_q.device(), " and ",
+              arg_grad_o.device());
+  TORCH_CHECK(arg_cu_seqlens_k.device() == arg_grad_o.device(), "attention_backward: argument 'cu_seqlens_k' must be on the same device as argument 'grad_o', got ", arg_cu_seqlens_k.device(), " and ",
+              arg_grad_o.device());
+  TORCH_CHECK(arg_q.size(0) == arg_grad_o.size(0), "attention_backward: dimension TQ of argument 'q' (axis 0) must equal dimension TQ of argument 'grad_o' (axis 0), got ",
+              arg_q.size(0), " and ", arg_grad_o.size(0));
+  TORCH_CHECK(arg_q.size(1) == arg_grad_o.size(1), "attention_backward: dimension HQ of argument 'q' (axis 1) must equal dimension HQ of argument 'grad_o' (axis 1), got ",
+              arg_q.size(1), " and ", arg_grad_o.size(1));
+  TORCH_CHECK(arg_q.size(2) == arg_grad_o.size(2), "attention_backward: dimension D of argument 'q' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
+              arg_q.size(2), " and ", arg_grad_o.size(2));
+  TORCH_CHECK(arg_k.size(2) == arg_grad_o.size(2), "attention_backward: dimension D of argument 'k' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
+              arg_k.size(2), " and ", arg_grad_o.size(2));
+  TORCH_CHECK(arg_v.size(0) == arg_k.size(0), "attention_backward: dimension TK of argument 'v' (axis 0) must equal dimension TK of argument 'k' (axis 0), got ",
+              arg_v.size(0), " and ", arg_k.size(0));
+  TORCH_CHECK(arg_v.size(1) == arg_k.size(1), "attention_backward: dimension HK of argument 'v' (axis 1) must equal dimension HK of argument 'k' (axis 1), got ",
+              arg_v.size(1), " and ", arg_k.size(1));
+  TORCH_CHECK(arg_v.size(2) == arg_grad_o.size(2), "attention_backward: dimension D of argument 'v' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
+              arg_v.size(2), " and ", arg_grad_o.size(2));
+  TORCH_CHECK(arg_o.size(0) == arg_grad_o.size(0), "attention_backward: dimension TQ of argument 'o' (axis 0) must equal dimension TQ of argument 'grad_o' (axis 0), got ",
+              arg_o.size(0), " and ", arg_grad_o.size(0));
+  TORCH_CHECK(arg_o.size(1) == arg_grad_o.size(1), "attention_backward: dimension HQ of argument 'o' (axis 1) must equal dimension HQ of argument 'grad_o' (axis 1), got ",
+              arg_o.size(1), " and ", arg_grad_o.size(1));
+  TORCH_CHECK(arg_o.size(2) == arg_grad_o.size(2), "attention_backward: dimension D of argument 'o' (axis 2) must equal dimension D of argument 'grad_o' (axis 2), got ",
+              arg_o.size(2), " and ", arg_grad_o.size(2));
+  TORCH_CHECK(arg_lse.size(0) == arg_grad_o.size(0), "attention_backward: dimension TQ of argument 'lse' (axis 0) must equal dimension TQ of argument 'grad_o' (axis 0), got ",
+              arg_lse.size(0), " and ", arg_grad_o.size(0));
+  TORCH_CHECK(arg_lse.size(1) == arg_grad_o.size(1), "attention_backward: dimension HQ of argument 'lse' (axis 1) must equal dimension HQ of argument 'grad_o' (axis 1), got ",
+              arg_lse.size(1), " and ", arg_grad_o.size(1));
+  TORCH_CHECK(arg_cu_seqlens_k.size(0) == arg_cu_seqlens_q.size(0), "attention_backward: dimension B1 of argument 'cu_seqlens_k' (axis 0) must equal dimension B1 of argument 'cu_seqlens_q' (axis 0), got ",
+              arg_cu_seqlens_k.size(0), " and ", arg_cu_seqlens_q.size(0));
   // A size 0 divides only 0 (and never divides by zero here).
-  TORCH_CHECK(k.size(1) == 0 ? grad_o.size(1) == 0 : grad_o.size(1) % k.size(1) == 0,
-              "attention_backward: dimension HQ (axis 1 of argument 'grad_o') must be a multiple of dimension HK (axis 1 of argument 'k'), got ", grad_o.size(1), " and ", k.size(1));
-  TORCH_CHECK(grad_o.is_contiguous(), "attention_backward: argument 'grad_o' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(q.is_contiguous(), "attention_backward: argument 'q' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(k.is_contiguous(), "attention_backward: argument 'k' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(v.is_contiguous(), "attention_backward: argument 'v' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(o.is_contiguous(), "attention_backward: argument 'o' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(lse.is_contiguous(), "attention_backward: argument 'lse' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(cu_seqlens_q.is_contiguous(), "attention_backward: argument 'cu_seqlens_q' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(cu_seqlens_k.is_contiguous(), "attention_backward: argument 'cu_seqlens_k' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_k.size(1) == 0 ? arg_grad_o.size(1) == 0 : arg_grad_o.size(1) % arg_k.size(1) == 0,
+              "attention_backward: dimension HQ (axis 1 of argument 'grad_o') must be a multiple of dimension HK (axis 1 of argument 'k'), got ", arg_grad_o.size(1), " and ", arg_k.size(1));
+  TORCH_CHECK(arg_grad_o.is_contiguous(), "attention_backward: argument 'grad_o' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_q.is_contiguous(), "attention_backward: argument 'q' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_k.is_contiguous(), "attention_backward: argument 'k' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_v.is_contiguous(), "attention_backward: argument 'v' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_o.is_contiguous(), "attention_backward: argument 'o' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_lse.is_contiguous(), "attention_backward: argument 'lse' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_cu_seqlens_q.is_contiguous(), "attention_backward: argument 'cu_seqlens_q' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_cu_seqlens_k.is_contiguous(), "attention_backward: argument 'cu_seqlens_k' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_blocks_cuda(const at::Tensor& grad_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, double scale, bool causal, int64_t window) {
-  check_attention_backward(grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k);
-  at::cuda::OptionalCUDAGuard device_guard(grad_o.device());
-  const int64_t TQ = grad_o.size(0);
-  const int64_t HQ = grad_o.size(1);
-  const int64_t D = grad_o.size(2);
-  const int64_t TK = k.size(0);
-  const int64_t HK = k.size(1);
-  const int64_t B1 = cu_seqlens_q.size(0);
-  at::Tensor grad_q = at::empty({TQ, HQ, D}, grad_o.options());
-  at::Tensor grad_k = at::empty({TK, HK, D}, grad_o.options());
-  at::Tensor grad_v = at::empty({TK, HK, D}, grad_o.options());
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_blocks_cuda(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  check_attention_backward(arg_grad_o, arg_q, arg_k, arg_v, arg_o, arg_lse, arg_cu_seqlens_q, arg_cu_seqlens_k);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_o.device());
+  const int64_t dim_TQ = arg_grad_o.size(0);
+  const int64_t dim_HQ = arg_grad_o.size(1);
+  const int64_t dim_D = arg_grad_o.size(2);
+  const int64_t dim_TK = arg_k.size(0);
+  const int64_t dim_HK = arg_k.size(1);
+  const int64_t dim_B1 = arg_cu_seqlens_q.size(0);
+  at::Tensor out_grad_q = at::empty({dim_TQ, dim_HQ, dim_D}, arg_grad_o.options());
+  at::Tensor out_grad_k = at::empty({dim_TK, dim_HK, dim_D}, arg_grad_o.options());
+  at::Tensor out_grad_v = at::empty({dim_TK, dim_HK, dim_D}, arg_grad_o.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::attention_backward_blocks(grad_o.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), to_rlk_dtype(grad_o), TQ, HQ, D, TK, HK, B1, static_cast<float>(scale), static_cast<bool>(causal), static_cast<int64_t>(window), stream);
+  const auto status = rlk::cuda::attention_backward_blocks(arg_grad_o.data_ptr(), arg_q.data_ptr(), arg_k.data_ptr(), arg_v.data_ptr(), arg_o.data_ptr(), arg_lse.data_ptr(), arg_cu_seqlens_q.data_ptr(), arg_cu_seqlens_k.data_ptr(), out_grad_q.data_ptr(), out_grad_k.data_ptr(), out_grad_v.data_ptr(), to_rlk_dtype(arg_grad_o), dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, static_cast<float>(attr_scale), static_cast<bool>(attr_causal), static_cast<int64_t>(attr_window), stream);
   TORCH_CHECK(status == cudaSuccess, "attention_backward/blocks: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { grad_q, grad_k, grad_v };
+  return { out_grad_q, out_grad_k, out_grad_v };
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_blocks_cpu(const at::Tensor& grad_o, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse, const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, double scale, bool causal, int64_t window) {
-  check_attention_backward(grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k);
-  const int64_t TQ = grad_o.size(0);
-  const int64_t HQ = grad_o.size(1);
-  const int64_t D = grad_o.size(2);
-  const int64_t TK = k.size(0);
-  const int64_t HK = k.size(1);
-  const int64_t B1 = cu_seqlens_q.size(0);
-  at::Tensor grad_q = at::empty({TQ, HQ, D}, grad_o.options());
-  at::Tensor grad_k = at::empty({TK, HK, D}, grad_o.options());
-  at::Tensor grad_v = at::empty({TK, HK, D}, grad_o.options());
-  rlk::cpu::attention_backward_blocks(grad_o.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr(), grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(), to_rlk_dtype(grad_o), TQ, HQ, D, TK, HK, B1, static_cast<float>(scale), static_cast<bool>(causal), static_cast<int64_t>(window), at::get_num_threads());
-  return { grad_q, grad_k, grad_v };
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_blocks_cpu(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  check_attention_backward(arg_grad_o, arg_q, arg_k, arg_v, arg_o, arg_lse, arg_cu_seqlens_q, arg_cu_seqlens_k);
+  const int64_t dim_TQ = arg_grad_o.size(0);
+  const int64_t dim_HQ = arg_grad_o.size(1);
+  const int64_t dim_D = arg_grad_o.size(2);
+  const int64_t dim_TK = arg_k.size(0);
+  const int64_t dim_HK = arg_k.size(1);
+  const int64_t dim_B1 = arg_cu_seqlens_q.size(0);
+  at::Tensor out_grad_q = at::empty({dim_TQ, dim_HQ, dim_D}, arg_grad_o.options());
+  at::Tensor out_grad_k = at::empty({dim_TK, dim_HK, dim_D}, arg_grad_o.options());
+  at::Tensor out_grad_v = at::empty({dim_TK, dim_HK, dim_D}, arg_grad_o.options());
+  rlk::cpu::attention_backward_blocks(arg_grad_o.data_ptr(), arg_q.data_ptr(), arg_k.data_ptr(), arg_v.data_ptr(), arg_o.data_ptr(), arg_lse.data_ptr(), arg_cu_seqlens_q.data_ptr(), arg_cu_seqlens_k.data_ptr(), out_grad_q.data_ptr(), out_grad_k.data_ptr(), out_grad_v.data_ptr(), to_rlk_dtype(arg_grad_o), dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, static_cast<float>(attr_scale), static_cast<bool>(attr_causal), static_cast<int64_t>(attr_window), at::get_num_threads());
+  return { out_grad_q, out_grad_k, out_grad_v };
 }
 
 // ---------------------------------------------------------------- column_sum (specs/ops/column_sum.yaml)
 
-void check_column_sum(const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2, "column_sum: argument 'x' must be 2-D with shape [M, N], got shape ", x.sizes());
-  TORCH_CHECK(dtype_in(x.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "column_sum: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(x.scalar_type()));
-  TORCH_CHECK(x.is_contiguous(), "column_sum: argument 'x' must be contiguous (call .contiguous() on it)");
+void check_column_sum(const at::Tensor& arg_x) {
+  TORCH_CHECK(arg_x.dim() == 2, "column_sum: argument 'x' must be 2-D with shape [M, N], got shape ", arg_x.sizes());
+  TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "column_sum: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
+  TORCH_CHECK(arg_x.is_contiguous(), "column_sum: argument 'x' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor column_sum_columns_cuda(const at::Tensor& x) {
-  check_column_sum(x);
-  at::cuda::OptionalCUDAGuard device_guard(x.device());
-  const int64_t M = x.size(0);
-  const int64_t N = x.size(1);
-  at::Tensor y = at::empty({N}, x.options());
+at::Tensor column_sum_columns_cuda(const at::Tensor& arg_x) {
+  check_column_sum(arg_x);
+  at::cuda::OptionalCUDAGuard device_guard(arg_x.device());
+  const int64_t dim_M = arg_x.size(0);
+  const int64_t dim_N = arg_x.size(1);
+  at::Tensor out_y = at::empty({dim_N}, arg_x.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::column_sum_columns(x.data_ptr(), y.data_ptr(), to_rlk_dtype(x), M, N, stream);
+  const auto status = rlk::cuda::column_sum_columns(arg_x.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_x), dim_M, dim_N, stream);
   TORCH_CHECK(status == cudaSuccess, "column_sum/columns: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
+  return out_y;
 }
 
-at::Tensor column_sum_columns_cpu(const at::Tensor& x) {
-  check_column_sum(x);
-  const int64_t M = x.size(0);
-  const int64_t N = x.size(1);
-  at::Tensor y = at::empty({N}, x.options());
-  rlk::cpu::column_sum_columns(x.data_ptr(), y.data_ptr(), to_rlk_dtype(x), M, N, at::get_num_threads());
-  return y;
+at::Tensor column_sum_columns_cpu(const at::Tensor& arg_x) {
+  check_column_sum(arg_x);
+  const int64_t dim_M = arg_x.size(0);
+  const int64_t dim_N = arg_x.size(1);
+  at::Tensor out_y = at::empty({dim_N}, arg_x.options());
+  rlk::cpu::column_sum_columns(arg_x.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_x), dim_M, dim_N, at::get_num_threads());
+  return out_y;
 }
 
 // ---------------------------------------------------------------- det_gemm (specs/ops/det_gemm.yaml)
 
-void check_det_gemm(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() == 2, "det_gemm: argument 'a' must be 2-D with shape [M, K], got shape ", a.sizes());
-  TORCH_CHECK(b.dim() == 2, "det_gemm: argument 'b' must be 2-D with shape [K, N], got shape ", b.sizes());
-  TORCH_CHECK(dtype_in(a.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "det_gemm: argument 'a' must have dtype float32, float16 or bfloat16, got ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.scalar_type() == a.scalar_type(), "det_gemm: argument 'b' must have the same dtype as argument 'a' (T), got ",
-              dtype_name(b.scalar_type()), " and ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.device() == a.device(), "det_gemm: argument 'b' must be on the same device as argument 'a', got ", b.device(), " and ",
-              a.device());
-  TORCH_CHECK(b.size(0) == a.size(1), "det_gemm: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1), got ",
-              b.size(0), " and ", a.size(1));
-  TORCH_CHECK(a.is_contiguous(), "det_gemm: argument 'a' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(b.is_contiguous(), "det_gemm: argument 'b' must be contiguous (call .contiguous() on it)");
+void check_det_gemm(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+  TORCH_CHECK(arg_a.dim() == 2, "det_gemm: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
+  TORCH_CHECK(arg_b.dim() == 2, "det_gemm: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
+  TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "det_gemm: argument 'a' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.scalar_type() == arg_a.scalar_type(), "det_gemm: argument 'b' must have the same dtype as argument 'a' (T), got ",
+              dtype_name(arg_b.scalar_type()), " and ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.device() == arg_a.device(), "det_gemm: argument 'b' must be on the same device as argument 'a', got ", arg_b.device(), " and ",
+              arg_a.device());
+  TORCH_CHECK(arg_b.size(0) == arg_a.size(1), "det_gemm: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1), got ",
+              arg_b.size(0), " and ", arg_a.size(1));
+  TORCH_CHECK(arg_a.is_contiguous(), "det_gemm: argument 'a' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_b.is_contiguous(), "det_gemm: argument 'b' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor det_gemm_wgmma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm(a, b);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_wgmma_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm(arg_a, arg_b);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_wgmma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_wgmma(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm/wgmma: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_mma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm(a, b);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_mma_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm(arg_a, arg_b);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_mma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_mma(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm/mma: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_simt_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm(a, b);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_simt_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm(arg_a, arg_b);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_simt(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_simt(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm/simt: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_simt_cpu(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm(a, b);
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
-  rlk::cpu::det_gemm_simt(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), at::get_num_threads());
-  return c;
+at::Tensor det_gemm_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm(arg_a, arg_b);
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
+  rlk::cpu::det_gemm_simt(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), at::get_num_threads());
+  return out_c;
 }
 
 // ---------------------------------------------------------------- det_gemm_ktree (specs/ops/det_gemm_ktree.yaml)
 
-void check_det_gemm_ktree(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() == 2, "det_gemm_ktree: argument 'a' must be 2-D with shape [M, K], got shape ", a.sizes());
-  TORCH_CHECK(b.dim() == 2, "det_gemm_ktree: argument 'b' must be 2-D with shape [K, N], got shape ", b.sizes());
-  TORCH_CHECK(dtype_in(a.scalar_type(), { "bfloat16" }),
-              "det_gemm_ktree: argument 'a' must have dtype bfloat16, got ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.scalar_type() == a.scalar_type(), "det_gemm_ktree: argument 'b' must have the same dtype as argument 'a' (T), got ",
-              dtype_name(b.scalar_type()), " and ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.device() == a.device(), "det_gemm_ktree: argument 'b' must be on the same device as argument 'a', got ", b.device(), " and ",
-              a.device());
-  TORCH_CHECK(b.size(0) == a.size(1), "det_gemm_ktree: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1), got ",
-              b.size(0), " and ", a.size(1));
-  TORCH_CHECK(a.size(1) % 32 == 0, "det_gemm_ktree: dimension K (axis 1 of argument 'a') must be a multiple of 32, got ", a.size(1));
-  TORCH_CHECK(a.is_contiguous(), "det_gemm_ktree: argument 'a' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(b.is_contiguous(), "det_gemm_ktree: argument 'b' must be contiguous (call .contiguous() on it)");
+void check_det_gemm_ktree(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+  TORCH_CHECK(arg_a.dim() == 2, "det_gemm_ktree: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
+  TORCH_CHECK(arg_b.dim() == 2, "det_gemm_ktree: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
+  TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "bfloat16" }),
+              "det_gemm_ktree: argument 'a' must have dtype bfloat16, got ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.scalar_type() == arg_a.scalar_type(), "det_gemm_ktree: argument 'b' must have the same dtype as argument 'a' (T), got ",
+              dtype_name(arg_b.scalar_type()), " and ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.device() == arg_a.device(), "det_gemm_ktree: argument 'b' must be on the same device as argument 'a', got ", arg_b.device(), " and ",
+              arg_a.device());
+  TORCH_CHECK(arg_b.size(0) == arg_a.size(1), "det_gemm_ktree: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 1), got ",
+              arg_b.size(0), " and ", arg_a.size(1));
+  TORCH_CHECK(arg_a.size(1) % 32 == 0, "det_gemm_ktree: dimension K (axis 1 of argument 'a') must be a multiple of 32, got ", arg_a.size(1));
+  TORCH_CHECK(arg_a.is_contiguous(), "det_gemm_ktree: argument 'a' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_b.is_contiguous(), "det_gemm_ktree: argument 'b' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor det_gemm_ktree_tree_cuda(const at::Tensor& a, const at::Tensor& b) {
-  check_det_gemm_ktree(a, b);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options());
+at::Tensor det_gemm_ktree_tree_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+  check_det_gemm_ktree(arg_a, arg_b);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_ktree_tree(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), M, K, N, stream);
+  const auto status = rlk::cuda::det_gemm_ktree_tree(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), dim_M, dim_K, dim_N, stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm_ktree/tree: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_ktree_tree_cpu(const at::Tensor& a, const at::Tensor& b) {
-  check_det_gemm_ktree(a, b);
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options());
-  rlk::cpu::det_gemm_ktree_tree(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), M, K, N, at::get_num_threads());
-  return c;
+at::Tensor det_gemm_ktree_tree_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+  check_det_gemm_ktree(arg_a, arg_b);
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options());
+  rlk::cpu::det_gemm_ktree_tree(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), dim_M, dim_K, dim_N, at::get_num_threads());
+  return out_c;
 }
 
 // ---------------------------------------------------------------- det_gemm_nt (specs/ops/det_gemm_nt.yaml)
 
-void check_det_gemm_nt(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(a.dim() == 2, "det_gemm_nt: argument 'a' must be 2-D with shape [M, K], got shape ", a.sizes());
-  TORCH_CHECK(b.dim() == 2, "det_gemm_nt: argument 'b' must be 2-D with shape [N, K], got shape ", b.sizes());
-  TORCH_CHECK(!bias.has_value() || bias->dim() == 1, "det_gemm_nt: argument 'bias' must be 1-D with shape [N], got shape ", bias->sizes());
-  TORCH_CHECK(dtype_in(a.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "det_gemm_nt: argument 'a' must have dtype float32, float16 or bfloat16, got ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.scalar_type() == a.scalar_type(), "det_gemm_nt: argument 'b' must have the same dtype as argument 'a' (T), got ",
-              dtype_name(b.scalar_type()), " and ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(!bias.has_value() || bias->scalar_type() == a.scalar_type(), "det_gemm_nt: argument 'bias' must have the same dtype as argument 'a' (T), got ",
-              dtype_name(bias->scalar_type()), " and ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.device() == a.device(), "det_gemm_nt: argument 'b' must be on the same device as argument 'a', got ", b.device(), " and ",
-              a.device());
-  TORCH_CHECK(!bias.has_value() || bias->device() == a.device(), "det_gemm_nt: argument 'bias' must be on the same device as argument 'a', got ", bias->device(), " and ",
-              a.device());
-  TORCH_CHECK(b.size(1) == a.size(1), "det_gemm_nt: dimension K of argument 'b' (axis 1) must equal dimension K of argument 'a' (axis 1), got ",
-              b.size(1), " and ", a.size(1));
-  TORCH_CHECK(!bias.has_value() || bias->size(0) == b.size(0), "det_gemm_nt: dimension N of argument 'bias' (axis 0) must equal dimension N of argument 'b' (axis 0), got ",
-              bias->size(0), " and ", b.size(0));
-  TORCH_CHECK(a.is_contiguous(), "det_gemm_nt: argument 'a' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(b.is_contiguous(), "det_gemm_nt: argument 'b' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(!bias.has_value() || bias->is_contiguous(), "det_gemm_nt: argument 'bias' must be contiguous (call .contiguous() on it)");
+void check_det_gemm_nt(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias) {
+  TORCH_CHECK(arg_a.dim() == 2, "det_gemm_nt: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
+  TORCH_CHECK(arg_b.dim() == 2, "det_gemm_nt: argument 'b' must be 2-D with shape [N, K], got shape ", arg_b.sizes());
+  TORCH_CHECK(!arg_bias.has_value() || arg_bias->dim() == 1, "det_gemm_nt: argument 'bias' must be 1-D with shape [N], got shape ", arg_bias->sizes());
+  TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "det_gemm_nt: argument 'a' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.scalar_type() == arg_a.scalar_type(), "det_gemm_nt: argument 'b' must have the same dtype as argument 'a' (T), got ",
+              dtype_name(arg_b.scalar_type()), " and ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(!arg_bias.has_value() || arg_bias->scalar_type() == arg_a.scalar_type(), "det_gemm_nt: argument 'bias' must have the same dtype as argument 'a' (T), got ",
+              dtype_name(arg_bias->scalar_type()), " and ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.device() == arg_a.device(), "det_gemm_nt: argument 'b' must be on the same device as argument 'a', got ", arg_b.device(), " and ",
+              arg_a.device());
+  TORCH_CHECK(!arg_bias.has_value() || arg_bias->device() == arg_a.device(), "det_gemm_nt: argument 'bias' must be on the same device as argument 'a', got ", arg_bias->device(), " and ",
+              arg_a.device());
+  TORCH_CHECK(arg_b.size(1) == arg_a.size(1), "det_gemm_nt: dimension K of argument 'b' (axis 1) must equal dimension K of argument 'a' (axis 1), got ",
+              arg_b.size(1), " and ", arg_a.size(1));
+  TORCH_CHECK(!arg_bias.has_value() || arg_bias->size(0) == arg_b.size(0), "det_gemm_nt: dimension N of argument 'bias' (axis 0) must equal dimension N of argument 'b' (axis 0), got ",
+              arg_bias->size(0), " and ", arg_b.size(0));
+  TORCH_CHECK(arg_a.is_contiguous(), "det_gemm_nt: argument 'a' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_b.is_contiguous(), "det_gemm_nt: argument 'b' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(!arg_bias.has_value() || arg_bias->is_contiguous(), "det_gemm_nt: argument 'bias' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor det_gemm_nt_wgmma_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, bool out_fp32) {
-  check_det_gemm_nt(a, b, bias);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(0);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_nt_wgmma_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
+  check_det_gemm_nt(arg_a, arg_b, arg_bias);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(0);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_nt_wgmma(a.data_ptr(), b.data_ptr(), bias.has_value() ? bias->data_ptr() : nullptr, c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_nt_wgmma(arg_a.data_ptr(), arg_b.data_ptr(), arg_bias.has_value() ? arg_bias->data_ptr() : nullptr, out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm_nt/wgmma: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_nt_mma_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, bool out_fp32) {
-  check_det_gemm_nt(a, b, bias);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(0);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_nt_mma_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
+  check_det_gemm_nt(arg_a, arg_b, arg_bias);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(0);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_nt_mma(a.data_ptr(), b.data_ptr(), bias.has_value() ? bias->data_ptr() : nullptr, c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_nt_mma(arg_a.data_ptr(), arg_b.data_ptr(), arg_bias.has_value() ? arg_bias->data_ptr() : nullptr, out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm_nt/mma: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_nt_simt_cuda(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, bool out_fp32) {
-  check_det_gemm_nt(a, b, bias);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(0);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_nt_simt_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
+  check_det_gemm_nt(arg_a, arg_b, arg_bias);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(0);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_nt_simt(a.data_ptr(), b.data_ptr(), bias.has_value() ? bias->data_ptr() : nullptr, c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_nt_simt(arg_a.data_ptr(), arg_b.data_ptr(), arg_bias.has_value() ? arg_bias->data_ptr() : nullptr, out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm_nt/simt: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_nt_simt_cpu(const at::Tensor& a, const at::Tensor& b, const std::optional<at::Tensor>& bias, bool out_fp32) {
-  check_det_gemm_nt(a, b, bias);
-  const int64_t M = a.size(0);
-  const int64_t K = a.size(1);
-  const int64_t N = b.size(0);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
-  rlk::cpu::det_gemm_nt_simt(a.data_ptr(), b.data_ptr(), bias.has_value() ? bias->data_ptr() : nullptr, c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), M, K, N, static_cast<bool>(out_fp32), at::get_num_threads());
-  return c;
+at::Tensor det_gemm_nt_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
+  check_det_gemm_nt(arg_a, arg_b, arg_bias);
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(0);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
+  rlk::cpu::det_gemm_nt_simt(arg_a.data_ptr(), arg_b.data_ptr(), arg_bias.has_value() ? arg_bias->data_ptr() : nullptr, out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), at::get_num_threads());
+  return out_c;
 }
 
 // ---------------------------------------------------------------- det_gemm_tn (specs/ops/det_gemm_tn.yaml)
 
-void check_det_gemm_tn(const at::Tensor& a, const at::Tensor& b) {
-  TORCH_CHECK(a.dim() == 2, "det_gemm_tn: argument 'a' must be 2-D with shape [K, M], got shape ", a.sizes());
-  TORCH_CHECK(b.dim() == 2, "det_gemm_tn: argument 'b' must be 2-D with shape [K, N], got shape ", b.sizes());
-  TORCH_CHECK(dtype_in(a.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "det_gemm_tn: argument 'a' must have dtype float32, float16 or bfloat16, got ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.scalar_type() == a.scalar_type(), "det_gemm_tn: argument 'b' must have the same dtype as argument 'a' (T), got ",
-              dtype_name(b.scalar_type()), " and ", dtype_name(a.scalar_type()));
-  TORCH_CHECK(b.device() == a.device(), "det_gemm_tn: argument 'b' must be on the same device as argument 'a', got ", b.device(), " and ",
-              a.device());
-  TORCH_CHECK(b.size(0) == a.size(0), "det_gemm_tn: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 0), got ",
-              b.size(0), " and ", a.size(0));
-  TORCH_CHECK(a.is_contiguous(), "det_gemm_tn: argument 'a' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(b.is_contiguous(), "det_gemm_tn: argument 'b' must be contiguous (call .contiguous() on it)");
+void check_det_gemm_tn(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+  TORCH_CHECK(arg_a.dim() == 2, "det_gemm_tn: argument 'a' must be 2-D with shape [K, M], got shape ", arg_a.sizes());
+  TORCH_CHECK(arg_b.dim() == 2, "det_gemm_tn: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
+  TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "det_gemm_tn: argument 'a' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.scalar_type() == arg_a.scalar_type(), "det_gemm_tn: argument 'b' must have the same dtype as argument 'a' (T), got ",
+              dtype_name(arg_b.scalar_type()), " and ", dtype_name(arg_a.scalar_type()));
+  TORCH_CHECK(arg_b.device() == arg_a.device(), "det_gemm_tn: argument 'b' must be on the same device as argument 'a', got ", arg_b.device(), " and ",
+              arg_a.device());
+  TORCH_CHECK(arg_b.size(0) == arg_a.size(0), "det_gemm_tn: dimension K of argument 'b' (axis 0) must equal dimension K of argument 'a' (axis 0), got ",
+              arg_b.size(0), " and ", arg_a.size(0));
+  TORCH_CHECK(arg_a.is_contiguous(), "det_gemm_tn: argument 'a' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_b.is_contiguous(), "det_gemm_tn: argument 'b' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor det_gemm_tn_wgmma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm_tn(a, b);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t K = a.size(0);
-  const int64_t M = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_tn_wgmma_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm_tn(arg_a, arg_b);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_K = arg_a.size(0);
+  const int64_t dim_M = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_tn_wgmma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), K, M, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_tn_wgmma(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_K, dim_M, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm_tn/wgmma: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_tn_mma_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm_tn(a, b);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t K = a.size(0);
-  const int64_t M = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_tn_mma_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm_tn(arg_a, arg_b);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_K = arg_a.size(0);
+  const int64_t dim_M = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_tn_mma(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), K, M, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_tn_mma(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_K, dim_M, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm_tn/mma: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_tn_simt_cuda(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm_tn(a, b);
-  at::cuda::OptionalCUDAGuard device_guard(a.device());
-  const int64_t K = a.size(0);
-  const int64_t M = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
+at::Tensor det_gemm_tn_simt_cuda(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm_tn(arg_a, arg_b);
+  at::cuda::OptionalCUDAGuard device_guard(arg_a.device());
+  const int64_t dim_K = arg_a.size(0);
+  const int64_t dim_M = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::det_gemm_tn_simt(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), K, M, N, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::det_gemm_tn_simt(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_K, dim_M, dim_N, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "det_gemm_tn/simt: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return c;
+  return out_c;
 }
 
-at::Tensor det_gemm_tn_simt_cpu(const at::Tensor& a, const at::Tensor& b, bool out_fp32) {
-  check_det_gemm_tn(a, b);
-  const int64_t K = a.size(0);
-  const int64_t M = a.size(1);
-  const int64_t N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype((out_fp32 ? at::kFloat : a.scalar_type())));
-  rlk::cpu::det_gemm_tn_simt(a.data_ptr(), b.data_ptr(), c.data_ptr(), to_rlk_dtype(a), to_rlk_dtype(c), K, M, N, static_cast<bool>(out_fp32), at::get_num_threads());
-  return c;
+at::Tensor det_gemm_tn_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm_tn(arg_a, arg_b);
+  const int64_t dim_K = arg_a.size(0);
+  const int64_t dim_M = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
+  rlk::cpu::det_gemm_tn_simt(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_K, dim_M, dim_N, static_cast<bool>(attr_out_fp32), at::get_num_threads());
+  return out_c;
 }
 
 // ---------------------------------------------------------------- embedding (specs/ops/embedding.yaml)
 
-void check_embedding(const at::Tensor& weight, const at::Tensor& ids) {
-  TORCH_CHECK(weight.dim() == 2, "embedding: argument 'weight' must be 2-D with shape [V, H], got shape ", weight.sizes());
-  TORCH_CHECK(ids.dim() == 1, "embedding: argument 'ids' must be 1-D with shape [N], got shape ", ids.sizes());
-  TORCH_CHECK(dtype_in(weight.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "embedding: argument 'weight' must have dtype float32, float16 or bfloat16, got ", dtype_name(weight.scalar_type()));
-  TORCH_CHECK(dtype_in(ids.scalar_type(), { "int64" }),
-              "embedding: argument 'ids' must have dtype int64, got ", dtype_name(ids.scalar_type()));
-  TORCH_CHECK(ids.device() == weight.device(), "embedding: argument 'ids' must be on the same device as argument 'weight', got ", ids.device(), " and ",
-              weight.device());
-  TORCH_CHECK(weight.is_contiguous(), "embedding: argument 'weight' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ids.is_contiguous(), "embedding: argument 'ids' must be contiguous (call .contiguous() on it)");
+void check_embedding(const at::Tensor& arg_weight, const at::Tensor& arg_ids) {
+  TORCH_CHECK(arg_weight.dim() == 2, "embedding: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
+  TORCH_CHECK(arg_ids.dim() == 1, "embedding: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
+  TORCH_CHECK(dtype_in(arg_weight.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "embedding: argument 'weight' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_weight.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_ids.scalar_type(), { "int64" }),
+              "embedding: argument 'ids' must have dtype int64, got ", dtype_name(arg_ids.scalar_type()));
+  TORCH_CHECK(arg_ids.device() == arg_weight.device(), "embedding: argument 'ids' must be on the same device as argument 'weight', got ", arg_ids.device(), " and ",
+              arg_weight.device());
+  TORCH_CHECK(arg_weight.is_contiguous(), "embedding: argument 'weight' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ids.is_contiguous(), "embedding: argument 'ids' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor embedding_rows_cuda(const at::Tensor& weight, const at::Tensor& ids) {
-  check_embedding(weight, ids);
-  at::cuda::OptionalCUDAGuard device_guard(weight.device());
-  const int64_t V = weight.size(0);
-  const int64_t H = weight.size(1);
-  const int64_t N = ids.size(0);
-  at::Tensor y = at::empty({N, H}, weight.options());
+at::Tensor embedding_rows_cuda(const at::Tensor& arg_weight, const at::Tensor& arg_ids) {
+  check_embedding(arg_weight, arg_ids);
+  at::cuda::OptionalCUDAGuard device_guard(arg_weight.device());
+  const int64_t dim_V = arg_weight.size(0);
+  const int64_t dim_H = arg_weight.size(1);
+  const int64_t dim_N = arg_ids.size(0);
+  at::Tensor out_y = at::empty({dim_N, dim_H}, arg_weight.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::embedding_rows(weight.data_ptr(), ids.data_ptr(), y.data_ptr(), to_rlk_dtype(weight), V, H, N, stream);
+  const auto status = rlk::cuda::embedding_rows(arg_weight.data_ptr(), arg_ids.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_weight), dim_V, dim_H, dim_N, stream);
   TORCH_CHECK(status == cudaSuccess, "embedding/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
+  return out_y;
 }
 
-at::Tensor embedding_rows_cpu(const at::Tensor& weight, const at::Tensor& ids) {
-  check_embedding(weight, ids);
-  const int64_t V = weight.size(0);
-  const int64_t H = weight.size(1);
-  const int64_t N = ids.size(0);
-  at::Tensor y = at::empty({N, H}, weight.options());
-  rlk::cpu::embedding_rows(weight.data_ptr(), ids.data_ptr(), y.data_ptr(), to_rlk_dtype(weight), V, H, N, at::get_num_threads());
-  return y;
+at::Tensor embedding_rows_cpu(const at::Tensor& arg_weight, const at::Tensor& arg_ids) {
+  check_embedding(arg_weight, arg_ids);
+  const int64_t dim_V = arg_weight.size(0);
+  const int64_t dim_H = arg_weight.size(1);
+  const int64_t dim_N = arg_ids.size(0);
+  at::Tensor out_y = at::empty({dim_N, dim_H}, arg_weight.options());
+  rlk::cpu::embedding_rows(arg_weight.data_ptr(), arg_ids.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_weight), dim_V, dim_H, dim_N, at::get_num_threads());
+  return out_y;
 }
 
 // ---------------------------------------------------------------- embedding_backward (specs/ops/embedding_backward.yaml)
 
-void check_embedding_backward(const at::Tensor& grad_y, const at::Tensor& ids, const at::Tensor& weight) {
-  TORCH_CHECK(grad_y.dim() == 2, "embedding_backward: argument 'grad_y' must be 2-D with shape [N, H], got shape ", grad_y.sizes());
-  TORCH_CHECK(ids.dim() == 1, "embedding_backward: argument 'ids' must be 1-D with shape [N], got shape ", ids.sizes());
-  TORCH_CHECK(weight.dim() == 2, "embedding_backward: argument 'weight' must be 2-D with shape [V, H], got shape ", weight.sizes());
-  TORCH_CHECK(dtype_in(grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "embedding_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(dtype_in(ids.scalar_type(), { "int64" }),
-              "embedding_backward: argument 'ids' must have dtype int64, got ", dtype_name(ids.scalar_type()));
-  TORCH_CHECK(weight.scalar_type() == grad_y.scalar_type(), "embedding_backward: argument 'weight' must have the same dtype as argument 'grad_y' (T), got ",
-              dtype_name(weight.scalar_type()), " and ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(ids.device() == grad_y.device(), "embedding_backward: argument 'ids' must be on the same device as argument 'grad_y', got ", ids.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(weight.device() == grad_y.device(), "embedding_backward: argument 'weight' must be on the same device as argument 'grad_y', got ", weight.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(ids.size(0) == grad_y.size(0), "embedding_backward: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'grad_y' (axis 0), got ",
-              ids.size(0), " and ", grad_y.size(0));
-  TORCH_CHECK(weight.size(1) == grad_y.size(1), "embedding_backward: dimension H of argument 'weight' (axis 1) must equal dimension H of argument 'grad_y' (axis 1), got ",
-              weight.size(1), " and ", grad_y.size(1));
-  TORCH_CHECK(grad_y.is_contiguous(), "embedding_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ids.is_contiguous(), "embedding_backward: argument 'ids' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(weight.is_contiguous(), "embedding_backward: argument 'weight' must be contiguous (call .contiguous() on it)");
+void check_embedding_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_ids, const at::Tensor& arg_weight) {
+  TORCH_CHECK(arg_grad_y.dim() == 2, "embedding_backward: argument 'grad_y' must be 2-D with shape [N, H], got shape ", arg_grad_y.sizes());
+  TORCH_CHECK(arg_ids.dim() == 1, "embedding_backward: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
+  TORCH_CHECK(arg_weight.dim() == 2, "embedding_backward: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "embedding_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_ids.scalar_type(), { "int64" }),
+              "embedding_backward: argument 'ids' must have dtype int64, got ", dtype_name(arg_ids.scalar_type()));
+  TORCH_CHECK(arg_weight.scalar_type() == arg_grad_y.scalar_type(), "embedding_backward: argument 'weight' must have the same dtype as argument 'grad_y' (T), got ",
+              dtype_name(arg_weight.scalar_type()), " and ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(arg_ids.device() == arg_grad_y.device(), "embedding_backward: argument 'ids' must be on the same device as argument 'grad_y', got ", arg_ids.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_weight.device() == arg_grad_y.device(), "embedding_backward: argument 'weight' must be on the same device as argument 'grad_y', got ", arg_weight.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_ids.size(0) == arg_grad_y.size(0), "embedding_backward: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'grad_y' (axis 0), got ",
+              arg_ids.size(0), " and ", arg_grad_y.size(0));
+  TORCH_CHECK(arg_weight.size(1) == arg_grad_y.size(1), "embedding_backward: dimension H of argument 'weight' (axis 1) must equal dimension H of argument 'grad_y' (axis 1), got ",
+              arg_weight.size(1), " and ", arg_grad_y.size(1));
+  TORCH_CHECK(arg_grad_y.is_contiguous(), "embedding_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ids.is_contiguous(), "embedding_backward: argument 'ids' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_weight.is_contiguous(), "embedding_backward: argument 'weight' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor embedding_backward_rows_cuda(const at::Tensor& grad_y, const at::Tensor& ids, const at::Tensor& weight, bool out_fp32) {
-  check_embedding_backward(grad_y, ids, weight);
-  at::cuda::OptionalCUDAGuard device_guard(grad_y.device());
-  const int64_t N = grad_y.size(0);
-  const int64_t H = grad_y.size(1);
-  const int64_t V = weight.size(0);
-  at::Tensor grad_weight = at::empty({V, H}, grad_y.options().dtype((out_fp32 ? at::kFloat : grad_y.scalar_type())));
+at::Tensor embedding_backward_rows_cuda(const at::Tensor& arg_grad_y, const at::Tensor& arg_ids, const at::Tensor& arg_weight, bool attr_out_fp32) {
+  check_embedding_backward(arg_grad_y, arg_ids, arg_weight);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_y.device());
+  const int64_t dim_N = arg_grad_y.size(0);
+  const int64_t dim_H = arg_grad_y.size(1);
+  const int64_t dim_V = arg_weight.size(0);
+  at::Tensor out_grad_weight = at::empty({dim_V, dim_H}, arg_grad_y.options().dtype((attr_out_fp32 ? at::kFloat : arg_grad_y.scalar_type())));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::embedding_backward_rows(grad_y.data_ptr(), ids.data_ptr(), weight.data_ptr(), grad_weight.data_ptr(), to_rlk_dtype(grad_y), to_rlk_dtype(grad_weight), N, H, V, static_cast<bool>(out_fp32), stream);
+  const auto status = rlk::cuda::embedding_backward_rows(arg_grad_y.data_ptr(), arg_ids.data_ptr(), arg_weight.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_grad_y), to_rlk_dtype(out_grad_weight), dim_N, dim_H, dim_V, static_cast<bool>(attr_out_fp32), stream);
   TORCH_CHECK(status == cudaSuccess, "embedding_backward/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return grad_weight;
+  return out_grad_weight;
 }
 
-at::Tensor embedding_backward_rows_cpu(const at::Tensor& grad_y, const at::Tensor& ids, const at::Tensor& weight, bool out_fp32) {
-  check_embedding_backward(grad_y, ids, weight);
-  const int64_t N = grad_y.size(0);
-  const int64_t H = grad_y.size(1);
-  const int64_t V = weight.size(0);
-  at::Tensor grad_weight = at::empty({V, H}, grad_y.options().dtype((out_fp32 ? at::kFloat : grad_y.scalar_type())));
-  rlk::cpu::embedding_backward_rows(grad_y.data_ptr(), ids.data_ptr(), weight.data_ptr(), grad_weight.data_ptr(), to_rlk_dtype(grad_y), to_rlk_dtype(grad_weight), N, H, V, static_cast<bool>(out_fp32), at::get_num_threads());
-  return grad_weight;
+at::Tensor embedding_backward_rows_cpu(const at::Tensor& arg_grad_y, const at::Tensor& arg_ids, const at::Tensor& arg_weight, bool attr_out_fp32) {
+  check_embedding_backward(arg_grad_y, arg_ids, arg_weight);
+  const int64_t dim_N = arg_grad_y.size(0);
+  const int64_t dim_H = arg_grad_y.size(1);
+  const int64_t dim_V = arg_weight.size(0);
+  at::Tensor out_grad_weight = at::empty({dim_V, dim_H}, arg_grad_y.options().dtype((attr_out_fp32 ? at::kFloat : arg_grad_y.scalar_type())));
+  rlk::cpu::embedding_backward_rows(arg_grad_y.data_ptr(), arg_ids.data_ptr(), arg_weight.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_grad_y), to_rlk_dtype(out_grad_weight), dim_N, dim_H, dim_V, static_cast<bool>(attr_out_fp32), at::get_num_threads());
+  return out_grad_weight;
 }
 
 // ---------------------------------------------------------------- grpo_loss (specs/ops/grpo_loss.yaml)
 
-void check_grpo_loss(const at::Tensor& ratio, const at::Tensor& kl, const at::Tensor& mask, const at::Tensor& rewards) {
-  TORCH_CHECK(ratio.dim() == 3, "grpo_loss: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", ratio.sizes());
-  TORCH_CHECK(kl.dim() == 3, "grpo_loss: argument 'kl' must be 3-D with shape [G, S, T], got shape ", kl.sizes());
-  TORCH_CHECK(mask.dim() == 3, "grpo_loss: argument 'mask' must be 3-D with shape [G, S, T], got shape ", mask.sizes());
-  TORCH_CHECK(rewards.dim() == 2, "grpo_loss: argument 'rewards' must be 2-D with shape [G, S], got shape ", rewards.sizes());
-  TORCH_CHECK(dtype_in(ratio.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "grpo_loss: argument 'ratio' must have dtype float32, float16 or bfloat16, got ", dtype_name(ratio.scalar_type()));
-  TORCH_CHECK(kl.scalar_type() == ratio.scalar_type(), "grpo_loss: argument 'kl' must have the same dtype as argument 'ratio' (R), got ",
-              dtype_name(kl.scalar_type()), " and ", dtype_name(ratio.scalar_type()));
-  TORCH_CHECK(dtype_in(mask.scalar_type(), { "bool" }),
-              "grpo_loss: argument 'mask' must have dtype bool, got ", dtype_name(mask.scalar_type()));
-  TORCH_CHECK(dtype_in(rewards.scalar_type(), { "float32" }),
-              "grpo_loss: argument 'rewards' must have dtype float32, got ", dtype_name(rewards.scalar_type()));
-  TORCH_CHECK(kl.device() == ratio.device(), "grpo_loss: argument 'kl' must be on the same device as argument 'ratio', got ", kl.device(), " and ",
-              ratio.device());
-  TORCH_CHECK(mask.device() == ratio.device(), "grpo_loss: argument 'mask' must be on the same device as argument 'ratio', got ", mask.device(), " and ",
-              ratio.device());
-  TORCH_CHECK(rewards.device() == ratio.device(), "grpo_loss: argument 'rewards' must be on the same device as argument 'ratio', got ", rewards.device(), " and ",
-              ratio.device());
-  TORCH_CHECK(kl.size(0) == ratio.size(0), "grpo_loss: dimension G of argument 'kl' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
-              kl.size(0), " and ", ratio.size(0));
-  TORCH_CHECK(kl.size(1) == ratio.size(1), "grpo_loss: dimension S of argument 'kl' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
-              kl.size(1), " and ", ratio.size(1));
-  TORCH_CHECK(kl.size(2) == ratio.size(2), "grpo_loss: dimension T of argument 'kl' (axis 2) must equal dimension T of argument 'ratio' (axis 2), got ",
-              kl.size(2), " and ", ratio.size(2));
-  TORCH_CHECK(mask.size(0) == ratio.size(0), "grpo_loss: dimension G of argument 'mask' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
-              mask.size(0), " and ", ratio.size(0));
-  TORCH_CHECK(mask.size(1) == ratio.size(1), "grpo_loss: dimension S of argument 'mask' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
-              mask.size(1), " and ", ratio.size(1));
-  TORCH_CHECK(mask.size(2) == ratio.size(2), "grpo_loss: dimension T of argument 'mask' (axis 2) must equal dimension T of argument 'ratio' (axis 2), got ",
-              mask.size(2), " and ", ratio.size(2));
-  TORCH_CHECK(rewards.size(0) == ratio.size(0), "grpo_loss: dimension G of argument 'rewards' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
-              rewards.size(0), " and ", ratio.size(0));
-  TORCH_CHECK(rewards.size(1) == ratio.size(1), "grpo_loss: dimension S of argument 'rewards' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
-              rewards.size(1), " and ", ratio.size(1));
-  TORCH_CHECK(ratio.is_contiguous(), "grpo_loss: argument 'ratio' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(kl.is_contiguous(), "grpo_loss: argument 'kl' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(mask.is_contiguous(), "grpo_loss: argument 'mask' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(rewards.is_contiguous(), "grpo_loss: argument 'rewards' must be contiguous (call .contiguous() on it)");
+void check_grpo_loss(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards) {
+  TORCH_CHECK(arg_ratio.dim() == 3, "grpo_loss: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", arg_ratio.sizes());
+  TORCH_CHECK(arg_kl.dim() == 3, "grpo_loss: argument 'kl' must be 3-D with shape [G, S, T], got shape ", arg_kl.sizes());
+  TORCH_CHECK(arg_mask.dim() == 3, "grpo_loss: argument 'mask' must be 3-D with shape [G, S, T], got shape ", arg_mask.sizes());
+  TORCH_CHECK(arg_rewards.dim() == 2, "grpo_loss: argument 'rewards' must be 2-D with shape [G, S], got shape ", arg_rewards.sizes());
+  TORCH_CHECK(dtype_in(arg_ratio.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "grpo_loss: argument 'ratio' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_ratio.scalar_type()));
+  TORCH_CHECK(arg_kl.scalar_type() == arg_ratio.scalar_type(), "grpo_loss: argument 'kl' must have the same dtype as argument 'ratio' (R), got ",
+              dtype_name(arg_kl.scalar_type()), " and ", dtype_name(arg_ratio.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_mask.scalar_type(), { "bool" }),
+              "grpo_loss: argument 'mask' must have dtype bool, got ", dtype_name(arg_mask.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_rewards.scalar_type(), { "float32" }),
+              "grpo_loss: argument 'rewards' must have dtype float32, got ", dtype_name(arg_rewards.scalar_type()));
+  TORCH_CHECK(arg_kl.device() == arg_ratio.device(), "grpo_loss: argument 'kl' must be on the same device as argument 'ratio', got ", arg_kl.device(), " and ",
+              arg_ratio.device());
+  TORCH_CHECK(arg_mask.device() == arg_ratio.device(), "grpo_loss: argument 'mask' must be on the same device as argument 'ratio', got ", arg_mask.device(), " and ",
+              arg_ratio.device());
+  TORCH_CHECK(arg_rewards.device() == arg_ratio.device(), "grpo_loss: argument 'rewards' must be on the same device as argument 'ratio', got ", arg_rewards.device(), " and ",
+              arg_ratio.device());
+  TORCH_CHECK(arg_kl.size(0) == arg_ratio.size(0), "grpo_loss: dimension G of argument 'kl' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
+              arg_kl.size(0), " and ", arg_ratio.size(0));
+  TORCH_CHECK(arg_kl.size(1) == arg_ratio.size(1), "grpo_loss: dimension S of argument 'kl' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
+              arg_kl.size(1), " and ", arg_ratio.size(1));
+  TORCH_CHECK(arg_kl.size(2) == arg_ratio.size(2), "grpo_loss: dimension T of argument 'kl' (axis 2) must equal dimension T of argument 'ratio' (axis 2), got ",
+              arg_kl.size(2), " and ", arg_ratio.size(2));
+  TORCH_CHECK(arg_mask.size(0) == arg_ratio.size(0), "grpo_loss: dimension G of argument 'mask' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
+              arg_mask.size(0), " and ", arg_ratio.size(0));
+  TORCH_CHECK(arg_mask.size(1) == arg_ratio.size(1), "grpo_loss: dimension S of argument 'mask' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
+              arg_mask.size(1), " and ", arg_ratio.size(1));
+  TORCH_CHECK(arg_mask.size(2) == arg_ratio.size(2), "grpo_loss: dimension T of argument 'mask' (axis 2) must equal dimension T of argument 'ratio' (axis 2), got ",
+              arg_mask.size(2), " and ", arg_ratio.size(2));
+  TORCH_CHECK(arg_rewards.size(0) == arg_ratio.size(0), "grpo_loss: dimension G of argument 'rewards' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
+              arg_rewards.size(0), " and ", arg_ratio.size(0));
+  TORCH_CHECK(arg_rewards.size(1) == arg_ratio.size(1), "grpo_loss: dimension S of argument 'rewards' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
+              arg_rewards.size(1), " and ", arg_ratio.size(1));
+  TORCH_CHECK(arg_ratio.is_contiguous(), "grpo_loss: argument 'ratio' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_kl.is_contiguous(), "grpo_loss: argument 'kl' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_mask.is_contiguous(), "grpo_loss: argument 'mask' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_rewards.is_contiguous(), "grpo_loss: argument 'rewards' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cuda(const at::Tensor& ratio, const at::Tensor& kl, const at::Tensor& mask, const at::Tensor& rewards, double eps_low, double eps_high, double beta) {
-  check_grpo_loss(ratio, kl, mask, rewards);
-  at::cuda::OptionalCUDAGuard device_guard(ratio.device());
-  const int64_t G = ratio.size(0);
-  const int64_t S = ratio.size(1);
-  const int64_t T = ratio.size(2);
-  at::Tensor loss = at::empty({}, ratio.options().dtype(scalar_type_of("float32")));
-  at::Tensor adv = at::empty({G, S}, ratio.options().dtype(scalar_type_of("float32")));
+std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cuda(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss(arg_ratio, arg_kl, arg_mask, arg_rewards);
+  at::cuda::OptionalCUDAGuard device_guard(arg_ratio.device());
+  const int64_t dim_G = arg_ratio.size(0);
+  const int64_t dim_S = arg_ratio.size(1);
+  const int64_t dim_T = arg_ratio.size(2);
+  at::Tensor out_loss = at::empty({}, arg_ratio.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_adv = at::empty({dim_G, dim_S}, arg_ratio.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::grpo_loss_block(ratio.data_ptr(), kl.data_ptr(), mask.data_ptr(), rewards.data_ptr(), loss.data_ptr(), adv.data_ptr(), to_rlk_dtype(ratio), G, S, T, static_cast<float>(eps_low), static_cast<float>(eps_high), static_cast<float>(beta), stream);
+  const auto status = rlk::cuda::grpo_loss_block(arg_ratio.data_ptr(), arg_kl.data_ptr(), arg_mask.data_ptr(), arg_rewards.data_ptr(), out_loss.data_ptr(), out_adv.data_ptr(), to_rlk_dtype(arg_ratio), dim_G, dim_S, dim_T, static_cast<float>(attr_eps_low), static_cast<float>(attr_eps_high), static_cast<float>(attr_beta), stream);
   TORCH_CHECK(status == cudaSuccess, "grpo_loss/block: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { loss, adv };
+  return { out_loss, out_adv };
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& ratio, const at::Tensor& kl, const at::Tensor& mask, const at::Tensor& rewards, double eps_low, double eps_high, double beta) {
-  check_grpo_loss(ratio, kl, mask, rewards);
-  const int64_t G = ratio.size(0);
-  const int64_t S = ratio.size(1);
-  const int64_t T = ratio.size(2);
-  at::Tensor loss = at::empty({}, ratio.options().dtype(scalar_type_of("float32")));
-  at::Tensor adv = at::empty({G, S}, ratio.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::grpo_loss_block(ratio.data_ptr(), kl.data_ptr(), mask.data_ptr(), rewards.data_ptr(), loss.data_ptr(), adv.data_ptr(), to_rlk_dtype(ratio), G, S, T, static_cast<float>(eps_low), static_cast<float>(eps_high), static_cast<float>(beta), at::get_num_threads());
-  return { loss, adv };
+std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss(arg_ratio, arg_kl, arg_mask, arg_rewards);
+  const int64_t dim_G = arg_ratio.size(0);
+  const int64_t dim_S = arg_ratio.size(1);
+  const int64_t dim_T = arg_ratio.size(2);
+  at::Tensor out_loss = at::empty({}, arg_ratio.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_adv = at::empty({dim_G, dim_S}, arg_ratio.options().dtype(scalar_type_of("float32")));
+  rlk::cpu::grpo_loss_block(arg_ratio.data_ptr(), arg_kl.data_ptr(), arg_mask.data_ptr(), arg_rewards.data_ptr(), out_loss.data_ptr(), out_adv.data_ptr(), to_rlk_dtype(arg_ratio), dim_G, dim_S, dim_T, static_cast<float>(attr_eps_low), static_cast<float>(attr_eps_high), static_cast<float>(attr_beta), at::get_num_threads());
+  return { out_loss, out_adv };
 }
 
 // ---------------------------------------------------------------- grpo_loss_backward (specs/ops/grpo_loss_backward.yaml)
 
-void check_grpo_loss_backward(const at::Tensor& grad_loss, const at::Tensor& ratio, const at::Tensor& mask, const at::Tensor& adv) {
-  TORCH_CHECK(grad_loss.dim() == 0, "grpo_loss_backward: argument 'grad_loss' must be 0-D with shape [], got shape ", grad_loss.sizes());
-  TORCH_CHECK(ratio.dim() == 3, "grpo_loss_backward: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", ratio.sizes());
-  TORCH_CHECK(mask.dim() == 3, "grpo_loss_backward: argument 'mask' must be 3-D with shape [G, S, T], got shape ", mask.sizes());
-  TORCH_CHECK(adv.dim() == 2, "grpo_loss_backward: argument 'adv' must be 2-D with shape [G, S], got shape ", adv.sizes());
-  TORCH_CHECK(dtype_in(grad_loss.scalar_type(), { "float32" }),
-              "grpo_loss_backward: argument 'grad_loss' must have dtype float32, got ", dtype_name(grad_loss.scalar_type()));
-  TORCH_CHECK(dtype_in(ratio.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "grpo_loss_backward: argument 'ratio' must have dtype float32, float16 or bfloat16, got ", dtype_name(ratio.scalar_type()));
-  TORCH_CHECK(dtype_in(mask.scalar_type(), { "bool" }),
-              "grpo_loss_backward: argument 'mask' must have dtype bool, got ", dtype_name(mask.scalar_type()));
-  TORCH_CHECK(dtype_in(adv.scalar_type(), { "float32" }),
-              "grpo_loss_backward: argument 'adv' must have dtype float32, got ", dtype_name(adv.scalar_type()));
-  TORCH_CHECK(ratio.device() == grad_loss.device(), "grpo_loss_backward: argument 'ratio' must be on the same device as argument 'grad_loss', got ", ratio.device(), " and ",
-              grad_loss.device());
-  TORCH_CHECK(mask.device() == grad_loss.device(), "grpo_loss_backward: argument 'mask' must be on the same device as argument 'grad_loss', got ", mask.device(), " and ",
-              grad_loss.device());
-  TORCH_CHECK(adv.device() == grad_loss.device(), "grpo_loss_backward: argument 'adv' must be on the same device as argument 'grad_loss', got ", adv.device(), " and ",
-              grad_loss.device());
-  TORCH_CHECK(mask.size(0) == ratio.size(0), "grpo_loss_backward: dimension G of argument 'mask' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
-              mask.size(0), " and ", ratio.size(0));
-  TORCH_CHECK(mask.size(1) == ratio.size(1), "grpo_loss_backward: dimension S of argument 'mask' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
-              mask.size(1), " and ", ratio.size(1));
-  TORCH_CHECK(mask.size(2) == ratio.size(2), "grpo_loss_backward: dimension T of argument 'mask' (axis 2) must equal dimension T of argument 'ratio' (axis 2), got ",
-              mask.size(2), " and ", ratio.size(2));
-  TORCH_CHECK(adv.size(0) == ratio.size(0), "grpo_loss_backward: dimension G of argument 'adv' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
-              adv.size(0), " and ", ratio.size(0));
-  TORCH_CHECK(adv.size(1) == ratio.size(1), "grpo_loss_backward: dimension S of argument 'adv' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
-              adv.size(1), " and ", ratio.size(1));
-  TORCH_CHECK(grad_loss.is_contiguous(), "grpo_loss_backward: argument 'grad_loss' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ratio.is_contiguous(), "grpo_loss_backward: argument 'ratio' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(mask.is_contiguous(), "grpo_loss_backward: argument 'mask' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(adv.is_contiguous(), "grpo_loss_backward: argument 'adv' must be contiguous (call .contiguous() on it)");
+void check_grpo_loss_backward(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv) {
+  TORCH_CHECK(arg_grad_loss.dim() == 0, "grpo_loss_backward: argument 'grad_loss' must be 0-D with shape [], got shape ", arg_grad_loss.sizes());
+  TORCH_CHECK(arg_ratio.dim() == 3, "grpo_loss_backward: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", arg_ratio.sizes());
+  TORCH_CHECK(arg_mask.dim() == 3, "grpo_loss_backward: argument 'mask' must be 3-D with shape [G, S, T], got shape ", arg_mask.sizes());
+  TORCH_CHECK(arg_adv.dim() == 2, "grpo_loss_backward: argument 'adv' must be 2-D with shape [G, S], got shape ", arg_adv.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_loss.scalar_type(), { "float32" }),
+              "grpo_loss_backward: argument 'grad_loss' must have dtype float32, got ", dtype_name(arg_grad_loss.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_ratio.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "grpo_loss_backward: argument 'ratio' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_ratio.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_mask.scalar_type(), { "bool" }),
+              "grpo_loss_backward: argument 'mask' must have dtype bool, got ", dtype_name(arg_mask.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_adv.scalar_type(), { "float32" }),
+              "grpo_loss_backward: argument 'adv' must have dtype float32, got ", dtype_name(arg_adv.scalar_type()));
+  TORCH_CHECK(arg_ratio.device() == arg_grad_loss.device(), "grpo_loss_backward: argument 'ratio' must be on the same device as argument 'grad_loss', got ", arg_ratio.device(), " and ",
+              arg_grad_loss.device());
+  TORCH_CHECK(arg_mask.device() == arg_grad_loss.device(), "grpo_loss_backward: argument 'mask' must be on the same device as argument 'grad_loss', got ", arg_mask.device(), " and ",
+              arg_grad_loss.device());
+  TORCH_CHECK(arg_adv.device() == arg_grad_loss.device(), "grpo_loss_backward: argument 'adv' must be on the same device as argument 'grad_loss', got ", arg_adv.device(), " and ",
+              arg_grad_loss.device());
+  TORCH_CHECK(arg_mask.size(0) == arg_ratio.size(0), "grpo_loss_backward: dimension G of argument 'mask' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
+              arg_mask.size(0), " and ", arg_ratio.size(0));
+  TORCH_CHECK(arg_mask.size(1) == arg_ratio.size(1), "grpo_loss_backward: dimension S of argument 'mask' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
+              arg_mask.size(1), " and ", arg_ratio.size(1));
+  TORCH_CHECK(arg_mask.size(2) == arg_ratio.size(2), "grpo_loss_backward: dimension T of argument 'mask' (axis 2) must equal dimension T of argument 'ratio' (axis 2), got ",
+              arg_mask.size(2), " and ", arg_ratio.size(2));
+  TORCH_CHECK(arg_adv.size(0) == arg_ratio.size(0), "grpo_loss_backward: dimension G of argument 'adv' (axis 0) must equal dimension G of argument 'ratio' (axis 0), got ",
+              arg_adv.size(0), " and ", arg_ratio.size(0));
+  TORCH_CHECK(arg_adv.size(1) == arg_ratio.size(1), "grpo_loss_backward: dimension S of argument 'adv' (axis 1) must equal dimension S of argument 'ratio' (axis 1), got ",
+              arg_adv.size(1), " and ", arg_ratio.size(1));
+  TORCH_CHECK(arg_grad_loss.is_contiguous(), "grpo_loss_backward: argument 'grad_loss' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ratio.is_contiguous(), "grpo_loss_backward: argument 'ratio' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_mask.is_contiguous(), "grpo_loss_backward: argument 'mask' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_adv.is_contiguous(), "grpo_loss_backward: argument 'adv' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cuda(const at::Tensor& grad_loss, const at::Tensor& ratio, const at::Tensor& mask, const at::Tensor& adv, double eps_low, double eps_high, double beta) {
-  check_grpo_loss_backward(grad_loss, ratio, mask, adv);
-  at::cuda::OptionalCUDAGuard device_guard(grad_loss.device());
-  const int64_t G = ratio.size(0);
-  const int64_t S = ratio.size(1);
-  const int64_t T = ratio.size(2);
-  at::Tensor grad_ratio = at::empty({G, S, T}, ratio.options());
-  at::Tensor grad_kl = at::empty({G, S, T}, ratio.options());
+std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cuda(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss_backward(arg_grad_loss, arg_ratio, arg_mask, arg_adv);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_loss.device());
+  const int64_t dim_G = arg_ratio.size(0);
+  const int64_t dim_S = arg_ratio.size(1);
+  const int64_t dim_T = arg_ratio.size(2);
+  at::Tensor out_grad_ratio = at::empty({dim_G, dim_S, dim_T}, arg_ratio.options());
+  at::Tensor out_grad_kl = at::empty({dim_G, dim_S, dim_T}, arg_ratio.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::grpo_loss_backward_block(grad_loss.data_ptr(), ratio.data_ptr(), mask.data_ptr(), adv.data_ptr(), grad_ratio.data_ptr(), grad_kl.data_ptr(), to_rlk_dtype(ratio), G, S, T, static_cast<float>(eps_low), static_cast<float>(eps_high), static_cast<float>(beta), stream);
+  const auto status = rlk::cuda::grpo_loss_backward_block(arg_grad_loss.data_ptr(), arg_ratio.data_ptr(), arg_mask.data_ptr(), arg_adv.data_ptr(), out_grad_ratio.data_ptr(), out_grad_kl.data_ptr(), to_rlk_dtype(arg_ratio), dim_G, dim_S, dim_T, static_cast<float>(attr_eps_low), static_cast<float>(attr_eps_high), static_cast<float>(attr_beta), stream);
   TORCH_CHECK(status == cudaSuccess, "grpo_loss_backward/block: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { grad_ratio, grad_kl };
+  return { out_grad_ratio, out_grad_kl };
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cpu(const at::Tensor& grad_loss, const at::Tensor& ratio, const at::Tensor& mask, const at::Tensor& adv, double eps_low, double eps_high, double beta) {
-  check_grpo_loss_backward(grad_loss, ratio, mask, adv);
-  const int64_t G = ratio.size(0);
-  const int64_t S = ratio.size(1);
-  const int64_t T = ratio.size(2);
-  at::Tensor grad_ratio = at::empty({G, S, T}, ratio.options());
-  at::Tensor grad_kl = at::empty({G, S, T}, ratio.options());
-  rlk::cpu::grpo_loss_backward_block(grad_loss.data_ptr(), ratio.data_ptr(), mask.data_ptr(), adv.data_ptr(), grad_ratio.data_ptr(), grad_kl.data_ptr(), to_rlk_dtype(ratio), G, S, T, static_cast<float>(eps_low), static_cast<float>(eps_high), static_cast<float>(beta), at::get_num_threads());
-  return { grad_ratio, grad_kl };
+std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cpu(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss_backward(arg_grad_loss, arg_ratio, arg_mask, arg_adv);
+  const int64_t dim_G = arg_ratio.size(0);
+  const int64_t dim_S = arg_ratio.size(1);
+  const int64_t dim_T = arg_ratio.size(2);
+  at::Tensor out_grad_ratio = at::empty({dim_G, dim_S, dim_T}, arg_ratio.options());
+  at::Tensor out_grad_kl = at::empty({dim_G, dim_S, dim_T}, arg_ratio.options());
+  rlk::cpu::grpo_loss_backward_block(arg_grad_loss.data_ptr(), arg_ratio.data_ptr(), arg_mask.data_ptr(), arg_adv.data_ptr(), out_grad_ratio.data_ptr(), out_grad_kl.data_ptr(), to_rlk_dtype(arg_ratio), dim_G, dim_S, dim_T, static_cast<float>(attr_eps_low), static_cast<float>(attr_eps_high), static_cast<float>(attr_beta), at::get_num_threads());
+  return { out_grad_ratio, out_grad_kl };
 }
 
 // ---------------------------------------------------------------- linear_logp (specs/ops/linear_logp.yaml)
 
-void check_linear_logp(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& ids) {
-  TORCH_CHECK(h.dim() == 2, "linear_logp: argument 'h' must be 2-D with shape [N, H], got shape ", h.sizes());
-  TORCH_CHECK(weight.dim() == 2, "linear_logp: argument 'weight' must be 2-D with shape [V, H], got shape ", weight.sizes());
-  TORCH_CHECK(ids.dim() == 1, "linear_logp: argument 'ids' must be 1-D with shape [N], got shape ", ids.sizes());
-  TORCH_CHECK(dtype_in(h.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "linear_logp: argument 'h' must have dtype float32, float16 or bfloat16, got ", dtype_name(h.scalar_type()));
-  TORCH_CHECK(weight.scalar_type() == h.scalar_type(), "linear_logp: argument 'weight' must have the same dtype as argument 'h' (T), got ",
-              dtype_name(weight.scalar_type()), " and ", dtype_name(h.scalar_type()));
-  TORCH_CHECK(dtype_in(ids.scalar_type(), { "int64" }),
-              "linear_logp: argument 'ids' must have dtype int64, got ", dtype_name(ids.scalar_type()));
-  TORCH_CHECK(weight.device() == h.device(), "linear_logp: argument 'weight' must be on the same device as argument 'h', got ", weight.device(), " and ",
-              h.device());
-  TORCH_CHECK(ids.device() == h.device(), "linear_logp: argument 'ids' must be on the same device as argument 'h', got ", ids.device(), " and ",
-              h.device());
-  TORCH_CHECK(weight.size(1) == h.size(1), "linear_logp: dimension H of argument 'weight' (axis 1) must equal dimension H of argument 'h' (axis 1), got ",
-              weight.size(1), " and ", h.size(1));
-  TORCH_CHECK(ids.size(0) == h.size(0), "linear_logp: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'h' (axis 0), got ",
-              ids.size(0), " and ", h.size(0));
-  TORCH_CHECK(h.is_contiguous(), "linear_logp: argument 'h' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(weight.is_contiguous(), "linear_logp: argument 'weight' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ids.is_contiguous(), "linear_logp: argument 'ids' must be contiguous (call .contiguous() on it)");
+void check_linear_logp(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids) {
+  TORCH_CHECK(arg_h.dim() == 2, "linear_logp: argument 'h' must be 2-D with shape [N, H], got shape ", arg_h.sizes());
+  TORCH_CHECK(arg_weight.dim() == 2, "linear_logp: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
+  TORCH_CHECK(arg_ids.dim() == 1, "linear_logp: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
+  TORCH_CHECK(dtype_in(arg_h.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "linear_logp: argument 'h' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_h.scalar_type()));
+  TORCH_CHECK(arg_weight.scalar_type() == arg_h.scalar_type(), "linear_logp: argument 'weight' must have the same dtype as argument 'h' (T), got ",
+              dtype_name(arg_weight.scalar_type()), " and ", dtype_name(arg_h.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_ids.scalar_type(), { "int64" }),
+              "linear_logp: argument 'ids' must have dtype int64, got ", dtype_name(arg_ids.scalar_type()));
+  TORCH_CHECK(arg_weight.device() == arg_h.device(), "linear_logp: argument 'weight' must be on the same device as argument 'h', got ", arg_weight.device(), " and ",
+              arg_h.device());
+  TORCH_CHECK(arg_ids.device() == arg_h.device(), "linear_logp: argument 'ids' must be on the same device as argument 'h', got ", arg_ids.device(), " and ",
+              arg_h.device());
+  TORCH_CHECK(arg_weight.size(1) == arg_h.size(1), "linear_logp: dimension H of argument 'weight' (axis 1) must equal dimension H of argument 'h' (axis 1), got ",
+              arg_weight.size(1), " and ", arg_h.size(1));
+  TORCH_CHECK(arg_ids.size(0) == arg_h.size(0), "linear_logp: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'h' (axis 0), got ",
+              arg_ids.size(0), " and ", arg_h.size(0));
+  TORCH_CHECK(arg_h.is_contiguous(), "linear_logp: argument 'h' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_weight.is_contiguous(), "linear_logp: argument 'weight' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ids.is_contiguous(), "linear_logp: argument 'ids' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cuda(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& ids, int64_t ignore_index) {
-  check_linear_logp(h, weight, ids);
-  at::cuda::OptionalCUDAGuard device_guard(h.device());
-  const int64_t N = h.size(0);
-  const int64_t H = h.size(1);
-  const int64_t V = weight.size(0);
-  at::Tensor lp = at::empty({N}, h.options().dtype(scalar_type_of("float32")));
-  at::Tensor entropy = at::empty({N}, h.options().dtype(scalar_type_of("float32")));
-  at::Tensor lse = at::empty({N}, h.options().dtype(scalar_type_of("float32")));
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cuda(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
+  check_linear_logp(arg_h, arg_weight, arg_ids);
+  at::cuda::OptionalCUDAGuard device_guard(arg_h.device());
+  const int64_t dim_N = arg_h.size(0);
+  const int64_t dim_H = arg_h.size(1);
+  const int64_t dim_V = arg_weight.size(0);
+  at::Tensor out_lp = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_entropy = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_lse = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::linear_logp_rows(h.data_ptr(), weight.data_ptr(), ids.data_ptr(), lp.data_ptr(), entropy.data_ptr(), lse.data_ptr(), to_rlk_dtype(h), N, H, V, static_cast<int64_t>(ignore_index), stream);
+  const auto status = rlk::cuda::linear_logp_rows(arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_entropy.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
   TORCH_CHECK(status == cudaSuccess, "linear_logp/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { lp, entropy, lse };
+  return { out_lp, out_entropy, out_lse };
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cpu(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& ids, int64_t ignore_index) {
-  check_linear_logp(h, weight, ids);
-  const int64_t N = h.size(0);
-  const int64_t H = h.size(1);
-  const int64_t V = weight.size(0);
-  at::Tensor lp = at::empty({N}, h.options().dtype(scalar_type_of("float32")));
-  at::Tensor entropy = at::empty({N}, h.options().dtype(scalar_type_of("float32")));
-  at::Tensor lse = at::empty({N}, h.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::linear_logp_rows(h.data_ptr(), weight.data_ptr(), ids.data_ptr(), lp.data_ptr(), entropy.data_ptr(), lse.data_ptr(), to_rlk_dtype(h), N, H, V, static_cast<int64_t>(ignore_index), at::get_num_threads());
-  return { lp, entropy, lse };
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cpu(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
+  check_linear_logp(arg_h, arg_weight, arg_ids);
+  const int64_t dim_N = arg_h.size(0);
+  const int64_t dim_H = arg_h.size(1);
+  const int64_t dim_V = arg_weight.size(0);
+  at::Tensor out_lp = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_entropy = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_lse = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
+  rlk::cpu::linear_logp_rows(arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_entropy.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  return { out_lp, out_entropy, out_lse };
 }
 
 // ---------------------------------------------------------------- linear_logp_backward (specs/ops/linear_logp_backward.yaml)
 
-void check_linear_logp_backward(const at::Tensor& grad_lp, const at::Tensor& grad_entropy, const at::Tensor& h, const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& lse, const at::Tensor& entropy) {
-  TORCH_CHECK(grad_lp.dim() == 1, "linear_logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", grad_lp.sizes());
-  TORCH_CHECK(grad_entropy.dim() == 1, "linear_logp_backward: argument 'grad_entropy' must be 1-D with shape [N], got shape ", grad_entropy.sizes());
-  TORCH_CHECK(h.dim() == 2, "linear_logp_backward: argument 'h' must be 2-D with shape [N, H], got shape ", h.sizes());
-  TORCH_CHECK(weight.dim() == 2, "linear_logp_backward: argument 'weight' must be 2-D with shape [V, H], got shape ", weight.sizes());
-  TORCH_CHECK(ids.dim() == 1, "linear_logp_backward: argument 'ids' must be 1-D with shape [N], got shape ", ids.sizes());
-  TORCH_CHECK(lse.dim() == 1, "linear_logp_backward: argument 'lse' must be 1-D with shape [N], got shape ", lse.sizes());
-  TORCH_CHECK(entropy.dim() == 1, "linear_logp_backward: argument 'entropy' must be 1-D with shape [N], got shape ", entropy.sizes());
-  TORCH_CHECK(dtype_in(grad_lp.scalar_type(), { "float32" }),
-              "linear_logp_backward: argument 'grad_lp' must have dtype float32, got ", dtype_name(grad_lp.scalar_type()));
-  TORCH_CHECK(dtype_in(grad_entropy.scalar_type(), { "float32" }),
-              "linear_logp_backward: argument 'grad_entropy' must have dtype float32, got ", dtype_name(grad_entropy.scalar_type()));
-  TORCH_CHECK(dtype_in(h.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "linear_logp_backward: argument 'h' must have dtype float32, float16 or bfloat16, got ", dtype_name(h.scalar_type()));
-  TORCH_CHECK(weight.scalar_type() == h.scalar_type(), "linear_logp_backward: argument 'weight' must have the same dtype as argument 'h' (T), got ",
-              dtype_name(weight.scalar_type()), " and ", dtype_name(h.scalar_type()));
-  TORCH_CHECK(dtype_in(ids.scalar_type(), { "int64" }),
-              "linear_logp_backward: argument 'ids' must have dtype int64, got ", dtype_name(ids.scalar_type()));
-  TORCH_CHECK(dtype_in(lse.scalar_type(), { "float32" }),
-              "linear_logp_backward: argument 'lse' must have dtype float32, got ", dtype_name(lse.scalar_type()));
-  TORCH_CHECK(dtype_in(entropy.scalar_type(), { "float32" }),
-              "linear_logp_backward: argument 'entropy' must have dtype float32, got ", dtype_name(entropy.scalar_type()));
-  TORCH_CHECK(grad_entropy.device() == grad_lp.device(), "linear_logp_backward: argument 'grad_entropy' must be on the same device as argument 'grad_lp', got ", grad_entropy.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(h.device() == grad_lp.device(), "linear_logp_backward: argument 'h' must be on the same device as argument 'grad_lp', got ", h.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(weight.device() == grad_lp.device(), "linear_logp_backward: argument 'weight' must be on the same device as argument 'grad_lp', got ", weight.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(ids.device() == grad_lp.device(), "linear_logp_backward: argument 'ids' must be on the same device as argument 'grad_lp', got ", ids.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(lse.device() == grad_lp.device(), "linear_logp_backward: argument 'lse' must be on the same device as argument 'grad_lp', got ", lse.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(entropy.device() == grad_lp.device(), "linear_logp_backward: argument 'entropy' must be on the same device as argument 'grad_lp', got ", entropy.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(grad_entropy.size(0) == grad_lp.size(0), "linear_logp_backward: dimension N of argument 'grad_entropy' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              grad_entropy.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(h.size(0) == grad_lp.size(0), "linear_logp_backward: dimension N of argument 'h' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              h.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(weight.size(1) == h.size(1), "linear_logp_backward: dimension H of argument 'weight' (axis 1) must equal dimension H of argument 'h' (axis 1), got ",
-              weight.size(1), " and ", h.size(1));
-  TORCH_CHECK(ids.size(0) == grad_lp.size(0), "linear_logp_backward: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              ids.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(lse.size(0) == grad_lp.size(0), "linear_logp_backward: dimension N of argument 'lse' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              lse.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(entropy.size(0) == grad_lp.size(0), "linear_logp_backward: dimension N of argument 'entropy' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              entropy.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(grad_lp.is_contiguous(), "linear_logp_backward: argument 'grad_lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(grad_entropy.is_contiguous(), "linear_logp_backward: argument 'grad_entropy' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(h.is_contiguous(), "linear_logp_backward: argument 'h' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(weight.is_contiguous(), "linear_logp_backward: argument 'weight' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ids.is_contiguous(), "linear_logp_backward: argument 'ids' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(lse.is_contiguous(), "linear_logp_backward: argument 'lse' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(entropy.is_contiguous(), "linear_logp_backward: argument 'entropy' must be contiguous (call .contiguous() on it)");
+void check_linear_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy) {
+  TORCH_CHECK(arg_grad_lp.dim() == 1, "linear_logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", arg_grad_lp.sizes());
+  TORCH_CHECK(arg_grad_entropy.dim() == 1, "linear_logp_backward: argument 'grad_entropy' must be 1-D with shape [N], got shape ", arg_grad_entropy.sizes());
+  TORCH_CHECK(arg_h.dim() == 2, "linear_logp_backward: argument 'h' must be 2-D with shape [N, H], got shape ", arg_h.sizes());
+  TORCH_CHECK(arg_weight.dim() == 2, "linear_logp_backward: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
+  TORCH_CHECK(arg_ids.dim() == 1, "linear_logp_backward: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
+  TORCH_CHECK(arg_lse.dim() == 1, "linear_logp_backward: argument 'lse' must be 1-D with shape [N], got shape ", arg_lse.sizes());
+  TORCH_CHECK(arg_entropy.dim() == 1, "linear_logp_backward: argument 'entropy' must be 1-D with shape [N], got shape ", arg_entropy.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_lp.scalar_type(), { "float32" }),
+              "linear_logp_backward: argument 'grad_lp' must have dtype float32, got ", dtype_name(arg_grad_lp.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_grad_entropy.scalar_type(), { "float32" }),
+              "linear_logp_backward: argument 'grad_entropy' must have dtype float32, got ", dtype_name(arg_grad_entropy.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_h.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "linear_logp_backward: argument 'h' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_h.scalar_type()));
+  TORCH_CHECK(arg_weight.scalar_type() == arg_h.scalar_type(), "linear_logp_backward: argument 'weight' must have the same dtype as argument 'h' (T), got ",
+              dtype_name(arg_weight.scalar_type()), " and ", dtype_name(arg_h.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_ids.scalar_type(), { "int64" }),
+              "linear_logp_backward: argument 'ids' must have dtype int64, got ", dtype_name(arg_ids.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_lse.scalar_type(), { "float32" }),
+              "linear_logp_backward: argument 'lse' must have dtype float32, got ", dtype_name(arg_lse.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_entropy.scalar_type(), { "float32" }),
+              "linear_logp_backward: argument 'entropy' must have dtype float32, got ", dtype_name(arg_entropy.scalar_type()));
+  TORCH_CHECK(arg_grad_entropy.device() == arg_grad_lp.device(), "linear_logp_backward: argument 'grad_entropy' must be on the same device as argument 'grad_lp', got ", arg_grad_entropy.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_h.device() == arg_grad_lp.device(), "linear_logp_backward: argument 'h' must be on the same device as argument 'grad_lp', got ", arg_h.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_weight.device() == arg_grad_lp.device(), "linear_logp_backward: argument 'weight' must be on the same device as argument 'grad_lp', got ", arg_weight.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_ids.device() == arg_grad_lp.device(), "linear_logp_backward: argument 'ids' must be on the same device as argument 'grad_lp', got ", arg_ids.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_lse.device() == arg_grad_lp.device(), "linear_logp_backward: argument 'lse' must be on the same device as argument 'grad_lp', got ", arg_lse.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_entropy.device() == arg_grad_lp.device(), "linear_logp_backward: argument 'entropy' must be on the same device as argument 'grad_lp', got ", arg_entropy.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_grad_entropy.size(0) == arg_grad_lp.size(0), "linear_logp_backward: dimension N of argument 'grad_entropy' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_grad_entropy.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_h.size(0) == arg_grad_lp.size(0), "linear_logp_backward: dimension N of argument 'h' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_h.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_weight.size(1) == arg_h.size(1), "linear_logp_backward: dimension H of argument 'weight' (axis 1) must equal dimension H of argument 'h' (axis 1), got ",
+              arg_weight.size(1), " and ", arg_h.size(1));
+  TORCH_CHECK(arg_ids.size(0) == arg_grad_lp.size(0), "linear_logp_backward: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_ids.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_lse.size(0) == arg_grad_lp.size(0), "linear_logp_backward: dimension N of argument 'lse' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_lse.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_entropy.size(0) == arg_grad_lp.size(0), "linear_logp_backward: dimension N of argument 'entropy' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_entropy.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_grad_lp.is_contiguous(), "linear_logp_backward: argument 'grad_lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_grad_entropy.is_contiguous(), "linear_logp_backward: argument 'grad_entropy' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_h.is_contiguous(), "linear_logp_backward: argument 'h' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_weight.is_contiguous(), "linear_logp_backward: argument 'weight' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ids.is_contiguous(), "linear_logp_backward: argument 'ids' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_lse.is_contiguous(), "linear_logp_backward: argument 'lse' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_entropy.is_contiguous(), "linear_logp_backward: argument 'entropy' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cuda(const at::Tensor& grad_lp, const at::Tensor& grad_entropy, const at::Tensor& h, const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& lse, const at::Tensor& entropy, int64_t ignore_index) {
-  check_linear_logp_backward(grad_lp, grad_entropy, h, weight, ids, lse, entropy);
-  at::cuda::OptionalCUDAGuard device_guard(grad_lp.device());
-  const int64_t N = grad_lp.size(0);
-  const int64_t H = h.size(1);
-  const int64_t V = weight.size(0);
-  at::Tensor grad_h = at::empty({N, H}, h.options());
-  at::Tensor grad_weight = at::empty({V, H}, h.options());
+std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cuda(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index) {
+  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_lp.device());
+  const int64_t dim_N = arg_grad_lp.size(0);
+  const int64_t dim_H = arg_h.size(1);
+  const int64_t dim_V = arg_weight.size(0);
+  at::Tensor out_grad_h = at::empty({dim_N, dim_H}, arg_h.options());
+  at::Tensor out_grad_weight = at::empty({dim_V, dim_H}, arg_h.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::linear_logp_backward_rows(grad_lp.data_ptr(), grad_entropy.data_ptr(), h.data_ptr(), weight.data_ptr(), ids.data_ptr(), lse.data_ptr(), entropy.data_ptr(), grad_h.data_ptr(), grad_weight.data_ptr(), to_rlk_dtype(h), N, H, V, static_cast<int64_t>(ignore_index), stream);
+  const auto status = rlk::cuda::linear_logp_backward_rows(arg_grad_lp.data_ptr(), arg_grad_entropy.data_ptr(), arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), arg_entropy.data_ptr(), out_grad_h.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
   TORCH_CHECK(status == cudaSuccess, "linear_logp_backward/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { grad_h, grad_weight };
+  return { out_grad_h, out_grad_weight };
 }
 
-std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cpu(const at::Tensor& grad_lp, const at::Tensor& grad_entropy, const at::Tensor& h, const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& lse, const at::Tensor& entropy, int64_t ignore_index) {
-  check_linear_logp_backward(grad_lp, grad_entropy, h, weight, ids, lse, entropy);
-  const int64_t N = grad_lp.size(0);
-  const int64_t H = h.size(1);
-  const int64_t V = weight.size(0);
-  at::Tensor grad_h = at::empty({N, H}, h.options());
-  at::Tensor grad_weight = at::empty({V, H}, h.options());
-  rlk::cpu::linear_logp_backward_rows(grad_lp.data_ptr(), grad_entropy.data_ptr(), h.data_ptr(), weight.data_ptr(), ids.data_ptr(), lse.data_ptr(), entropy.data_ptr(), grad_h.data_ptr(), grad_weight.data_ptr(), to_rlk_dtype(h), N, H, V, static_cast<int64_t>(ignore_index), at::get_num_threads());
-  return { grad_h, grad_weight };
+std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index) {
+  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy);
+  const int64_t dim_N = arg_grad_lp.size(0);
+  const int64_t dim_H = arg_h.size(1);
+  const int64_t dim_V = arg_weight.size(0);
+  at::Tensor out_grad_h = at::empty({dim_N, dim_H}, arg_h.options());
+  at::Tensor out_grad_weight = at::empty({dim_V, dim_H}, arg_h.options());
+  rlk::cpu::linear_logp_backward_rows(arg_grad_lp.data_ptr(), arg_grad_entropy.data_ptr(), arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), arg_entropy.data_ptr(), out_grad_h.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  return { out_grad_h, out_grad_weight };
 }
 
 // ---------------------------------------------------------------- logp (specs/ops/logp.yaml)
 
-void check_logp(const at::Tensor& logits, const at::Tensor& ids) {
-  TORCH_CHECK(logits.dim() == 2, "logp: argument 'logits' must be 2-D with shape [N, V], got shape ", logits.sizes());
-  TORCH_CHECK(ids.dim() == 1, "logp: argument 'ids' must be 1-D with shape [N], got shape ", ids.sizes());
-  TORCH_CHECK(dtype_in(logits.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "logp: argument 'logits' must have dtype float32, float16 or bfloat16, got ", dtype_name(logits.scalar_type()));
-  TORCH_CHECK(dtype_in(ids.scalar_type(), { "int64" }),
-              "logp: argument 'ids' must have dtype int64, got ", dtype_name(ids.scalar_type()));
-  TORCH_CHECK(ids.device() == logits.device(), "logp: argument 'ids' must be on the same device as argument 'logits', got ", ids.device(), " and ",
-              logits.device());
-  TORCH_CHECK(ids.size(0) == logits.size(0), "logp: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'logits' (axis 0), got ",
-              ids.size(0), " and ", logits.size(0));
-  TORCH_CHECK(logits.is_contiguous(), "logp: argument 'logits' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ids.is_contiguous(), "logp: argument 'ids' must be contiguous (call .contiguous() on it)");
+void check_logp(const at::Tensor& arg_logits, const at::Tensor& arg_ids) {
+  TORCH_CHECK(arg_logits.dim() == 2, "logp: argument 'logits' must be 2-D with shape [N, V], got shape ", arg_logits.sizes());
+  TORCH_CHECK(arg_ids.dim() == 1, "logp: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
+  TORCH_CHECK(dtype_in(arg_logits.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "logp: argument 'logits' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_logits.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_ids.scalar_type(), { "int64" }),
+              "logp: argument 'ids' must have dtype int64, got ", dtype_name(arg_ids.scalar_type()));
+  TORCH_CHECK(arg_ids.device() == arg_logits.device(), "logp: argument 'ids' must be on the same device as argument 'logits', got ", arg_ids.device(), " and ",
+              arg_logits.device());
+  TORCH_CHECK(arg_ids.size(0) == arg_logits.size(0), "logp: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'logits' (axis 0), got ",
+              arg_ids.size(0), " and ", arg_logits.size(0));
+  TORCH_CHECK(arg_logits.is_contiguous(), "logp: argument 'logits' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ids.is_contiguous(), "logp: argument 'ids' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> logp_rows_cuda(const at::Tensor& logits, const at::Tensor& ids, int64_t ignore_index) {
-  check_logp(logits, ids);
-  at::cuda::OptionalCUDAGuard device_guard(logits.device());
-  const int64_t N = logits.size(0);
-  const int64_t V = logits.size(1);
-  at::Tensor lp = at::empty({N}, logits.options().dtype(scalar_type_of("float32")));
-  at::Tensor lse = at::empty({N}, logits.options().dtype(scalar_type_of("float32")));
+std::tuple<at::Tensor, at::Tensor> logp_rows_cuda(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
+  check_logp(arg_logits, arg_ids);
+  at::cuda::OptionalCUDAGuard device_guard(arg_logits.device());
+  const int64_t dim_N = arg_logits.size(0);
+  const int64_t dim_V = arg_logits.size(1);
+  at::Tensor out_lp = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_lse = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::logp_rows(logits.data_ptr(), ids.data_ptr(), lp.data_ptr(), lse.data_ptr(), to_rlk_dtype(logits), N, V, static_cast<int64_t>(ignore_index), stream);
+  const auto status = rlk::cuda::logp_rows(arg_logits.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
   TORCH_CHECK(status == cudaSuccess, "logp/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { lp, lse };
+  return { out_lp, out_lse };
 }
 
-std::tuple<at::Tensor, at::Tensor> logp_rows_cpu(const at::Tensor& logits, const at::Tensor& ids, int64_t ignore_index) {
-  check_logp(logits, ids);
-  const int64_t N = logits.size(0);
-  const int64_t V = logits.size(1);
-  at::Tensor lp = at::empty({N}, logits.options().dtype(scalar_type_of("float32")));
-  at::Tensor lse = at::empty({N}, logits.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::logp_rows(logits.data_ptr(), ids.data_ptr(), lp.data_ptr(), lse.data_ptr(), to_rlk_dtype(logits), N, V, static_cast<int64_t>(ignore_index), at::get_num_threads());
-  return { lp, lse };
+std::tuple<at::Tensor, at::Tensor> logp_rows_cpu(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
+  check_logp(arg_logits, arg_ids);
+  const int64_t dim_N = arg_logits.size(0);
+  const int64_t dim_V = arg_logits.size(1);
+  at::Tensor out_lp = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_lse = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
+  rlk::cpu::logp_rows(arg_logits.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  return { out_lp, out_lse };
 }
 
 // ---------------------------------------------------------------- logp_backward (specs/ops/logp_backward.yaml)
 
-void check_logp_backward(const at::Tensor& grad_lp, const at::Tensor& logits, const at::Tensor& ids, const at::Tensor& lse) {
-  TORCH_CHECK(grad_lp.dim() == 1, "logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", grad_lp.sizes());
-  TORCH_CHECK(logits.dim() == 2, "logp_backward: argument 'logits' must be 2-D with shape [N, V], got shape ", logits.sizes());
-  TORCH_CHECK(ids.dim() == 1, "logp_backward: argument 'ids' must be 1-D with shape [N], got shape ", ids.sizes());
-  TORCH_CHECK(lse.dim() == 1, "logp_backward: argument 'lse' must be 1-D with shape [N], got shape ", lse.sizes());
-  TORCH_CHECK(dtype_in(grad_lp.scalar_type(), { "float32" }),
-              "logp_backward: argument 'grad_lp' must have dtype float32, got ", dtype_name(grad_lp.scalar_type()));
-  TORCH_CHECK(dtype_in(logits.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "logp_backward: argument 'logits' must have dtype float32, float16 or bfloat16, got ", dtype_name(logits.scalar_type()));
-  TORCH_CHECK(dtype_in(ids.scalar_type(), { "int64" }),
-              "logp_backward: argument 'ids' must have dtype int64, got ", dtype_name(ids.scalar_type()));
-  TORCH_CHECK(dtype_in(lse.scalar_type(), { "float32" }),
-              "logp_backward: argument 'lse' must have dtype float32, got ", dtype_name(lse.scalar_type()));
-  TORCH_CHECK(logits.device() == grad_lp.device(), "logp_backward: argument 'logits' must be on the same device as argument 'grad_lp', got ", logits.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(ids.device() == grad_lp.device(), "logp_backward: argument 'ids' must be on the same device as argument 'grad_lp', got ", ids.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(lse.device() == grad_lp.device(), "logp_backward: argument 'lse' must be on the same device as argument 'grad_lp', got ", lse.device(), " and ",
-              grad_lp.device());
-  TORCH_CHECK(logits.size(0) == grad_lp.size(0), "logp_backward: dimension N of argument 'logits' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              logits.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(ids.size(0) == grad_lp.size(0), "logp_backward: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              ids.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(lse.size(0) == grad_lp.size(0), "logp_backward: dimension N of argument 'lse' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
-              lse.size(0), " and ", grad_lp.size(0));
-  TORCH_CHECK(grad_lp.is_contiguous(), "logp_backward: argument 'grad_lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(logits.is_contiguous(), "logp_backward: argument 'logits' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ids.is_contiguous(), "logp_backward: argument 'ids' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(lse.is_contiguous(), "logp_backward: argument 'lse' must be contiguous (call .contiguous() on it)");
+void check_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse) {
+  TORCH_CHECK(arg_grad_lp.dim() == 1, "logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", arg_grad_lp.sizes());
+  TORCH_CHECK(arg_logits.dim() == 2, "logp_backward: argument 'logits' must be 2-D with shape [N, V], got shape ", arg_logits.sizes());
+  TORCH_CHECK(arg_ids.dim() == 1, "logp_backward: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
+  TORCH_CHECK(arg_lse.dim() == 1, "logp_backward: argument 'lse' must be 1-D with shape [N], got shape ", arg_lse.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_lp.scalar_type(), { "float32" }),
+              "logp_backward: argument 'grad_lp' must have dtype float32, got ", dtype_name(arg_grad_lp.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_logits.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "logp_backward: argument 'logits' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_logits.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_ids.scalar_type(), { "int64" }),
+              "logp_backward: argument 'ids' must have dtype int64, got ", dtype_name(arg_ids.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_lse.scalar_type(), { "float32" }),
+              "logp_backward: argument 'lse' must have dtype float32, got ", dtype_name(arg_lse.scalar_type()));
+  TORCH_CHECK(arg_logits.device() == arg_grad_lp.device(), "logp_backward: argument 'logits' must be on the same device as argument 'grad_lp', got ", arg_logits.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_ids.device() == arg_grad_lp.device(), "logp_backward: argument 'ids' must be on the same device as argument 'grad_lp', got ", arg_ids.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_lse.device() == arg_grad_lp.device(), "logp_backward: argument 'lse' must be on the same device as argument 'grad_lp', got ", arg_lse.device(), " and ",
+              arg_grad_lp.device());
+  TORCH_CHECK(arg_logits.size(0) == arg_grad_lp.size(0), "logp_backward: dimension N of argument 'logits' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_logits.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_ids.size(0) == arg_grad_lp.size(0), "logp_backward: dimension N of argument 'ids' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_ids.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_lse.size(0) == arg_grad_lp.size(0), "logp_backward: dimension N of argument 'lse' (axis 0) must equal dimension N of argument 'grad_lp' (axis 0), got ",
+              arg_lse.size(0), " and ", arg_grad_lp.size(0));
+  TORCH_CHECK(arg_grad_lp.is_contiguous(), "logp_backward: argument 'grad_lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_logits.is_contiguous(), "logp_backward: argument 'logits' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ids.is_contiguous(), "logp_backward: argument 'ids' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_lse.is_contiguous(), "logp_backward: argument 'lse' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor logp_backward_rows_cuda(const at::Tensor& grad_lp, const at::Tensor& logits, const at::Tensor& ids, const at::Tensor& lse, int64_t ignore_index) {
-  check_logp_backward(grad_lp, logits, ids, lse);
-  at::cuda::OptionalCUDAGuard device_guard(grad_lp.device());
-  const int64_t N = grad_lp.size(0);
-  const int64_t V = logits.size(1);
-  at::Tensor grad_logits = at::empty({N, V}, logits.options());
+at::Tensor logp_backward_rows_cuda(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index) {
+  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_lp.device());
+  const int64_t dim_N = arg_grad_lp.size(0);
+  const int64_t dim_V = arg_logits.size(1);
+  at::Tensor out_grad_logits = at::empty({dim_N, dim_V}, arg_logits.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::logp_backward_rows(grad_lp.data_ptr(), logits.data_ptr(), ids.data_ptr(), lse.data_ptr(), grad_logits.data_ptr(), to_rlk_dtype(logits), N, V, static_cast<int64_t>(ignore_index), stream);
+  const auto status = rlk::cuda::logp_backward_rows(arg_grad_lp.data_ptr(), arg_logits.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), out_grad_logits.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
   TORCH_CHECK(status == cudaSuccess, "logp_backward/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return grad_logits;
+  return out_grad_logits;
 }
 
-at::Tensor logp_backward_rows_cpu(const at::Tensor& grad_lp, const at::Tensor& logits, const at::Tensor& ids, const at::Tensor& lse, int64_t ignore_index) {
-  check_logp_backward(grad_lp, logits, ids, lse);
-  const int64_t N = grad_lp.size(0);
-  const int64_t V = logits.size(1);
-  at::Tensor grad_logits = at::empty({N, V}, logits.options());
-  rlk::cpu::logp_backward_rows(grad_lp.data_ptr(), logits.data_ptr(), ids.data_ptr(), lse.data_ptr(), grad_logits.data_ptr(), to_rlk_dtype(logits), N, V, static_cast<int64_t>(ignore_index), at::get_num_threads());
-  return grad_logits;
+at::Tensor logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index) {
+  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse);
+  const int64_t dim_N = arg_grad_lp.size(0);
+  const int64_t dim_V = arg_logits.size(1);
+  at::Tensor out_grad_logits = at::empty({dim_N, dim_V}, arg_logits.options());
+  rlk::cpu::logp_backward_rows(arg_grad_lp.data_ptr(), arg_logits.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), out_grad_logits.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  return out_grad_logits;
 }
 
 // ---------------------------------------------------------------- pack (specs/ops/pack.yaml)
 
-void check_pack(const at::Tensor& x, const at::Tensor& mask) {
-  TORCH_CHECK(x.dim() == 3, "pack: argument 'x' must be 3-D with shape [B, S, H], got shape ", x.sizes());
-  TORCH_CHECK(mask.dim() == 2, "pack: argument 'mask' must be 2-D with shape [B, S], got shape ", mask.sizes());
-  TORCH_CHECK(dtype_in(x.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "pack: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(x.scalar_type()));
-  TORCH_CHECK(dtype_in(mask.scalar_type(), { "bool" }),
-              "pack: argument 'mask' must have dtype bool, got ", dtype_name(mask.scalar_type()));
-  TORCH_CHECK(mask.device() == x.device(), "pack: argument 'mask' must be on the same device as argument 'x', got ", mask.device(), " and ",
-              x.device());
-  TORCH_CHECK(mask.size(0) == x.size(0), "pack: dimension B of argument 'mask' (axis 0) must equal dimension B of argument 'x' (axis 0), got ",
-              mask.size(0), " and ", x.size(0));
-  TORCH_CHECK(mask.size(1) == x.size(1), "pack: dimension S of argument 'mask' (axis 1) must equal dimension S of argument 'x' (axis 1), got ",
-              mask.size(1), " and ", x.size(1));
-  TORCH_CHECK(x.is_contiguous(), "pack: argument 'x' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(mask.is_contiguous(), "pack: argument 'mask' must be contiguous (call .contiguous() on it)");
+void check_pack(const at::Tensor& arg_x, const at::Tensor& arg_mask) {
+  TORCH_CHECK(arg_x.dim() == 3, "pack: argument 'x' must be 3-D with shape [B, S, H], got shape ", arg_x.sizes());
+  TORCH_CHECK(arg_mask.dim() == 2, "pack: argument 'mask' must be 2-D with shape [B, S], got shape ", arg_mask.sizes());
+  TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "pack: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_mask.scalar_type(), { "bool" }),
+              "pack: argument 'mask' must have dtype bool, got ", dtype_name(arg_mask.scalar_type()));
+  TORCH_CHECK(arg_mask.device() == arg_x.device(), "pack: argument 'mask' must be on the same device as argument 'x', got ", arg_mask.device(), " and ",
+              arg_x.device());
+  TORCH_CHECK(arg_mask.size(0) == arg_x.size(0), "pack: dimension B of argument 'mask' (axis 0) must equal dimension B of argument 'x' (axis 0), got ",
+              arg_mask.size(0), " and ", arg_x.size(0));
+  TORCH_CHECK(arg_mask.size(1) == arg_x.size(1), "pack: dimension S of argument 'mask' (axis 1) must equal dimension S of argument 'x' (axis 1), got ",
+              arg_mask.size(1), " and ", arg_x.size(1));
+  TORCH_CHECK(arg_x.is_contiguous(), "pack: argument 'x' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_mask.is_contiguous(), "pack: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> pack_rows_cuda(const at::Tensor& x, const at::Tensor& mask) {
-  check_pack(x, mask);
-  at::cuda::OptionalCUDAGuard device_guard(x.device());
-  const int64_t B = x.size(0);
-  const int64_t S = x.size(1);
-  const int64_t H = x.size(2);
+std::tuple<at::Tensor, at::Tensor> pack_rows_cuda(const at::Tensor& arg_x, const at::Tensor& arg_mask) {
+  check_pack(arg_x, arg_mask);
+  at::cuda::OptionalCUDAGuard device_guard(arg_x.device());
+  const int64_t dim_B = arg_x.size(0);
+  const int64_t dim_S = arg_x.size(1);
+  const int64_t dim_H = arg_x.size(2);
   // Known only from the data: counting waits for the inputs to be ready.
-  const int64_t TOTAL = mask.count_nonzero().item<int64_t>();
-  const int64_t B1 = B + 1;
-  at::Tensor packed = at::empty({TOTAL, H}, x.options());
-  at::Tensor cu_seqlens = at::empty({B1}, x.options().dtype(scalar_type_of("int64")));
+  const int64_t dim_TOTAL = arg_mask.count_nonzero().item<int64_t>();
+  const int64_t dim_B1 = dim_B + 1;
+  at::Tensor out_packed = at::empty({dim_TOTAL, dim_H}, arg_x.options());
+  at::Tensor out_cu_seqlens = at::empty({dim_B1}, arg_x.options().dtype(scalar_type_of("int64")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::pack_rows(x.data_ptr(), mask.data_ptr(), packed.data_ptr(), cu_seqlens.data_ptr(), to_rlk_dtype(x), B, S, H, TOTAL, B1, stream);
+  const auto status = rlk::cuda::pack_rows(arg_x.data_ptr(), arg_mask.data_ptr(), out_packed.data_ptr(), out_cu_seqlens.data_ptr(), to_rlk_dtype(arg_x), dim_B, dim_S, dim_H, dim_TOTAL, dim_B1, stream);
   TORCH_CHECK(status == cudaSuccess, "pack/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { packed, cu_seqlens };
+  return { out_packed, out_cu_seqlens };
 }
 
-std::tuple<at::Tensor, at::Tensor> pack_rows_cpu(const at::Tensor& x, const at::Tensor& mask) {
-  check_pack(x, mask);
-  const int64_t B = x.size(0);
-  const int64_t S = x.size(1);
-  const int64_t H = x.size(2);
+std::tuple<at::Tensor, at::Tensor> pack_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_mask) {
+  check_pack(arg_x, arg_mask);
+  const int64_t dim_B = arg_x.size(0);
+  const int64_t dim_S = arg_x.size(1);
+  const int64_t dim_H = arg_x.size(2);
   // Known only from the data: counting waits for the inputs to be ready.
-  const int64_t TOTAL = mask.count_nonzero().item<int64_t>();
-  const int64_t B1 = B + 1;
-  at::Tensor packed = at::empty({TOTAL, H}, x.options());
-  at::Tensor cu_seqlens = at::empty({B1}, x.options().dtype(scalar_type_of("int64")));
-  rlk::cpu::pack_rows(x.data_ptr(), mask.data_ptr(), packed.data_ptr(), cu_seqlens.data_ptr(), to_rlk_dtype(x), B, S, H, TOTAL, B1, at::get_num_threads());
-  return { packed, cu_seqlens };
+  const int64_t dim_TOTAL = arg_mask.count_nonzero().item<int64_t>();
+  const int64_t dim_B1 = dim_B + 1;
+  at::Tensor out_packed = at::empty({dim_TOTAL, dim_H}, arg_x.options());
+  at::Tensor out_cu_seqlens = at::empty({dim_B1}, arg_x.options().dtype(scalar_type_of("int64")));
+  rlk::cpu::pack_rows(arg_x.data_ptr(), arg_mask.data_ptr(), out_packed.data_ptr(), out_cu_seqlens.data_ptr(), to_rlk_dtype(arg_x), dim_B, dim_S, dim_H, dim_TOTAL, dim_B1, at::get_num_threads());
+  return { out_packed, out_cu_seqlens };
 }
 
 // ---------------------------------------------------------------- ratio_kl (specs/ops/ratio_kl.yaml)
 
-void check_ratio_kl(const at::Tensor& lp, const at::Tensor& old_lp, const at::Tensor& ref_lp, const at::Tensor& mask) {
-  TORCH_CHECK(lp.dim() == 2, "ratio_kl: argument 'lp' must be 2-D with shape [B, T], got shape ", lp.sizes());
-  TORCH_CHECK(old_lp.dim() == 2, "ratio_kl: argument 'old_lp' must be 2-D with shape [B, T], got shape ", old_lp.sizes());
-  TORCH_CHECK(ref_lp.dim() == 2, "ratio_kl: argument 'ref_lp' must be 2-D with shape [B, T], got shape ", ref_lp.sizes());
-  TORCH_CHECK(mask.dim() == 2, "ratio_kl: argument 'mask' must be 2-D with shape [B, T], got shape ", mask.sizes());
-  TORCH_CHECK(dtype_in(lp.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "ratio_kl: argument 'lp' must have dtype float32, float16 or bfloat16, got ", dtype_name(lp.scalar_type()));
-  TORCH_CHECK(old_lp.scalar_type() == lp.scalar_type(), "ratio_kl: argument 'old_lp' must have the same dtype as argument 'lp' (L), got ",
-              dtype_name(old_lp.scalar_type()), " and ", dtype_name(lp.scalar_type()));
-  TORCH_CHECK(ref_lp.scalar_type() == lp.scalar_type(), "ratio_kl: argument 'ref_lp' must have the same dtype as argument 'lp' (L), got ",
-              dtype_name(ref_lp.scalar_type()), " and ", dtype_name(lp.scalar_type()));
-  TORCH_CHECK(dtype_in(mask.scalar_type(), { "bool" }),
-              "ratio_kl: argument 'mask' must have dtype bool, got ", dtype_name(mask.scalar_type()));
-  TORCH_CHECK(old_lp.device() == lp.device(), "ratio_kl: argument 'old_lp' must be on the same device as argument 'lp', got ", old_lp.device(), " and ",
-              lp.device());
-  TORCH_CHECK(ref_lp.device() == lp.device(), "ratio_kl: argument 'ref_lp' must be on the same device as argument 'lp', got ", ref_lp.device(), " and ",
-              lp.device());
-  TORCH_CHECK(mask.device() == lp.device(), "ratio_kl: argument 'mask' must be on the same device as argument 'lp', got ", mask.device(), " and ",
-              lp.device());
-  TORCH_CHECK(old_lp.size(0) == lp.size(0), "ratio_kl: dimension B of argument 'old_lp' (axis 0) must equal dimension B of argument 'lp' (axis 0), got ",
-              old_lp.size(0), " and ", lp.size(0));
-  TORCH_CHECK(old_lp.size(1) == lp.size(1), "ratio_kl: dimension T of argument 'old_lp' (axis 1) must equal dimension T of argument 'lp' (axis 1), got ",
-              old_lp.size(1), " and ", lp.size(1));
-  TORCH_CHECK(ref_lp.size(0) == lp.size(0), "ratio_kl: dimension B of argument 'ref_lp' (axis 0) must equal dimension B of argument 'lp' (axis 0), got ",
-              ref_lp.size(0), " and ", lp.size(0));
-  TORCH_CHECK(ref_lp.size(1) == lp.size(1), "ratio_kl: dimension T of argument 'ref_lp' (axis 1) must equal dimension T of argument 'lp' (axis 1), got ",
-              ref_lp.size(1), " and ", lp.size(1));
-  TORCH_CHECK(mask.size(0) == lp.size(0), "ratio_kl: dimension B of argument 'mask' (axis 0) must equal dimension B of argument 'lp' (axis 0), got ",
-              mask.size(0), " and ", lp.size(0));
-  TORCH_CHECK(mask.size(1) == lp.size(1), "ratio_kl: dimension T of argument 'mask' (axis 1) must equal dimension T of argument 'lp' (axis 1), got ",
-              mask.size(1), " and ", lp.size(1));
-  TORCH_CHECK(lp.is_contiguous(), "ratio_kl: argument 'lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(old_lp.is_contiguous(), "ratio_kl: argument 'old_lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ref_lp.is_contiguous(), "ratio_kl: argument 'ref_lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(mask.is_contiguous(), "ratio_kl: argument 'mask' must be contiguous (call .contiguous() on it)");
+void check_ratio_kl(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  TORCH_CHECK(arg_lp.dim() == 2, "ratio_kl: argument 'lp' must be 2-D with shape [B, T], got shape ", arg_lp.sizes());
+  TORCH_CHECK(arg_old_lp.dim() == 2, "ratio_kl: argument 'old_lp' must be 2-D with shape [B, T], got shape ", arg_old_lp.sizes());
+  TORCH_CHECK(arg_ref_lp.dim() == 2, "ratio_kl: argument 'ref_lp' must be 2-D with shape [B, T], got shape ", arg_ref_lp.sizes());
+  TORCH_CHECK(arg_mask.dim() == 2, "ratio_kl: argument 'mask' must be 2-D with shape [B, T], got shape ", arg_mask.sizes());
+  TORCH_CHECK(dtype_in(arg_lp.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "ratio_kl: argument 'lp' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_lp.scalar_type()));
+  TORCH_CHECK(arg_old_lp.scalar_type() == arg_lp.scalar_type(), "ratio_kl: argument 'old_lp' must have the same dtype as argument 'lp' (L), got ",
+              dtype_name(arg_old_lp.scalar_type()), " and ", dtype_name(arg_lp.scalar_type()));
+  TORCH_CHECK(arg_ref_lp.scalar_type() == arg_lp.scalar_type(), "ratio_kl: argument 'ref_lp' must have the same dtype as argument 'lp' (L), got ",
+              dtype_name(arg_ref_lp.scalar_type()), " and ", dtype_name(arg_lp.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_mask.scalar_type(), { "bool" }),
+              "ratio_kl: argument 'mask' must have dtype bool, got ", dtype_name(arg_mask.scalar_type()));
+  TORCH_CHECK(arg_old_lp.device() == arg_lp.device(), "ratio_kl: argument 'old_lp' must be on the same device as argument 'lp', got ", arg_old_lp.device(), " and ",
+              arg_lp.device());
+  TORCH_CHECK(arg_ref_lp.device() == arg_lp.device(), "ratio_kl: argument 'ref_lp' must be on the same device as argument 'lp', got ", arg_ref_lp.device(), " and ",
+              arg_lp.device());
+  TORCH_CHECK(arg_mask.device() == arg_lp.device(), "ratio_kl: argument 'mask' must be on the same device as argument 'lp', got ", arg_mask.device(), " and ",
+              arg_lp.device());
+  TORCH_CHECK(arg_old_lp.size(0) == arg_lp.size(0), "ratio_kl: dimension B of argument 'old_lp' (axis 0) must equal dimension B of argument 'lp' (axis 0), got ",
+              arg_old_lp.size(0), " and ", arg_lp.size(0));
+  TORCH_CHECK(arg_old_lp.size(1) == arg_lp.size(1), "ratio_kl: dimension T of argument 'old_lp' (axis 1) must equal dimension T of argument 'lp' (axis 1), got ",
+              arg_old_lp.size(1), " and ", arg_lp.size(1));
+  TORCH_CHECK(arg_ref_lp.size(0) == arg_lp.size(0), "ratio_kl: dimension B of argument 'ref_lp' (axis 0) must equal dimension B of argument 'lp' (axis 0), got ",
+              arg_ref_lp.size(0), " and ", arg_lp.size(0));
+  TORCH_CHECK(arg_ref_lp.size(1) == arg_lp.size(1), "ratio_kl: dimension T of argument 'ref_lp' (axis 1) must equal dimension T of argument 'lp' (axis 1), got ",
+              arg_ref_lp.size(1), " and ", arg_lp.size(1));
+  TORCH_CHECK(arg_mask.size(0) == arg_lp.size(0), "ratio_kl: dimension B of argument 'mask' (axis 0) must equal dimension B of argument 'lp' (axis 0), got ",
+              arg_mask.size(0), " and ", arg_lp.size(0));
+  TORCH_CHECK(arg_mask.size(1) == arg_lp.size(1), "ratio_kl: dimension T of argument 'mask' (axis 1) must equal dimension T of argument 'lp' (axis 1), got ",
+              arg_mask.size(1), " and ", arg_lp.size(1));
+  TORCH_CHECK(arg_lp.is_contiguous(), "ratio_kl: argument 'lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_old_lp.is_contiguous(), "ratio_kl: argument 'old_lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ref_lp.is_contiguous(), "ratio_kl: argument 'ref_lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_mask.is_contiguous(), "ratio_kl: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cuda(const at::Tensor& lp, const at::Tensor& old_lp, const at::Tensor& ref_lp, const at::Tensor& mask) {
-  check_ratio_kl(lp, old_lp, ref_lp, mask);
-  at::cuda::OptionalCUDAGuard device_guard(lp.device());
-  const int64_t B = lp.size(0);
-  const int64_t T = lp.size(1);
-  at::Tensor ratio = at::empty({B, T}, lp.options().dtype(scalar_type_of("float32")));
-  at::Tensor kl = at::empty({B, T}, lp.options().dtype(scalar_type_of("float32")));
+std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cuda(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  check_ratio_kl(arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+  at::cuda::OptionalCUDAGuard device_guard(arg_lp.device());
+  const int64_t dim_B = arg_lp.size(0);
+  const int64_t dim_T = arg_lp.size(1);
+  at::Tensor out_ratio = at::empty({dim_B, dim_T}, arg_lp.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_kl = at::empty({dim_B, dim_T}, arg_lp.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::ratio_kl_elementwise(lp.data_ptr(), old_lp.data_ptr(), ref_lp.data_ptr(), mask.data_ptr(), ratio.data_ptr(), kl.data_ptr(), to_rlk_dtype(lp), B, T, stream);
+  const auto status = rlk::cuda::ratio_kl_elementwise(arg_lp.data_ptr(), arg_old_lp.data_ptr(), arg_ref_lp.data_ptr(), arg_mask.data_ptr(), out_ratio.data_ptr(), out_kl.data_ptr(), to_rlk_dtype(arg_lp), dim_B, dim_T, stream);
   TORCH_CHECK(status == cudaSuccess, "ratio_kl/elementwise: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { ratio, kl };
+  return { out_ratio, out_kl };
 }
 
-std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cpu(const at::Tensor& lp, const at::Tensor& old_lp, const at::Tensor& ref_lp, const at::Tensor& mask) {
-  check_ratio_kl(lp, old_lp, ref_lp, mask);
-  const int64_t B = lp.size(0);
-  const int64_t T = lp.size(1);
-  at::Tensor ratio = at::empty({B, T}, lp.options().dtype(scalar_type_of("float32")));
-  at::Tensor kl = at::empty({B, T}, lp.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::ratio_kl_elementwise(lp.data_ptr(), old_lp.data_ptr(), ref_lp.data_ptr(), mask.data_ptr(), ratio.data_ptr(), kl.data_ptr(), to_rlk_dtype(lp), B, T, at::get_num_threads());
-  return { ratio, kl };
+std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cpu(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  check_ratio_kl(arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+  const int64_t dim_B = arg_lp.size(0);
+  const int64_t dim_T = arg_lp.size(1);
+  at::Tensor out_ratio = at::empty({dim_B, dim_T}, arg_lp.options().dtype(scalar_type_of("float32")));
+  at::Tensor out_kl = at::empty({dim_B, dim_T}, arg_lp.options().dtype(scalar_type_of("float32")));
+  rlk::cpu::ratio_kl_elementwise(arg_lp.data_ptr(), arg_old_lp.data_ptr(), arg_ref_lp.data_ptr(), arg_mask.data_ptr(), out_ratio.data_ptr(), out_kl.data_ptr(), to_rlk_dtype(arg_lp), dim_B, dim_T, at::get_num_threads());
+  return { out_ratio, out_kl };
 }
 
 // ---------------------------------------------------------------- ratio_kl_backward (specs/ops/ratio_kl_backward.yaml)
 
-void check_ratio_kl_backward(const at::Tensor& grad_ratio, const at::Tensor& grad_kl, const at::Tensor& lp, const at::Tensor& old_lp, const at::Tensor& ref_lp, const at::Tensor& mask) {
-  TORCH_CHECK(grad_ratio.dim() == 2, "ratio_kl_backward: argument 'grad_ratio' must be 2-D with shape [B, T], got shape ", grad_ratio.sizes());
-  TORCH_CHECK(grad_kl.dim() == 2, "ratio_kl_backward: argument 'grad_kl' must be 2-D with shape [B, T], got shape ", grad_kl.sizes());
-  TORCH_CHECK(lp.dim() == 2, "ratio_kl_backward: argument 'lp' must be 2-D with shape [B, T], got shape ", lp.sizes());
-  TORCH_CHECK(old_lp.dim() == 2, "ratio_kl_backward: argument 'old_lp' must be 2-D with shape [B, T], got shape ", old_lp.sizes());
-  TORCH_CHECK(ref_lp.dim() == 2, "ratio_kl_backward: argument 'ref_lp' must be 2-D with shape [B, T], got shape ", ref_lp.sizes());
-  TORCH_CHECK(mask.dim() == 2, "ratio_kl_backward: argument 'mask' must be 2-D with shape [B, T], got shape ", mask.sizes());
-  TORCH_CHECK(dtype_in(grad_ratio.scalar_type(), { "float32" }),
-              "ratio_kl_backward: argument 'grad_ratio' must have dtype float32, got ", dtype_name(grad_ratio.scalar_type()));
-  TORCH_CHECK(dtype_in(grad_kl.scalar_type(), { "float32" }),
-              "ratio_kl_backward: argument 'grad_kl' must have dtype float32, got ", dtype_name(grad_kl.scalar_type()));
-  TORCH_CHECK(dtype_in(lp.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "ratio_kl_backward: argument 'lp' must have dtype float32, float16 or bfloat16, got ", dtype_name(lp.scalar_type()));
-  TORCH_CHECK(old_lp.scalar_type() == lp.scalar_type(), "ratio_kl_backward: argument 'old_lp' must have the same dtype as argument 'lp' (L), got ",
-              dtype_name(old_lp.scalar_type()), " and ", dtype_name(lp.scalar_type()));
-  TORCH_CHECK(ref_lp.scalar_type() == lp.scalar_type(), "ratio_kl_backward: argument 'ref_lp' must have the same dtype as argument 'lp' (L), got ",
-              dtype_name(ref_lp.scalar_type()), " and ", dtype_name(lp.scalar_type()));
-  TORCH_CHECK(dtype_in(mask.scalar_type(), { "bool" }),
-              "ratio_kl_backward: argument 'mask' must have dtype bool, got ", dtype_name(mask.scalar_type()));
-  TORCH_CHECK(grad_kl.device() == grad_ratio.device(), "ratio_kl_backward: argument 'grad_kl' must be on the same device as argument 'grad_ratio', got ", grad_kl.device(), " and ",
-              grad_ratio.device());
-  TORCH_CHECK(lp.device() == grad_ratio.device(), "ratio_kl_backward: argument 'lp' must be on the same device as argument 'grad_ratio', got ", lp.device(), " and ",
-              grad_ratio.device());
-  TORCH_CHECK(old_lp.device() == grad_ratio.device(), "ratio_kl_backward: argument 'old_lp' must be on the same device as argument 'grad_ratio', got ", old_lp.device(), " and ",
-              grad_ratio.device());
-  TORCH_CHECK(ref_lp.device() == grad_ratio.device(), "ratio_kl_backward: argument 'ref_lp' must be on the same device as argument 'grad_ratio', got ", ref_lp.device(), " and ",
-              grad_ratio.device());
-  TORCH_CHECK(mask.device() == grad_ratio.device(), "ratio_kl_backward: argument 'mask' must be on the same device as argument 'grad_ratio', got ", mask.device(), " and ",
-              grad_ratio.device());
-  TORCH_CHECK(grad_kl.size(0) == grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'grad_kl' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
-              grad_kl.size(0), " and ", grad_ratio.size(0));
-  TORCH_CHECK(grad_kl.size(1) == grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'grad_kl' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
-              grad_kl.size(1), " and ", grad_ratio.size(1));
-  TORCH_CHECK(lp.size(0) == grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'lp' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
-              lp.size(0), " and ", grad_ratio.size(0));
-  TORCH_CHECK(lp.size(1) == grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'lp' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
-              lp.size(1), " and ", grad_ratio.size(1));
-  TORCH_CHECK(old_lp.size(0) == grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'old_lp' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
-              old_lp.size(0), " and ", grad_ratio.size(0));
-  TORCH_CHECK(old_lp.size(1) == grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'old_lp' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
-              old_lp.size(1), " and ", grad_ratio.size(1));
-  TORCH_CHECK(ref_lp.size(0) == grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'ref_lp' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
-              ref_lp.size(0), " and ", grad_ratio.size(0));
-  TORCH_CHECK(ref_lp.size(1) == grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'ref_lp' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
-              ref_lp.size(1), " and ", grad_ratio.size(1));
-  TORCH_CHECK(mask.size(0) == grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'mask' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
-              mask.size(0), " and ", grad_ratio.size(0));
-  TORCH_CHECK(mask.size(1) == grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'mask' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
-              mask.size(1), " and ", grad_ratio.size(1));
-  TORCH_CHECK(grad_ratio.is_contiguous(), "ratio_kl_backward: argument 'grad_ratio' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(grad_kl.is_contiguous(), "ratio_kl_backward: argument 'grad_kl' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(lp.is_contiguous(), "ratio_kl_backward: argument 'lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(old_lp.is_contiguous(), "ratio_kl_backward: argument 'old_lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(ref_lp.is_contiguous(), "ratio_kl_backward: argument 'ref_lp' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(mask.is_contiguous(), "ratio_kl_backward: argument 'mask' must be contiguous (call .contiguous() on it)");
+void check_ratio_kl_backward(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  TORCH_CHECK(arg_grad_ratio.dim() == 2, "ratio_kl_backward: argument 'grad_ratio' must be 2-D with shape [B, T], got shape ", arg_grad_ratio.sizes());
+  TORCH_CHECK(arg_grad_kl.dim() == 2, "ratio_kl_backward: argument 'grad_kl' must be 2-D with shape [B, T], got shape ", arg_grad_kl.sizes());
+  TORCH_CHECK(arg_lp.dim() == 2, "ratio_kl_backward: argument 'lp' must be 2-D with shape [B, T], got shape ", arg_lp.sizes());
+  TORCH_CHECK(arg_old_lp.dim() == 2, "ratio_kl_backward: argument 'old_lp' must be 2-D with shape [B, T], got shape ", arg_old_lp.sizes());
+  TORCH_CHECK(arg_ref_lp.dim() == 2, "ratio_kl_backward: argument 'ref_lp' must be 2-D with shape [B, T], got shape ", arg_ref_lp.sizes());
+  TORCH_CHECK(arg_mask.dim() == 2, "ratio_kl_backward: argument 'mask' must be 2-D with shape [B, T], got shape ", arg_mask.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_ratio.scalar_type(), { "float32" }),
+              "ratio_kl_backward: argument 'grad_ratio' must have dtype float32, got ", dtype_name(arg_grad_ratio.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_grad_kl.scalar_type(), { "float32" }),
+              "ratio_kl_backward: argument 'grad_kl' must have dtype float32, got ", dtype_name(arg_grad_kl.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_lp.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "ratio_kl_backward: argument 'lp' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_lp.scalar_type()));
+  TORCH_CHECK(arg_old_lp.scalar_type() == arg_lp.scalar_type(), "ratio_kl_backward: argument 'old_lp' must have the same dtype as argument 'lp' (L), got ",
+              dtype_name(arg_old_lp.scalar_type()), " and ", dtype_name(arg_lp.scalar_type()));
+  TORCH_CHECK(arg_ref_lp.scalar_type() == arg_lp.scalar_type(), "ratio_kl_backward: argument 'ref_lp' must have the same dtype as argument 'lp' (L), got ",
+              dtype_name(arg_ref_lp.scalar_type()), " and ", dtype_name(arg_lp.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_mask.scalar_type(), { "bool" }),
+              "ratio_kl_backward: argument 'mask' must have dtype bool, got ", dtype_name(arg_mask.scalar_type()));
+  TORCH_CHECK(arg_grad_kl.device() == arg_grad_ratio.device(), "ratio_kl_backward: argument 'grad_kl' must be on the same device as argument 'grad_ratio', got ", arg_grad_kl.device(), " and ",
+              arg_grad_ratio.device());
+  TORCH_CHECK(arg_lp.device() == arg_grad_ratio.device(), "ratio_kl_backward: argument 'lp' must be on the same device as argument 'grad_ratio', got ", arg_lp.device(), " and ",
+              arg_grad_ratio.device());
+  TORCH_CHECK(arg_old_lp.device() == arg_grad_ratio.device(), "ratio_kl_backward: argument 'old_lp' must be on the same device as argument 'grad_ratio', got ", arg_old_lp.device(), " and ",
+              arg_grad_ratio.device());
+  TORCH_CHECK(arg_ref_lp.device() == arg_grad_ratio.device(), "ratio_kl_backward: argument 'ref_lp' must be on the same device as argument 'grad_ratio', got ", arg_ref_lp.device(), " and ",
+              arg_grad_ratio.device());
+  TORCH_CHECK(arg_mask.device() == arg_grad_ratio.device(), "ratio_kl_backward: argument 'mask' must be on the same device as argument 'grad_ratio', got ", arg_mask.device(), " and ",
+              arg_grad_ratio.device());
+  TORCH_CHECK(arg_grad_kl.size(0) == arg_grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'grad_kl' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
+              arg_grad_kl.size(0), " and ", arg_grad_ratio.size(0));
+  TORCH_CHECK(arg_grad_kl.size(1) == arg_grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'grad_kl' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
+              arg_grad_kl.size(1), " and ", arg_grad_ratio.size(1));
+  TORCH_CHECK(arg_lp.size(0) == arg_grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'lp' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
+              arg_lp.size(0), " and ", arg_grad_ratio.size(0));
+  TORCH_CHECK(arg_lp.size(1) == arg_grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'lp' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
+              arg_lp.size(1), " and ", arg_grad_ratio.size(1));
+  TORCH_CHECK(arg_old_lp.size(0) == arg_grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'old_lp' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
+              arg_old_lp.size(0), " and ", arg_grad_ratio.size(0));
+  TORCH_CHECK(arg_old_lp.size(1) == arg_grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'old_lp' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
+              arg_old_lp.size(1), " and ", arg_grad_ratio.size(1));
+  TORCH_CHECK(arg_ref_lp.size(0) == arg_grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'ref_lp' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
+              arg_ref_lp.size(0), " and ", arg_grad_ratio.size(0));
+  TORCH_CHECK(arg_ref_lp.size(1) == arg_grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'ref_lp' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
+              arg_ref_lp.size(1), " and ", arg_grad_ratio.size(1));
+  TORCH_CHECK(arg_mask.size(0) == arg_grad_ratio.size(0), "ratio_kl_backward: dimension B of argument 'mask' (axis 0) must equal dimension B of argument 'grad_ratio' (axis 0), got ",
+              arg_mask.size(0), " and ", arg_grad_ratio.size(0));
+  TORCH_CHECK(arg_mask.size(1) == arg_grad_ratio.size(1), "ratio_kl_backward: dimension T of argument 'mask' (axis 1) must equal dimension T of argument 'grad_ratio' (axis 1), got ",
+              arg_mask.size(1), " and ", arg_grad_ratio.size(1));
+  TORCH_CHECK(arg_grad_ratio.is_contiguous(), "ratio_kl_backward: argument 'grad_ratio' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_grad_kl.is_contiguous(), "ratio_kl_backward: argument 'grad_kl' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_lp.is_contiguous(), "ratio_kl_backward: argument 'lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_old_lp.is_contiguous(), "ratio_kl_backward: argument 'old_lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_ref_lp.is_contiguous(), "ratio_kl_backward: argument 'ref_lp' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_mask.is_contiguous(), "ratio_kl_backward: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor ratio_kl_backward_elementwise_cuda(const at::Tensor& grad_ratio, const at::Tensor& grad_kl, const at::Tensor& lp, const at::Tensor& old_lp, const at::Tensor& ref_lp, const at::Tensor& mask) {
-  check_ratio_kl_backward(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask);
-  at::cuda::OptionalCUDAGuard device_guard(grad_ratio.device());
-  const int64_t B = grad_ratio.size(0);
-  const int64_t T = grad_ratio.size(1);
-  at::Tensor grad_lp = at::empty({B, T}, lp.options());
+at::Tensor ratio_kl_backward_elementwise_cuda(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  check_ratio_kl_backward(arg_grad_ratio, arg_grad_kl, arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_ratio.device());
+  const int64_t dim_B = arg_grad_ratio.size(0);
+  const int64_t dim_T = arg_grad_ratio.size(1);
+  at::Tensor out_grad_lp = at::empty({dim_B, dim_T}, arg_lp.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::ratio_kl_backward_elementwise(grad_ratio.data_ptr(), grad_kl.data_ptr(), lp.data_ptr(), old_lp.data_ptr(), ref_lp.data_ptr(), mask.data_ptr(), grad_lp.data_ptr(), to_rlk_dtype(lp), B, T, stream);
+  const auto status = rlk::cuda::ratio_kl_backward_elementwise(arg_grad_ratio.data_ptr(), arg_grad_kl.data_ptr(), arg_lp.data_ptr(), arg_old_lp.data_ptr(), arg_ref_lp.data_ptr(), arg_mask.data_ptr(), out_grad_lp.data_ptr(), to_rlk_dtype(arg_lp), dim_B, dim_T, stream);
   TORCH_CHECK(status == cudaSuccess, "ratio_kl_backward/elementwise: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return grad_lp;
+  return out_grad_lp;
 }
 
-at::Tensor ratio_kl_backward_elementwise_cpu(const at::Tensor& grad_ratio, const at::Tensor& grad_kl, const at::Tensor& lp, const at::Tensor& old_lp, const at::Tensor& ref_lp, const at::Tensor& mask) {
-  check_ratio_kl_backward(grad_ratio, grad_kl, lp, old_lp, ref_lp, mask);
-  const int64_t B = grad_ratio.size(0);
-  const int64_t T = grad_ratio.size(1);
-  at::Tensor grad_lp = at::empty({B, T}, lp.options());
-  rlk::cpu::ratio_kl_backward_elementwise(grad_ratio.data_ptr(), grad_kl.data_ptr(), lp.data_ptr(), old_lp.data_ptr(), ref_lp.data_ptr(), mask.data_ptr(), grad_lp.data_ptr(), to_rlk_dtype(lp), B, T, at::get_num_threads());
-  return grad_lp;
+at::Tensor ratio_kl_backward_elementwise_cpu(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  check_ratio_kl_backward(arg_grad_ratio, arg_grad_kl, arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+  const int64_t dim_B = arg_grad_ratio.size(0);
+  const int64_t dim_T = arg_grad_ratio.size(1);
+  at::Tensor out_grad_lp = at::empty({dim_B, dim_T}, arg_lp.options());
+  rlk::cpu::ratio_kl_backward_elementwise(arg_grad_ratio.data_ptr(), arg_grad_kl.data_ptr(), arg_lp.data_ptr(), arg_old_lp.data_ptr(), arg_ref_lp.data_ptr(), arg_mask.data_ptr(), out_grad_lp.data_ptr(), to_rlk_dtype(arg_lp), dim_B, dim_T, at::get_num_threads());
+  return out_grad_lp;
 }
 
 // ---------------------------------------------------------------- rms_norm (specs/ops/rms_norm.yaml)
 
-void check_rms_norm(const at::Tensor& x, const at::Tensor& w) {
-  TORCH_CHECK(x.dim() == 2, "rms_norm: argument 'x' must be 2-D with shape [T, H], got shape ", x.sizes());
-  TORCH_CHECK(w.dim() == 1, "rms_norm: argument 'w' must be 1-D with shape [H], got shape ", w.sizes());
-  TORCH_CHECK(dtype_in(x.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "rms_norm: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(x.scalar_type()));
-  TORCH_CHECK(dtype_in(w.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "rms_norm: argument 'w' must have dtype float32, float16 or bfloat16, got ", dtype_name(w.scalar_type()));
-  TORCH_CHECK(w.device() == x.device(), "rms_norm: argument 'w' must be on the same device as argument 'x', got ", w.device(), " and ",
-              x.device());
-  TORCH_CHECK(w.size(0) == x.size(1), "rms_norm: dimension H of argument 'w' (axis 0) must equal dimension H of argument 'x' (axis 1), got ",
-              w.size(0), " and ", x.size(1));
-  TORCH_CHECK(x.is_contiguous(), "rms_norm: argument 'x' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(w.is_contiguous(), "rms_norm: argument 'w' must be contiguous (call .contiguous() on it)");
+void check_rms_norm(const at::Tensor& arg_x, const at::Tensor& arg_w) {
+  TORCH_CHECK(arg_x.dim() == 2, "rms_norm: argument 'x' must be 2-D with shape [T, H], got shape ", arg_x.sizes());
+  TORCH_CHECK(arg_w.dim() == 1, "rms_norm: argument 'w' must be 1-D with shape [H], got shape ", arg_w.sizes());
+  TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "rms_norm: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_w.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "rms_norm: argument 'w' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_w.scalar_type()));
+  TORCH_CHECK(arg_w.device() == arg_x.device(), "rms_norm: argument 'w' must be on the same device as argument 'x', got ", arg_w.device(), " and ",
+              arg_x.device());
+  TORCH_CHECK(arg_w.size(0) == arg_x.size(1), "rms_norm: dimension H of argument 'w' (axis 0) must equal dimension H of argument 'x' (axis 1), got ",
+              arg_w.size(0), " and ", arg_x.size(1));
+  TORCH_CHECK(arg_x.is_contiguous(), "rms_norm: argument 'x' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_w.is_contiguous(), "rms_norm: argument 'w' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_rows_cuda(const at::Tensor& x, const at::Tensor& w, double eps) {
-  check_rms_norm(x, w);
-  at::cuda::OptionalCUDAGuard device_guard(x.device());
-  const int64_t T = x.size(0);
-  const int64_t H = x.size(1);
-  at::Tensor y = at::empty({T, H}, x.options());
-  at::Tensor rstd = at::empty({T}, x.options().dtype(scalar_type_of("float32")));
+std::tuple<at::Tensor, at::Tensor> rms_norm_rows_cuda(const at::Tensor& arg_x, const at::Tensor& arg_w, double attr_eps) {
+  check_rms_norm(arg_x, arg_w);
+  at::cuda::OptionalCUDAGuard device_guard(arg_x.device());
+  const int64_t dim_T = arg_x.size(0);
+  const int64_t dim_H = arg_x.size(1);
+  at::Tensor out_y = at::empty({dim_T, dim_H}, arg_x.options());
+  at::Tensor out_rstd = at::empty({dim_T}, arg_x.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::rms_norm_rows(x.data_ptr(), w.data_ptr(), y.data_ptr(), rstd.data_ptr(), to_rlk_dtype(x), to_rlk_dtype(w), T, H, static_cast<float>(eps), stream);
+  const auto status = rlk::cuda::rms_norm_rows(arg_x.data_ptr(), arg_w.data_ptr(), out_y.data_ptr(), out_rstd.data_ptr(), to_rlk_dtype(arg_x), to_rlk_dtype(arg_w), dim_T, dim_H, static_cast<float>(attr_eps), stream);
   TORCH_CHECK(status == cudaSuccess, "rms_norm/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { y, rstd };
+  return { out_y, out_rstd };
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_rows_cpu(const at::Tensor& x, const at::Tensor& w, double eps) {
-  check_rms_norm(x, w);
-  const int64_t T = x.size(0);
-  const int64_t H = x.size(1);
-  at::Tensor y = at::empty({T, H}, x.options());
-  at::Tensor rstd = at::empty({T}, x.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::rms_norm_rows(x.data_ptr(), w.data_ptr(), y.data_ptr(), rstd.data_ptr(), to_rlk_dtype(x), to_rlk_dtype(w), T, H, static_cast<float>(eps), at::get_num_threads());
-  return { y, rstd };
+std::tuple<at::Tensor, at::Tensor> rms_norm_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_w, double attr_eps) {
+  check_rms_norm(arg_x, arg_w);
+  const int64_t dim_T = arg_x.size(0);
+  const int64_t dim_H = arg_x.size(1);
+  at::Tensor out_y = at::empty({dim_T, dim_H}, arg_x.options());
+  at::Tensor out_rstd = at::empty({dim_T}, arg_x.options().dtype(scalar_type_of("float32")));
+  rlk::cpu::rms_norm_rows(arg_x.data_ptr(), arg_w.data_ptr(), out_y.data_ptr(), out_rstd.data_ptr(), to_rlk_dtype(arg_x), to_rlk_dtype(arg_w), dim_T, dim_H, static_cast<float>(attr_eps), at::get_num_threads());
+  return { out_y, out_rstd };
 }
 
 // ---------------------------------------------------------------- rms_norm_backward (specs/ops/rms_norm_backward.yaml)
 
-void check_rms_norm_backward(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd) {
-  TORCH_CHECK(grad_y.dim() == 2, "rms_norm_backward: argument 'grad_y' must be 2-D with shape [T, H], got shape ", grad_y.sizes());
-  TORCH_CHECK(x.dim() == 2, "rms_norm_backward: argument 'x' must be 2-D with shape [T, H], got shape ", x.sizes());
-  TORCH_CHECK(w.dim() == 1, "rms_norm_backward: argument 'w' must be 1-D with shape [H], got shape ", w.sizes());
-  TORCH_CHECK(rstd.dim() == 1, "rms_norm_backward: argument 'rstd' must be 1-D with shape [T], got shape ", rstd.sizes());
-  TORCH_CHECK(dtype_in(grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "rms_norm_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(x.scalar_type() == grad_y.scalar_type(), "rms_norm_backward: argument 'x' must have the same dtype as argument 'grad_y' (D), got ",
-              dtype_name(x.scalar_type()), " and ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(dtype_in(w.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "rms_norm_backward: argument 'w' must have dtype float32, float16 or bfloat16, got ", dtype_name(w.scalar_type()));
-  TORCH_CHECK(dtype_in(rstd.scalar_type(), { "float32" }),
-              "rms_norm_backward: argument 'rstd' must have dtype float32, got ", dtype_name(rstd.scalar_type()));
-  TORCH_CHECK(x.device() == grad_y.device(), "rms_norm_backward: argument 'x' must be on the same device as argument 'grad_y', got ", x.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(w.device() == grad_y.device(), "rms_norm_backward: argument 'w' must be on the same device as argument 'grad_y', got ", w.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(rstd.device() == grad_y.device(), "rms_norm_backward: argument 'rstd' must be on the same device as argument 'grad_y', got ", rstd.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(x.size(0) == grad_y.size(0), "rms_norm_backward: dimension T of argument 'x' (axis 0) must equal dimension T of argument 'grad_y' (axis 0), got ",
-              x.size(0), " and ", grad_y.size(0));
-  TORCH_CHECK(x.size(1) == grad_y.size(1), "rms_norm_backward: dimension H of argument 'x' (axis 1) must equal dimension H of argument 'grad_y' (axis 1), got ",
-              x.size(1), " and ", grad_y.size(1));
-  TORCH_CHECK(w.size(0) == grad_y.size(1), "rms_norm_backward: dimension H of argument 'w' (axis 0) must equal dimension H of argument 'grad_y' (axis 1), got ",
-              w.size(0), " and ", grad_y.size(1));
-  TORCH_CHECK(rstd.size(0) == grad_y.size(0), "rms_norm_backward: dimension T of argument 'rstd' (axis 0) must equal dimension T of argument 'grad_y' (axis 0), got ",
-              rstd.size(0), " and ", grad_y.size(0));
-  TORCH_CHECK(grad_y.is_contiguous(), "rms_norm_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(x.is_contiguous(), "rms_norm_backward: argument 'x' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(w.is_contiguous(), "rms_norm_backward: argument 'w' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(rstd.is_contiguous(), "rms_norm_backward: argument 'rstd' must be contiguous (call .contiguous() on it)");
+void check_rms_norm_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_x, const at::Tensor& arg_w, const at::Tensor& arg_rstd) {
+  TORCH_CHECK(arg_grad_y.dim() == 2, "rms_norm_backward: argument 'grad_y' must be 2-D with shape [T, H], got shape ", arg_grad_y.sizes());
+  TORCH_CHECK(arg_x.dim() == 2, "rms_norm_backward: argument 'x' must be 2-D with shape [T, H], got shape ", arg_x.sizes());
+  TORCH_CHECK(arg_w.dim() == 1, "rms_norm_backward: argument 'w' must be 1-D with shape [H], got shape ", arg_w.sizes());
+  TORCH_CHECK(arg_rstd.dim() == 1, "rms_norm_backward: argument 'rstd' must be 1-D with shape [T], got shape ", arg_rstd.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "rms_norm_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(arg_x.scalar_type() == arg_grad_y.scalar_type(), "rms_norm_backward: argument 'x' must have the same dtype as argument 'grad_y' (D), got ",
+              dtype_name(arg_x.scalar_type()), " and ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_w.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "rms_norm_backward: argument 'w' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_w.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_rstd.scalar_type(), { "float32" }),
+              "rms_norm_backward: argument 'rstd' must have dtype float32, got ", dtype_name(arg_rstd.scalar_type()));
+  TORCH_CHECK(arg_x.device() == arg_grad_y.device(), "rms_norm_backward: argument 'x' must be on the same device as argument 'grad_y', got ", arg_x.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_w.device() == arg_grad_y.device(), "rms_norm_backward: argument 'w' must be on the same device as argument 'grad_y', got ", arg_w.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_rstd.device() == arg_grad_y.device(), "rms_norm_backward: argument 'rstd' must be on the same device as argument 'grad_y', got ", arg_rstd.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_x.size(0) == arg_grad_y.size(0), "rms_norm_backward: dimension T of argument 'x' (axis 0) must equal dimension T of argument 'grad_y' (axis 0), got ",
+              arg_x.size(0), " and ", arg_grad_y.size(0));
+  TORCH_CHECK(arg_x.size(1) == arg_grad_y.size(1), "rms_norm_backward: dimension H of argument 'x' (axis 1) must equal dimension H of argument 'grad_y' (axis 1), got ",
+              arg_x.size(1), " and ", arg_grad_y.size(1));
+  TORCH_CHECK(arg_w.size(0) == arg_grad_y.size(1), "rms_norm_backward: dimension H of argument 'w' (axis 0) must equal dimension H of argument 'grad_y' (axis 1), got ",
+              arg_w.size(0), " and ", arg_grad_y.size(1));
+  TORCH_CHECK(arg_rstd.size(0) == arg_grad_y.size(0), "rms_norm_backward: dimension T of argument 'rstd' (axis 0) must equal dimension T of argument 'grad_y' (axis 0), got ",
+              arg_rstd.size(0), " and ", arg_grad_y.size(0));
+  TORCH_CHECK(arg_grad_y.is_contiguous(), "rms_norm_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_x.is_contiguous(), "rms_norm_backward: argument 'x' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_w.is_contiguous(), "rms_norm_backward: argument 'w' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_rstd.is_contiguous(), "rms_norm_backward: argument 'rstd' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward_rows_cuda(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd) {
-  check_rms_norm_backward(grad_y, x, w, rstd);
-  at::cuda::OptionalCUDAGuard device_guard(grad_y.device());
-  const int64_t T = grad_y.size(0);
-  const int64_t H = grad_y.size(1);
-  at::Tensor dx = at::empty({T, H}, grad_y.options());
-  at::Tensor dw = at::empty({H}, w.options());
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_rows_cuda(const at::Tensor& arg_grad_y, const at::Tensor& arg_x, const at::Tensor& arg_w, const at::Tensor& arg_rstd) {
+  check_rms_norm_backward(arg_grad_y, arg_x, arg_w, arg_rstd);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_y.device());
+  const int64_t dim_T = arg_grad_y.size(0);
+  const int64_t dim_H = arg_grad_y.size(1);
+  at::Tensor out_dx = at::empty({dim_T, dim_H}, arg_grad_y.options());
+  at::Tensor out_dw = at::empty({dim_H}, arg_w.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::rms_norm_backward_rows(grad_y.data_ptr(), x.data_ptr(), w.data_ptr(), rstd.data_ptr(), dx.data_ptr(), dw.data_ptr(), to_rlk_dtype(grad_y), to_rlk_dtype(w), T, H, stream);
+  const auto status = rlk::cuda::rms_norm_backward_rows(arg_grad_y.data_ptr(), arg_x.data_ptr(), arg_w.data_ptr(), arg_rstd.data_ptr(), out_dx.data_ptr(), out_dw.data_ptr(), to_rlk_dtype(arg_grad_y), to_rlk_dtype(arg_w), dim_T, dim_H, stream);
   TORCH_CHECK(status == cudaSuccess, "rms_norm_backward/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { dx, dw };
+  return { out_dx, out_dw };
 }
 
-std::tuple<at::Tensor, at::Tensor> rms_norm_backward_rows_cpu(const at::Tensor& grad_y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& rstd) {
-  check_rms_norm_backward(grad_y, x, w, rstd);
-  const int64_t T = grad_y.size(0);
-  const int64_t H = grad_y.size(1);
-  at::Tensor dx = at::empty({T, H}, grad_y.options());
-  at::Tensor dw = at::empty({H}, w.options());
-  rlk::cpu::rms_norm_backward_rows(grad_y.data_ptr(), x.data_ptr(), w.data_ptr(), rstd.data_ptr(), dx.data_ptr(), dw.data_ptr(), to_rlk_dtype(grad_y), to_rlk_dtype(w), T, H, at::get_num_threads());
-  return { dx, dw };
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward_rows_cpu(const at::Tensor& arg_grad_y, const at::Tensor& arg_x, const at::Tensor& arg_w, const at::Tensor& arg_rstd) {
+  check_rms_norm_backward(arg_grad_y, arg_x, arg_w, arg_rstd);
+  const int64_t dim_T = arg_grad_y.size(0);
+  const int64_t dim_H = arg_grad_y.size(1);
+  at::Tensor out_dx = at::empty({dim_T, dim_H}, arg_grad_y.options());
+  at::Tensor out_dw = at::empty({dim_H}, arg_w.options());
+  rlk::cpu::rms_norm_backward_rows(arg_grad_y.data_ptr(), arg_x.data_ptr(), arg_w.data_ptr(), arg_rstd.data_ptr(), out_dx.data_ptr(), out_dw.data_ptr(), to_rlk_dtype(arg_grad_y), to_rlk_dtype(arg_w), dim_T, dim_H, at::get_num_threads());
+  return { out_dx, out_dw };
 }
 
 // ---------------------------------------------------------------- rope (specs/ops/rope.yaml)
 
-void check_rope(const at::Tensor& x, const at::Tensor& position_ids) {
-  TORCH_CHECK(x.dim() == 3, "rope: argument 'x' must be 3-D with shape [N, H, D], got shape ", x.sizes());
-  TORCH_CHECK(position_ids.dim() == 1, "rope: argument 'position_ids' must be 1-D with shape [N], got shape ", position_ids.sizes());
-  TORCH_CHECK(dtype_in(x.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "rope: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(x.scalar_type()));
-  TORCH_CHECK(dtype_in(position_ids.scalar_type(), { "int64" }),
-              "rope: argument 'position_ids' must have dtype int64, got ", dtype_name(position_ids.scalar_type()));
-  TORCH_CHECK(position_ids.device() == x.device(), "rope: argument 'position_ids' must be on the same device as argument 'x', got ", position_ids.device(), " and ",
-              x.device());
-  TORCH_CHECK(position_ids.size(0) == x.size(0), "rope: dimension N of argument 'position_ids' (axis 0) must equal dimension N of argument 'x' (axis 0), got ",
-              position_ids.size(0), " and ", x.size(0));
-  TORCH_CHECK(x.size(2) % 2 == 0, "rope: dimension D (axis 2 of argument 'x') must be a multiple of 2, got ", x.size(2));
-  TORCH_CHECK(x.is_contiguous(), "rope: argument 'x' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(position_ids.is_contiguous(), "rope: argument 'position_ids' must be contiguous (call .contiguous() on it)");
+void check_rope(const at::Tensor& arg_x, const at::Tensor& arg_position_ids) {
+  TORCH_CHECK(arg_x.dim() == 3, "rope: argument 'x' must be 3-D with shape [N, H, D], got shape ", arg_x.sizes());
+  TORCH_CHECK(arg_position_ids.dim() == 1, "rope: argument 'position_ids' must be 1-D with shape [N], got shape ", arg_position_ids.sizes());
+  TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "rope: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_position_ids.scalar_type(), { "int64" }),
+              "rope: argument 'position_ids' must have dtype int64, got ", dtype_name(arg_position_ids.scalar_type()));
+  TORCH_CHECK(arg_position_ids.device() == arg_x.device(), "rope: argument 'position_ids' must be on the same device as argument 'x', got ", arg_position_ids.device(), " and ",
+              arg_x.device());
+  TORCH_CHECK(arg_position_ids.size(0) == arg_x.size(0), "rope: dimension N of argument 'position_ids' (axis 0) must equal dimension N of argument 'x' (axis 0), got ",
+              arg_position_ids.size(0), " and ", arg_x.size(0));
+  TORCH_CHECK(arg_x.size(2) % 2 == 0, "rope: dimension D (axis 2 of argument 'x') must be a multiple of 2, got ", arg_x.size(2));
+  TORCH_CHECK(arg_x.is_contiguous(), "rope: argument 'x' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_position_ids.is_contiguous(), "rope: argument 'position_ids' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor rope_rows_cuda(const at::Tensor& x, const at::Tensor& position_ids, double theta, bool interleaved) {
-  check_rope(x, position_ids);
-  at::cuda::OptionalCUDAGuard device_guard(x.device());
-  const int64_t N = x.size(0);
-  const int64_t H = x.size(1);
-  const int64_t D = x.size(2);
-  at::Tensor y = at::empty({N, H, D}, x.options());
+at::Tensor rope_rows_cuda(const at::Tensor& arg_x, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  check_rope(arg_x, arg_position_ids);
+  at::cuda::OptionalCUDAGuard device_guard(arg_x.device());
+  const int64_t dim_N = arg_x.size(0);
+  const int64_t dim_H = arg_x.size(1);
+  const int64_t dim_D = arg_x.size(2);
+  at::Tensor out_y = at::empty({dim_N, dim_H, dim_D}, arg_x.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::rope_rows(x.data_ptr(), position_ids.data_ptr(), y.data_ptr(), to_rlk_dtype(x), N, H, D, static_cast<float>(theta), static_cast<bool>(interleaved), stream);
+  const auto status = rlk::cuda::rope_rows(arg_x.data_ptr(), arg_position_ids.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_x), dim_N, dim_H, dim_D, static_cast<float>(attr_theta), static_cast<bool>(attr_interleaved), stream);
   TORCH_CHECK(status == cudaSuccess, "rope/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
+  return out_y;
 }
 
-at::Tensor rope_rows_cpu(const at::Tensor& x, const at::Tensor& position_ids, double theta, bool interleaved) {
-  check_rope(x, position_ids);
-  const int64_t N = x.size(0);
-  const int64_t H = x.size(1);
-  const int64_t D = x.size(2);
-  at::Tensor y = at::empty({N, H, D}, x.options());
-  rlk::cpu::rope_rows(x.data_ptr(), position_ids.data_ptr(), y.data_ptr(), to_rlk_dtype(x), N, H, D, static_cast<float>(theta), static_cast<bool>(interleaved), at::get_num_threads());
-  return y;
+at::Tensor rope_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  check_rope(arg_x, arg_position_ids);
+  const int64_t dim_N = arg_x.size(0);
+  const int64_t dim_H = arg_x.size(1);
+  const int64_t dim_D = arg_x.size(2);
+  at::Tensor out_y = at::empty({dim_N, dim_H, dim_D}, arg_x.options());
+  rlk::cpu::rope_rows(arg_x.data_ptr(), arg_position_ids.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_x), dim_N, dim_H, dim_D, static_cast<float>(attr_theta), static_cast<bool>(attr_interleaved), at::get_num_threads());
+  return out_y;
 }
 
 // ---------------------------------------------------------------- rope_backward (specs/ops/rope_backward.yaml)
 
-void check_rope_backward(const at::Tensor& grad_y, const at::Tensor& position_ids) {
-  TORCH_CHECK(grad_y.dim() == 3, "rope_backward: argument 'grad_y' must be 3-D with shape [N, H, D], got shape ", grad_y.sizes());
-  TORCH_CHECK(position_ids.dim() == 1, "rope_backward: argument 'position_ids' must be 1-D with shape [N], got shape ", position_ids.sizes());
-  TORCH_CHECK(dtype_in(grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "rope_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(dtype_in(position_ids.scalar_type(), { "int64" }),
-              "rope_backward: argument 'position_ids' must have dtype int64, got ", dtype_name(position_ids.scalar_type()));
-  TORCH_CHECK(position_ids.device() == grad_y.device(), "rope_backward: argument 'position_ids' must be on the same device as argument 'grad_y', got ", position_ids.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(position_ids.size(0) == grad_y.size(0), "rope_backward: dimension N of argument 'position_ids' (axis 0) must equal dimension N of argument 'grad_y' (axis 0), got ",
-              position_ids.size(0), " and ", grad_y.size(0));
-  TORCH_CHECK(grad_y.size(2) % 2 == 0, "rope_backward: dimension D (axis 2 of argument 'grad_y') must be a multiple of 2, got ", grad_y.size(2));
-  TORCH_CHECK(grad_y.is_contiguous(), "rope_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(position_ids.is_contiguous(), "rope_backward: argument 'position_ids' must be contiguous (call .contiguous() on it)");
+void check_rope_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids) {
+  TORCH_CHECK(arg_grad_y.dim() == 3, "rope_backward: argument 'grad_y' must be 3-D with shape [N, H, D], got shape ", arg_grad_y.sizes());
+  TORCH_CHECK(arg_position_ids.dim() == 1, "rope_backward: argument 'position_ids' must be 1-D with shape [N], got shape ", arg_position_ids.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "rope_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_position_ids.scalar_type(), { "int64" }),
+              "rope_backward: argument 'position_ids' must have dtype int64, got ", dtype_name(arg_position_ids.scalar_type()));
+  TORCH_CHECK(arg_position_ids.device() == arg_grad_y.device(), "rope_backward: argument 'position_ids' must be on the same device as argument 'grad_y', got ", arg_position_ids.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_position_ids.size(0) == arg_grad_y.size(0), "rope_backward: dimension N of argument 'position_ids' (axis 0) must equal dimension N of argument 'grad_y' (axis 0), got ",
+              arg_position_ids.size(0), " and ", arg_grad_y.size(0));
+  TORCH_CHECK(arg_grad_y.size(2) % 2 == 0, "rope_backward: dimension D (axis 2 of argument 'grad_y') must be a multiple of 2, got ", arg_grad_y.size(2));
+  TORCH_CHECK(arg_grad_y.is_contiguous(), "rope_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_position_ids.is_contiguous(), "rope_backward: argument 'position_ids' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor rope_backward_rows_cuda(const at::Tensor& grad_y, const at::Tensor& position_ids, double theta, bool interleaved) {
-  check_rope_backward(grad_y, position_ids);
-  at::cuda::OptionalCUDAGuard device_guard(grad_y.device());
-  const int64_t N = grad_y.size(0);
-  const int64_t H = grad_y.size(1);
-  const int64_t D = grad_y.size(2);
-  at::Tensor grad_x = at::empty({N, H, D}, grad_y.options());
+at::Tensor rope_backward_rows_cuda(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  check_rope_backward(arg_grad_y, arg_position_ids);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_y.device());
+  const int64_t dim_N = arg_grad_y.size(0);
+  const int64_t dim_H = arg_grad_y.size(1);
+  const int64_t dim_D = arg_grad_y.size(2);
+  at::Tensor out_grad_x = at::empty({dim_N, dim_H, dim_D}, arg_grad_y.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::rope_backward_rows(grad_y.data_ptr(), position_ids.data_ptr(), grad_x.data_ptr(), to_rlk_dtype(grad_y), N, H, D, static_cast<float>(theta), static_cast<bool>(interleaved), stream);
+  const auto status = rlk::cuda::rope_backward_rows(arg_grad_y.data_ptr(), arg_position_ids.data_ptr(), out_grad_x.data_ptr(), to_rlk_dtype(arg_grad_y), dim_N, dim_H, dim_D, static_cast<float>(attr_theta), static_cast<bool>(attr_interleaved), stream);
   TORCH_CHECK(status == cudaSuccess, "rope_backward/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return grad_x;
+  return out_grad_x;
 }
 
-at::Tensor rope_backward_rows_cpu(const at::Tensor& grad_y, const at::Tensor& position_ids, double theta, bool interleaved) {
-  check_rope_backward(grad_y, position_ids);
-  const int64_t N = grad_y.size(0);
-  const int64_t H = grad_y.size(1);
-  const int64_t D = grad_y.size(2);
-  at::Tensor grad_x = at::empty({N, H, D}, grad_y.options());
-  rlk::cpu::rope_backward_rows(grad_y.data_ptr(), position_ids.data_ptr(), grad_x.data_ptr(), to_rlk_dtype(grad_y), N, H, D, static_cast<float>(theta), static_cast<bool>(interleaved), at::get_num_threads());
-  return grad_x;
+at::Tensor rope_backward_rows_cpu(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  check_rope_backward(arg_grad_y, arg_position_ids);
+  const int64_t dim_N = arg_grad_y.size(0);
+  const int64_t dim_H = arg_grad_y.size(1);
+  const int64_t dim_D = arg_grad_y.size(2);
+  at::Tensor out_grad_x = at::empty({dim_N, dim_H, dim_D}, arg_grad_y.options());
+  rlk::cpu::rope_backward_rows(arg_grad_y.data_ptr(), arg_position_ids.data_ptr(), out_grad_x.data_ptr(), to_rlk_dtype(arg_grad_y), dim_N, dim_H, dim_D, static_cast<float>(attr_theta), static_cast<bool>(attr_interleaved), at::get_num_threads());
+  return out_grad_x;
 }
 
 // ---------------------------------------------------------------- silu (specs/ops/silu.yaml)
 
-void check_silu(const at::Tensor& x) {
-  TORCH_CHECK(x.dim() == 2, "silu: argument 'x' must be 2-D with shape [R, C], got shape ", x.sizes());
-  TORCH_CHECK(dtype_in(x.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "silu: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(x.scalar_type()));
-  TORCH_CHECK(x.is_contiguous(), "silu: argument 'x' must be contiguous (call .contiguous() on it)");
+void check_silu(const at::Tensor& arg_x) {
+  TORCH_CHECK(arg_x.dim() == 2, "silu: argument 'x' must be 2-D with shape [R, C], got shape ", arg_x.sizes());
+  TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "silu: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
+  TORCH_CHECK(arg_x.is_contiguous(), "silu: argument 'x' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor silu_elementwise_cuda(const at::Tensor& x) {
-  check_silu(x);
-  at::cuda::OptionalCUDAGuard device_guard(x.device());
-  const int64_t R = x.size(0);
-  const int64_t C = x.size(1);
-  at::Tensor y = at::empty({R, C}, x.options());
+at::Tensor silu_elementwise_cuda(const at::Tensor& arg_x) {
+  check_silu(arg_x);
+  at::cuda::OptionalCUDAGuard device_guard(arg_x.device());
+  const int64_t dim_R = arg_x.size(0);
+  const int64_t dim_C = arg_x.size(1);
+  at::Tensor out_y = at::empty({dim_R, dim_C}, arg_x.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::silu_elementwise(x.data_ptr(), y.data_ptr(), to_rlk_dtype(x), R, C, stream);
+  const auto status = rlk::cuda::silu_elementwise(arg_x.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_x), dim_R, dim_C, stream);
   TORCH_CHECK(status == cudaSuccess, "silu/elementwise: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
+  return out_y;
 }
 
-at::Tensor silu_elementwise_cpu(const at::Tensor& x) {
-  check_silu(x);
-  const int64_t R = x.size(0);
-  const int64_t C = x.size(1);
-  at::Tensor y = at::empty({R, C}, x.options());
-  rlk::cpu::silu_elementwise(x.data_ptr(), y.data_ptr(), to_rlk_dtype(x), R, C, at::get_num_threads());
-  return y;
+at::Tensor silu_elementwise_cpu(const at::Tensor& arg_x) {
+  check_silu(arg_x);
+  const int64_t dim_R = arg_x.size(0);
+  const int64_t dim_C = arg_x.size(1);
+  at::Tensor out_y = at::empty({dim_R, dim_C}, arg_x.options());
+  rlk::cpu::silu_elementwise(arg_x.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_x), dim_R, dim_C, at::get_num_threads());
+  return out_y;
 }
 
 // ---------------------------------------------------------------- silu_backward (specs/ops/silu_backward.yaml)
 
-void check_silu_backward(const at::Tensor& grad_y, const at::Tensor& x) {
-  TORCH_CHECK(grad_y.dim() == 2, "silu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape ", grad_y.sizes());
-  TORCH_CHECK(x.dim() == 2, "silu_backward: argument 'x' must be 2-D with shape [R, C], got shape ", x.sizes());
-  TORCH_CHECK(dtype_in(grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "silu_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(x.scalar_type() == grad_y.scalar_type(), "silu_backward: argument 'x' must have the same dtype as argument 'grad_y' (T), got ",
-              dtype_name(x.scalar_type()), " and ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(x.device() == grad_y.device(), "silu_backward: argument 'x' must be on the same device as argument 'grad_y', got ", x.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(x.size(0) == grad_y.size(0), "silu_backward: dimension R of argument 'x' (axis 0) must equal dimension R of argument 'grad_y' (axis 0), got ",
-              x.size(0), " and ", grad_y.size(0));
-  TORCH_CHECK(x.size(1) == grad_y.size(1), "silu_backward: dimension C of argument 'x' (axis 1) must equal dimension C of argument 'grad_y' (axis 1), got ",
-              x.size(1), " and ", grad_y.size(1));
-  TORCH_CHECK(grad_y.is_contiguous(), "silu_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(x.is_contiguous(), "silu_backward: argument 'x' must be contiguous (call .contiguous() on it)");
+void check_silu_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_x) {
+  TORCH_CHECK(arg_grad_y.dim() == 2, "silu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape ", arg_grad_y.sizes());
+  TORCH_CHECK(arg_x.dim() == 2, "silu_backward: argument 'x' must be 2-D with shape [R, C], got shape ", arg_x.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "silu_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(arg_x.scalar_type() == arg_grad_y.scalar_type(), "silu_backward: argument 'x' must have the same dtype as argument 'grad_y' (T), got ",
+              dtype_name(arg_x.scalar_type()), " and ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(arg_x.device() == arg_grad_y.device(), "silu_backward: argument 'x' must be on the same device as argument 'grad_y', got ", arg_x.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_x.size(0) == arg_grad_y.size(0), "silu_backward: dimension R of argument 'x' (axis 0) must equal dimension R of argument 'grad_y' (axis 0), got ",
+              arg_x.size(0), " and ", arg_grad_y.size(0));
+  TORCH_CHECK(arg_x.size(1) == arg_grad_y.size(1), "silu_backward: dimension C of argument 'x' (axis 1) must equal dimension C of argument 'grad_y' (axis 1), got ",
+              arg_x.size(1), " and ", arg_grad_y.size(1));
+  TORCH_CHECK(arg_grad_y.is_contiguous(), "silu_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_x.is_contiguous(), "silu_backward: argument 'x' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor silu_backward_elementwise_cuda(const at::Tensor& grad_y, const at::Tensor& x) {
-  check_silu_backward(grad_y, x);
-  at::cuda::OptionalCUDAGuard device_guard(grad_y.device());
-  const int64_t R = grad_y.size(0);
-  const int64_t C = grad_y.size(1);
-  at::Tensor dx = at::empty({R, C}, grad_y.options());
+at::Tensor silu_backward_elementwise_cuda(const at::Tensor& arg_grad_y, const at::Tensor& arg_x) {
+  check_silu_backward(arg_grad_y, arg_x);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_y.device());
+  const int64_t dim_R = arg_grad_y.size(0);
+  const int64_t dim_C = arg_grad_y.size(1);
+  at::Tensor out_dx = at::empty({dim_R, dim_C}, arg_grad_y.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::silu_backward_elementwise(grad_y.data_ptr(), x.data_ptr(), dx.data_ptr(), to_rlk_dtype(grad_y), R, C, stream);
+  const auto status = rlk::cuda::silu_backward_elementwise(arg_grad_y.data_ptr(), arg_x.data_ptr(), out_dx.data_ptr(), to_rlk_dtype(arg_grad_y), dim_R, dim_C, stream);
   TORCH_CHECK(status == cudaSuccess, "silu_backward/elementwise: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return dx;
+  return out_dx;
 }
 
-at::Tensor silu_backward_elementwise_cpu(const at::Tensor& grad_y, const at::Tensor& x) {
-  check_silu_backward(grad_y, x);
-  const int64_t R = grad_y.size(0);
-  const int64_t C = grad_y.size(1);
-  at::Tensor dx = at::empty({R, C}, grad_y.options());
-  rlk::cpu::silu_backward_elementwise(grad_y.data_ptr(), x.data_ptr(), dx.data_ptr(), to_rlk_dtype(grad_y), R, C, at::get_num_threads());
-  return dx;
+at::Tensor silu_backward_elementwise_cpu(const at::Tensor& arg_grad_y, const at::Tensor& arg_x) {
+  check_silu_backward(arg_grad_y, arg_x);
+  const int64_t dim_R = arg_grad_y.size(0);
+  const int64_t dim_C = arg_grad_y.size(1);
+  at::Tensor out_dx = at::empty({dim_R, dim_C}, arg_grad_y.options());
+  rlk::cpu::silu_backward_elementwise(arg_grad_y.data_ptr(), arg_x.data_ptr(), out_dx.data_ptr(), to_rlk_dtype(arg_grad_y), dim_R, dim_C, at::get_num_threads());
+  return out_dx;
 }
 
 // ---------------------------------------------------------------- swiglu (specs/ops/swiglu.yaml)
 
-void check_swiglu(const at::Tensor& g, const at::Tensor& u) {
-  TORCH_CHECK(g.dim() == 2, "swiglu: argument 'g' must be 2-D with shape [R, C], got shape ", g.sizes());
-  TORCH_CHECK(u.dim() == 2, "swiglu: argument 'u' must be 2-D with shape [R, C], got shape ", u.sizes());
-  TORCH_CHECK(dtype_in(g.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "swiglu: argument 'g' must have dtype float32, float16 or bfloat16, got ", dtype_name(g.scalar_type()));
-  TORCH_CHECK(u.scalar_type() == g.scalar_type(), "swiglu: argument 'u' must have the same dtype as argument 'g' (T), got ",
-              dtype_name(u.scalar_type()), " and ", dtype_name(g.scalar_type()));
-  TORCH_CHECK(u.device() == g.device(), "swiglu: argument 'u' must be on the same device as argument 'g', got ", u.device(), " and ",
-              g.device());
-  TORCH_CHECK(u.size(0) == g.size(0), "swiglu: dimension R of argument 'u' (axis 0) must equal dimension R of argument 'g' (axis 0), got ",
-              u.size(0), " and ", g.size(0));
-  TORCH_CHECK(u.size(1) == g.size(1), "swiglu: dimension C of argument 'u' (axis 1) must equal dimension C of argument 'g' (axis 1), got ",
-              u.size(1), " and ", g.size(1));
-  TORCH_CHECK(g.is_contiguous(), "swiglu: argument 'g' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(u.is_contiguous(), "swiglu: argument 'u' must be contiguous (call .contiguous() on it)");
+void check_swiglu(const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  TORCH_CHECK(arg_g.dim() == 2, "swiglu: argument 'g' must be 2-D with shape [R, C], got shape ", arg_g.sizes());
+  TORCH_CHECK(arg_u.dim() == 2, "swiglu: argument 'u' must be 2-D with shape [R, C], got shape ", arg_u.sizes());
+  TORCH_CHECK(dtype_in(arg_g.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "swiglu: argument 'g' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_g.scalar_type()));
+  TORCH_CHECK(arg_u.scalar_type() == arg_g.scalar_type(), "swiglu: argument 'u' must have the same dtype as argument 'g' (T), got ",
+              dtype_name(arg_u.scalar_type()), " and ", dtype_name(arg_g.scalar_type()));
+  TORCH_CHECK(arg_u.device() == arg_g.device(), "swiglu: argument 'u' must be on the same device as argument 'g', got ", arg_u.device(), " and ",
+              arg_g.device());
+  TORCH_CHECK(arg_u.size(0) == arg_g.size(0), "swiglu: dimension R of argument 'u' (axis 0) must equal dimension R of argument 'g' (axis 0), got ",
+              arg_u.size(0), " and ", arg_g.size(0));
+  TORCH_CHECK(arg_u.size(1) == arg_g.size(1), "swiglu: dimension C of argument 'u' (axis 1) must equal dimension C of argument 'g' (axis 1), got ",
+              arg_u.size(1), " and ", arg_g.size(1));
+  TORCH_CHECK(arg_g.is_contiguous(), "swiglu: argument 'g' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_u.is_contiguous(), "swiglu: argument 'u' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor swiglu_elementwise_cuda(const at::Tensor& g, const at::Tensor& u) {
-  check_swiglu(g, u);
-  at::cuda::OptionalCUDAGuard device_guard(g.device());
-  const int64_t R = g.size(0);
-  const int64_t C = g.size(1);
-  at::Tensor y = at::empty({R, C}, g.options());
+at::Tensor swiglu_elementwise_cuda(const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  check_swiglu(arg_g, arg_u);
+  at::cuda::OptionalCUDAGuard device_guard(arg_g.device());
+  const int64_t dim_R = arg_g.size(0);
+  const int64_t dim_C = arg_g.size(1);
+  at::Tensor out_y = at::empty({dim_R, dim_C}, arg_g.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::swiglu_elementwise(g.data_ptr(), u.data_ptr(), y.data_ptr(), to_rlk_dtype(g), R, C, stream);
+  const auto status = rlk::cuda::swiglu_elementwise(arg_g.data_ptr(), arg_u.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_g), dim_R, dim_C, stream);
   TORCH_CHECK(status == cudaSuccess, "swiglu/elementwise: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return y;
+  return out_y;
 }
 
-at::Tensor swiglu_elementwise_cpu(const at::Tensor& g, const at::Tensor& u) {
-  check_swiglu(g, u);
-  const int64_t R = g.size(0);
-  const int64_t C = g.size(1);
-  at::Tensor y = at::empty({R, C}, g.options());
-  rlk::cpu::swiglu_elementwise(g.data_ptr(), u.data_ptr(), y.data_ptr(), to_rlk_dtype(g), R, C, at::get_num_threads());
-  return y;
+at::Tensor swiglu_elementwise_cpu(const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  check_swiglu(arg_g, arg_u);
+  const int64_t dim_R = arg_g.size(0);
+  const int64_t dim_C = arg_g.size(1);
+  at::Tensor out_y = at::empty({dim_R, dim_C}, arg_g.options());
+  rlk::cpu::swiglu_elementwise(arg_g.data_ptr(), arg_u.data_ptr(), out_y.data_ptr(), to_rlk_dtype(arg_g), dim_R, dim_C, at::get_num_threads());
+  return out_y;
 }
 
 // ---------------------------------------------------------------- swiglu_backward (specs/ops/swiglu_backward.yaml)
 
-void check_swiglu_backward(const at::Tensor& grad_y, const at::Tensor& g, const at::Tensor& u) {
-  TORCH_CHECK(grad_y.dim() == 2, "swiglu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape ", grad_y.sizes());
-  TORCH_CHECK(g.dim() == 2, "swiglu_backward: argument 'g' must be 2-D with shape [R, C], got shape ", g.sizes());
-  TORCH_CHECK(u.dim() == 2, "swiglu_backward: argument 'u' must be 2-D with shape [R, C], got shape ", u.sizes());
-  TORCH_CHECK(dtype_in(grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "swiglu_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(g.scalar_type() == grad_y.scalar_type(), "swiglu_backward: argument 'g' must have the same dtype as argument 'grad_y' (T), got ",
-              dtype_name(g.scalar_type()), " and ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(u.scalar_type() == grad_y.scalar_type(), "swiglu_backward: argument 'u' must have the same dtype as argument 'grad_y' (T), got ",
-              dtype_name(u.scalar_type()), " and ", dtype_name(grad_y.scalar_type()));
-  TORCH_CHECK(g.device() == grad_y.device(), "swiglu_backward: argument 'g' must be on the same device as argument 'grad_y', got ", g.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(u.device() == grad_y.device(), "swiglu_backward: argument 'u' must be on the same device as argument 'grad_y', got ", u.device(), " and ",
-              grad_y.device());
-  TORCH_CHECK(g.size(0) == grad_y.size(0), "swiglu_backward: dimension R of argument 'g' (axis 0) must equal dimension R of argument 'grad_y' (axis 0), got ",
-              g.size(0), " and ", grad_y.size(0));
-  TORCH_CHECK(g.size(1) == grad_y.size(1), "swiglu_backward: dimension C of argument 'g' (axis 1) must equal dimension C of argument 'grad_y' (axis 1), got ",
-              g.size(1), " and ", grad_y.size(1));
-  TORCH_CHECK(u.size(0) == grad_y.size(0), "swiglu_backward: dimension R of argument 'u' (axis 0) must equal dimension R of argument 'grad_y' (axis 0), got ",
-              u.size(0), " and ", grad_y.size(0));
-  TORCH_CHECK(u.size(1) == grad_y.size(1), "swiglu_backward: dimension C of argument 'u' (axis 1) must equal dimension C of argument 'grad_y' (axis 1), got ",
-              u.size(1), " and ", grad_y.size(1));
-  TORCH_CHECK(grad_y.is_contiguous(), "swiglu_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(g.is_contiguous(), "swiglu_backward: argument 'g' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(u.is_contiguous(), "swiglu_backward: argument 'u' must be contiguous (call .contiguous() on it)");
+void check_swiglu_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  TORCH_CHECK(arg_grad_y.dim() == 2, "swiglu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape ", arg_grad_y.sizes());
+  TORCH_CHECK(arg_g.dim() == 2, "swiglu_backward: argument 'g' must be 2-D with shape [R, C], got shape ", arg_g.sizes());
+  TORCH_CHECK(arg_u.dim() == 2, "swiglu_backward: argument 'u' must be 2-D with shape [R, C], got shape ", arg_u.sizes());
+  TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "swiglu_backward: argument 'grad_y' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(arg_g.scalar_type() == arg_grad_y.scalar_type(), "swiglu_backward: argument 'g' must have the same dtype as argument 'grad_y' (T), got ",
+              dtype_name(arg_g.scalar_type()), " and ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(arg_u.scalar_type() == arg_grad_y.scalar_type(), "swiglu_backward: argument 'u' must have the same dtype as argument 'grad_y' (T), got ",
+              dtype_name(arg_u.scalar_type()), " and ", dtype_name(arg_grad_y.scalar_type()));
+  TORCH_CHECK(arg_g.device() == arg_grad_y.device(), "swiglu_backward: argument 'g' must be on the same device as argument 'grad_y', got ", arg_g.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_u.device() == arg_grad_y.device(), "swiglu_backward: argument 'u' must be on the same device as argument 'grad_y', got ", arg_u.device(), " and ",
+              arg_grad_y.device());
+  TORCH_CHECK(arg_g.size(0) == arg_grad_y.size(0), "swiglu_backward: dimension R of argument 'g' (axis 0) must equal dimension R of argument 'grad_y' (axis 0), got ",
+              arg_g.size(0), " and ", arg_grad_y.size(0));
+  TORCH_CHECK(arg_g.size(1) == arg_grad_y.size(1), "swiglu_backward: dimension C of argument 'g' (axis 1) must equal dimension C of argument 'grad_y' (axis 1), got ",
+              arg_g.size(1), " and ", arg_grad_y.size(1));
+  TORCH_CHECK(arg_u.size(0) == arg_grad_y.size(0), "swiglu_backward: dimension R of argument 'u' (axis 0) must equal dimension R of argument 'grad_y' (axis 0), got ",
+              arg_u.size(0), " and ", arg_grad_y.size(0));
+  TORCH_CHECK(arg_u.size(1) == arg_grad_y.size(1), "swiglu_backward: dimension C of argument 'u' (axis 1) must equal dimension C of argument 'grad_y' (axis 1), got ",
+              arg_u.size(1), " and ", arg_grad_y.size(1));
+  TORCH_CHECK(arg_grad_y.is_contiguous(), "swiglu_backward: argument 'grad_y' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_g.is_contiguous(), "swiglu_backward: argument 'g' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_u.is_contiguous(), "swiglu_backward: argument 'u' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> swiglu_backward_elementwise_cuda(const at::Tensor& grad_y, const at::Tensor& g, const at::Tensor& u) {
-  check_swiglu_backward(grad_y, g, u);
-  at::cuda::OptionalCUDAGuard device_guard(grad_y.device());
-  const int64_t R = grad_y.size(0);
-  const int64_t C = grad_y.size(1);
-  at::Tensor dg = at::empty({R, C}, grad_y.options());
-  at::Tensor du = at::empty({R, C}, grad_y.options());
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_elementwise_cuda(const at::Tensor& arg_grad_y, const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  check_swiglu_backward(arg_grad_y, arg_g, arg_u);
+  at::cuda::OptionalCUDAGuard device_guard(arg_grad_y.device());
+  const int64_t dim_R = arg_grad_y.size(0);
+  const int64_t dim_C = arg_grad_y.size(1);
+  at::Tensor out_dg = at::empty({dim_R, dim_C}, arg_grad_y.options());
+  at::Tensor out_du = at::empty({dim_R, dim_C}, arg_grad_y.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::swiglu_backward_elementwise(grad_y.data_ptr(), g.data_ptr(), u.data_ptr(), dg.data_ptr(), du.data_ptr(), to_rlk_dtype(grad_y), R, C, stream);
+  const auto status = rlk::cuda::swiglu_backward_elementwise(arg_grad_y.data_ptr(), arg_g.data_ptr(), arg_u.data_ptr(), out_dg.data_ptr(), out_du.data_ptr(), to_rlk_dtype(arg_grad_y), dim_R, dim_C, stream);
   TORCH_CHECK(status == cudaSuccess, "swiglu_backward/elementwise: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return { dg, du };
+  return { out_dg, out_du };
 }
 
-std::tuple<at::Tensor, at::Tensor> swiglu_backward_elementwise_cpu(const at::Tensor& grad_y, const at::Tensor& g, const at::Tensor& u) {
-  check_swiglu_backward(grad_y, g, u);
-  const int64_t R = grad_y.size(0);
-  const int64_t C = grad_y.size(1);
-  at::Tensor dg = at::empty({R, C}, grad_y.options());
-  at::Tensor du = at::empty({R, C}, grad_y.options());
-  rlk::cpu::swiglu_backward_elementwise(grad_y.data_ptr(), g.data_ptr(), u.data_ptr(), dg.data_ptr(), du.data_ptr(), to_rlk_dtype(grad_y), R, C, at::get_num_threads());
-  return { dg, du };
+std::tuple<at::Tensor, at::Tensor> swiglu_backward_elementwise_cpu(const at::Tensor& arg_grad_y, const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  check_swiglu_backward(arg_grad_y, arg_g, arg_u);
+  const int64_t dim_R = arg_grad_y.size(0);
+  const int64_t dim_C = arg_grad_y.size(1);
+  at::Tensor out_dg = at::empty({dim_R, dim_C}, arg_grad_y.options());
+  at::Tensor out_du = at::empty({dim_R, dim_C}, arg_grad_y.options());
+  rlk::cpu::swiglu_backward_elementwise(arg_grad_y.data_ptr(), arg_g.data_ptr(), arg_u.data_ptr(), out_dg.data_ptr(), out_du.data_ptr(), to_rlk_dtype(arg_grad_y), dim_R, dim_C, at::get_num_threads());
+  return { out_dg, out_du };
 }
 
 // ---------------------------------------------------------------- unpack (specs/ops/unpack.yaml)
 
-void check_unpack(const at::Tensor& packed, const at::Tensor& mask) {
-  TORCH_CHECK(packed.dim() == 2, "unpack: argument 'packed' must be 2-D with shape [TOTAL, H], got shape ", packed.sizes());
-  TORCH_CHECK(mask.dim() == 2, "unpack: argument 'mask' must be 2-D with shape [B, S], got shape ", mask.sizes());
-  TORCH_CHECK(dtype_in(packed.scalar_type(), { "float32", "float16", "bfloat16" }),
-              "unpack: argument 'packed' must have dtype float32, float16 or bfloat16, got ", dtype_name(packed.scalar_type()));
-  TORCH_CHECK(dtype_in(mask.scalar_type(), { "bool" }),
-              "unpack: argument 'mask' must have dtype bool, got ", dtype_name(mask.scalar_type()));
-  TORCH_CHECK(mask.device() == packed.device(), "unpack: argument 'mask' must be on the same device as argument 'packed', got ", mask.device(), " and ",
-              packed.device());
+void check_unpack(const at::Tensor& arg_packed, const at::Tensor& arg_mask) {
+  TORCH_CHECK(arg_packed.dim() == 2, "unpack: argument 'packed' must be 2-D with shape [TOTAL, H], got shape ", arg_packed.sizes());
+  TORCH_CHECK(arg_mask.dim() == 2, "unpack: argument 'mask' must be 2-D with shape [B, S], got shape ", arg_mask.sizes());
+  TORCH_CHECK(dtype_in(arg_packed.scalar_type(), { "float32", "float16", "bfloat16" }),
+              "unpack: argument 'packed' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_packed.scalar_type()));
+  TORCH_CHECK(dtype_in(arg_mask.scalar_type(), { "bool" }),
+              "unpack: argument 'mask' must have dtype bool, got ", dtype_name(arg_mask.scalar_type()));
+  TORCH_CHECK(arg_mask.device() == arg_packed.device(), "unpack: argument 'mask' must be on the same device as argument 'packed', got ", arg_mask.device(), " and ",
+              arg_packed.device());
   // Counting reads the data: this waits for the device.
-  TORCH_CHECK(packed.size(0) == mask.count_nonzero().item<int64_t>(), "unpack: dimension TOTAL (axis 0 of argument 'packed') must equal the number of nonzero entries of argument 'mask', got ",
-              packed.size(0), " and ", mask.count_nonzero().item<int64_t>());
-  TORCH_CHECK(packed.is_contiguous(), "unpack: argument 'packed' must be contiguous (call .contiguous() on it)");
-  TORCH_CHECK(mask.is_contiguous(), "unpack: argument 'mask' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_packed.size(0) == arg_mask.count_nonzero().item<int64_t>(), "unpack: dimension TOTAL (axis 0 of argument 'packed') must equal the number of nonzero entries of argument 'mask', got ",
+              arg_packed.size(0), " and ", arg_mask.count_nonzero().item<int64_t>());
+  TORCH_CHECK(arg_packed.is_contiguous(), "unpack: argument 'packed' must be contiguous (call .contiguous() on it)");
+  TORCH_CHECK(arg_mask.is_contiguous(), "unpack: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor unpack_rows_cuda(const at::Tensor& packed, const at::Tensor& mask) {
-  check_unpack(packed, mask);
-  at::cuda::OptionalCUDAGuard device_guard(packed.device());
-  const int64_t TOTAL = packed.size(0);
-  const int64_t H = packed.size(1);
-  const int64_t B = mask.size(0);
-  const int64_t S = mask.size(1);
-  at::Tensor x = at::empty({B, S, H}, packed.options());
+at::Tensor unpack_rows_cuda(const at::Tensor& arg_packed, const at::Tensor& arg_mask) {
+  check_unpack(arg_packed, arg_mask);
+  at::cuda::OptionalCUDAGuard device_guard(arg_packed.device());
+  const int64_t dim_TOTAL = arg_packed.size(0);
+  const int64_t dim_H = arg_packed.size(1);
+  const int64_t dim_B = arg_mask.size(0);
+  const int64_t dim_S = arg_mask.size(1);
+  at::Tensor out_x = at::empty({dim_B, dim_S, dim_H}, arg_packed.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::cuda::unpack_rows(packed.data_ptr(), mask.data_ptr(), x.data_ptr(), to_rlk_dtype(packed), TOTAL, H, B, S, stream);
+  const auto status = rlk::cuda::unpack_rows(arg_packed.data_ptr(), arg_mask.data_ptr(), out_x.data_ptr(), to_rlk_dtype(arg_packed), dim_TOTAL, dim_H, dim_B, dim_S, stream);
   TORCH_CHECK(status == cudaSuccess, "unpack/rows: kernel launch failed: ",
               cudaGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return x;
+  return out_x;
 }
 
-at::Tensor unpack_rows_cpu(const at::Tensor& packed, const at::Tensor& mask) {
-  check_unpack(packed, mask);
-  const int64_t TOTAL = packed.size(0);
-  const int64_t H = packed.size(1);
-  const int64_t B = mask.size(0);
-  const int64_t S = mask.size(1);
-  at::Tensor x = at::empty({B, S, H}, packed.options());
-  rlk::cpu::unpack_rows(packed.data_ptr(), mask.data_ptr(), x.data_ptr(), to_rlk_dtype(packed), TOTAL, H, B, S, at::get_num_threads());
-  return x;
+at::Tensor unpack_rows_cpu(const at::Tensor& arg_packed, const at::Tensor& arg_mask) {
+  check_unpack(arg_packed, arg_mask);
+  const int64_t dim_TOTAL = arg_packed.size(0);
+  const int64_t dim_H = arg_packed.size(1);
+  const int64_t dim_B = arg_mask.size(0);
+  const int64_t dim_S = arg_mask.size(1);
+  at::Tensor out_x = at::empty({dim_B, dim_S, dim_H}, arg_packed.options());
+  rlk::cpu::unpack_rows(arg_packed.data_ptr(), arg_mask.data_ptr(), out_x.data_ptr(), to_rlk_dtype(arg_packed), dim_TOTAL, dim_H, dim_B, dim_S, at::get_num_threads());
+  return out_x;
 }
 
 }  // namespace

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void column_sum_columns(const void* x, void* y, Dtype dtype_T, int64_t M, int64_t N, int64_t num_threads);
+void column_sum_columns(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_M, int64_t dim_N, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

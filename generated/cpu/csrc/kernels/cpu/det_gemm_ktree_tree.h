@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void det_gemm_ktree_tree(const void* a, const void* b, void* c, Dtype dtype_T, int64_t M, int64_t K, int64_t N, int64_t num_threads);
+void det_gemm_ktree_tree(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, int64_t dim_M, int64_t dim_K, int64_t dim_N, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

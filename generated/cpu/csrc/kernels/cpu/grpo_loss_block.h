@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const void* rewards, void* loss, void* adv, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, int64_t num_threads);
+void grpo_loss_block(const void* arg_ratio, const void* arg_kl, const void* arg_mask, const void* arg_rewards, void* out_loss, void* out_adv, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

@@ -13,7 +13,6 @@
 
 #include "pack_rows.h"
 #include "rlk_numerics.h"
-
 #include <algorithm>
 
 namespace rlk {
@@ -39,21 +38,21 @@ void run(const void* x_ptr, const void* mask_ptr, void* packed_ptr, void* cu_seq
 
 }  // namespace
 
-void pack_rows(const void* x, const void* mask, void* packed, void* cu_seqlens, Dtype dtype_T, int64_t B, int64_t S, int64_t H, int64_t TOTAL, int64_t B1, int64_t num_threads) {
+void pack_rows(const void* arg_x, const void* arg_mask, void* out_packed, void* out_cu_seqlens, Dtype dtype_T, int64_t dim_B, int64_t dim_S, int64_t dim_H, int64_t dim_TOTAL, int64_t dim_B1, int64_t num_threads) {
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(x, mask, packed, cu_seqlens, B, S, H, TOTAL);
+      run<T>(arg_x, arg_mask, out_packed, out_cu_seqlens, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(x, mask, packed, cu_seqlens, B, S, H, TOTAL);
+      run<T>(arg_x, arg_mask, out_packed, out_cu_seqlens, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(x, mask, packed, cu_seqlens, B, S, H, TOTAL);
+      run<T>(arg_x, arg_mask, out_packed, out_cu_seqlens, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
   }

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void pack_rows(const void* x, const void* mask, void* packed, void* cu_seqlens, Dtype dtype_T, int64_t B, int64_t S, int64_t H, int64_t TOTAL, int64_t B1, int64_t num_threads);
+void pack_rows(const void* arg_x, const void* arg_mask, void* out_packed, void* out_cu_seqlens, Dtype dtype_T, int64_t dim_B, int64_t dim_S, int64_t dim_H, int64_t dim_TOTAL, int64_t dim_B1, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, Dtype dtype_L, int64_t B, int64_t T, int64_t num_threads);
+void ratio_kl_backward_elementwise(const void* arg_grad_ratio, const void* arg_grad_kl, const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_grad_lp, Dtype dtype_L, int64_t dim_B, int64_t dim_T, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

@@ -16,8 +16,8 @@
 #include "rms_norm_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
-#include "rlk_parallel.h"
 #include "rlk_reduce.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -31,7 +31,6 @@ RLK_ARITH float row_rstd(float sum_of_squares, int64_t H, float eps) {
 }
 
 RLK_ARITH float normalized(float x, float rstd, float w) { return mul_rn(mul_rn(x, rstd), w); }
-
 template <typename D, typename W>
 void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int64_t T, int64_t H, float eps, int64_t num_threads) {
   const D* x = static_cast<const D*>(x_ptr);
@@ -56,59 +55,60 @@ void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int6
 
 }  // namespace
 
-void rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, float eps, int64_t num_threads) {
+void rms_norm_rows(const void* arg_x, const void* arg_w, void* out_y, void* out_rstd, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, float attr_eps, int64_t num_threads) {
+  if (dim_T == 0) return;  // every output is empty: nothing to write
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
     using D = float;
     using W = float;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
     using D = float;
     using W = half_t;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
     using D = float;
     using W = bfloat16_t;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
     using D = half_t;
     using W = float;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
     using D = half_t;
     using W = half_t;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
     using D = half_t;
     using W = bfloat16_t;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
     using D = bfloat16_t;
     using W = float;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
     using D = bfloat16_t;
     using W = half_t;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
     using D = bfloat16_t;
     using W = bfloat16_t;
-    run<D, W>(x, w, y, rstd, T, H, eps, num_threads);
+    run<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, num_threads);
     return;
   }
 }

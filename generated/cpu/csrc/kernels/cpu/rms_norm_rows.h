@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, float eps, int64_t num_threads);
+void rms_norm_rows(const void* arg_x, const void* arg_w, void* out_y, void* out_rstd, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, float attr_eps, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

@@ -42,21 +42,22 @@ void run(const void* x_ptr, void* y_ptr, int64_t M, int64_t N, int64_t num_threa
 
 }  // namespace
 
-void column_sum_columns(const void* x, void* y, Dtype dtype_T, int64_t M, int64_t N, int64_t num_threads) {
+void column_sum_columns(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_M, int64_t dim_N, int64_t num_threads) {
+  if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(x, y, M, N, num_threads);
+      run<T>(arg_x, out_y, dim_M, dim_N, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(x, y, M, N, num_threads);
+      run<T>(arg_x, out_y, dim_M, dim_N, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(x, y, M, N, num_threads);
+      run<T>(arg_x, out_y, dim_M, dim_N, num_threads);
       return;
     }
   }

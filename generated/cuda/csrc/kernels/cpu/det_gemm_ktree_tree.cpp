@@ -62,7 +62,6 @@ RLK_ARITH float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K
   }
   return value[0];
 }
-
 template <typename T>
 void run(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N) {
   for (int64_t m = 0; m < M; ++m)
@@ -72,12 +71,13 @@ void run(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N)
 
 }  // namespace
 
-void det_gemm_ktree_tree(const void* a, const void* b, void* c, Dtype dtype_T, int64_t M, int64_t K, int64_t N, int64_t num_threads) {
+void det_gemm_ktree_tree(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, int64_t dim_M, int64_t dim_K, int64_t dim_N, int64_t num_threads) {
+  if (dim_M == 0 || dim_N == 0) return;  // every output is empty: nothing to write
   (void)num_threads;  // one thread: the kernel is the portable reference order, not the fast path
   switch (dtype_T) {
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(a, b, c, M, K, N);
+      run<T>(arg_a, arg_b, out_c, dim_M, dim_K, dim_N);
       return;
     }
   }

@@ -13,7 +13,6 @@
 
 #include "det_gemm_nt_simt.h"
 #include "rlk_math.h"
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -29,7 +28,6 @@ namespace {
 
 // Operand layouts: A is [M, K], B is [N, K] (read transposed);
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
-
 // Host kernel.  Both operands are converted to float32 (exactly) and packed: A into strips of
 // kRows rows, B into panels of kCols columns, both k-major so the tile loop reads them in order
 // (A first; B first too, or, where one work item takes every row, by each item for its panels).
@@ -46,6 +44,11 @@ namespace {
 // AVX512-BF16 the pairs path (12 x 32, below).  Threads and the code path: as
 // rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx512, avx2 or
 // generic caps the instruction set, read on every call).
+
+// Where a[m, k] and b[k, n] are stored: A is [M, K], B is [N, K].
+// M and K are both passed for each layout, each index uses the one its layout strides by.
+inline int64_t a_index(int64_t m, int64_t k, [[maybe_unused]] int64_t M, [[maybe_unused]] int64_t K) { return m * K + k; }
+inline int64_t b_index(int64_t k, int64_t n, [[maybe_unused]] int64_t K, [[maybe_unused]] int64_t N) { return n * K + k; }
 
 struct Packed;
 
@@ -290,7 +293,7 @@ void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* 
 #endif
     for (; i < rows; ++i) {
       const int64_t m = s * rows + i;
-      for (int64_t k = k0; k < k1; ++k) dst[k * rows + i] = m < M ? to_float(a[m * K + k]) : 0.0f;
+      for (int64_t k = k0; k < k1; ++k) dst[k * rows + i] = m < M ? to_float(a[a_index(m, k, M, K)]) : 0.0f;
     }
   }
 }
@@ -319,7 +322,7 @@ void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, b
     const int64_t k1 = std::min(K, k0 + kDepth);
     for (int j = 0; j < cols; ++j) {
       const int64_t n = n0 + j;
-      for (int64_t k = k0; k < k1; ++k) dst[k * cols + j] = n < N ? to_float(b[n * K + k]) : 0.0f;
+      for (int64_t k = k0; k < k1; ++k) dst[k * cols + j] = n < N ? to_float(b[b_index(k, n, K, N)]) : 0.0f;
     }
   }
 }
@@ -355,9 +358,9 @@ RLK_LANES_AVX512 void pack_a_pairs(const T* a, int64_t M, int64_t K, int rows, i
     const int64_t m = s * rows + i;
     for (int64_t j = first_scalar; j < pairs; ++j) {
       int64_t k = 2 * j;
-      const uint16_t high = m < M ? storage_bits(a[m * K + k]) : 0;
+      const uint16_t high = m < M ? storage_bits(a[a_index(m, k, M, K)]) : 0;
       k += 1;
-      const uint16_t low = m >= M ? 0 : k < K ? storage_bits(a[m * K + k]) : 0x8000u;
+      const uint16_t low = m >= M ? 0 : k < K ? storage_bits(a[a_index(m, k, M, K)]) : 0x8000u;
       dst[j * rows + i] = bf16_pair_word(high, low);
     }
   }
@@ -383,9 +386,9 @@ RLK_LANES_AVX512 void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, i
     for (int jj = 0; jj < cols; ++jj) {
       const int64_t n = q * cols + jj;
       int64_t k = 2 * j;
-      const uint16_t high = n < N ? storage_bits(b[n * K + k]) : 0;
+      const uint16_t high = n < N ? storage_bits(b[b_index(k, n, K, N)]) : 0;
       k += 1;
-      const uint16_t low = n < N && k < K ? storage_bits(b[n * K + k]) : 0;
+      const uint16_t low = n < N && k < K ? storage_bits(b[b_index(k, n, K, N)]) : 0;
       dst[j * cols + jj] = bf16_pair_word(high, low);
     }
 }
@@ -395,7 +398,6 @@ RLK_LANES_AVX512 void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, i
 template <typename T, typename TC>
 void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr, int64_t M, int64_t K, int64_t N,
          int64_t num_threads) {
-  if (M == 0 || N == 0) return;
   const T* a = static_cast<const T*>(a_ptr);
   const T* b = static_cast<const T*>(b_ptr);
   TC* c = static_cast<TC*>(c_ptr);
@@ -482,24 +484,25 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
 
 }  // namespace
 
-void det_gemm_nt_simt(const void* a, const void* b, const void* bias, void* c, Dtype dtype_T, Dtype dtype_c, int64_t M, int64_t K, int64_t N, bool out_fp32, int64_t num_threads) {
+void det_gemm_nt_simt(const void* arg_a, const void* arg_b, const void* arg_bias, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_M, int64_t dim_K, int64_t dim_N, bool attr_out_fp32, int64_t num_threads) {
+  if (dim_M == 0 || dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      if (dtype_c == Dtype::float32) return run<T, float>(a, b, bias, c, M, K, N, num_threads);
-      run<T, T>(a, b, bias, c, M, K, N, num_threads);
+      if (dtype_out_c == Dtype::float32) return run<T, float>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, num_threads);
+      run<T, T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      if (dtype_c == Dtype::float32) return run<T, float>(a, b, bias, c, M, K, N, num_threads);
-      run<T, T>(a, b, bias, c, M, K, N, num_threads);
+      if (dtype_out_c == Dtype::float32) return run<T, float>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, num_threads);
+      run<T, T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      if (dtype_c == Dtype::float32) return run<T, float>(a, b, bias, c, M, K, N, num_threads);
-      run<T, T>(a, b, bias, c, M, K, N, num_threads);
+      if (dtype_out_c == Dtype::float32) return run<T, float>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, num_threads);
+      run<T, T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, num_threads);
       return;
     }
   }

@@ -66,7 +66,6 @@ RLK_ARITH float dz_of(const RowFactors& f, float onehot, float z) {
 RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
   return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, z) : bits_float(kCanonicalNan);
 }
-
 // Host register tiles.  Operands are converted to float32 (exactly) and packed k-major: h
 // into strips of kStripRows rows, the weight into panels of kCols vocabulary rows.  A tile
 // keeps kStripRows x kCols accumulators; for each k in ascending order it multiplies a
@@ -628,21 +627,22 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
 
 }  // namespace
 
-void linear_logp_backward_rows(const void* grad_lp, const void* grad_entropy, const void* h, const void* weight, const void* ids, const void* lse, const void* entropy, void* grad_h, void* grad_weight, Dtype dtype_T, int64_t N, int64_t H, int64_t V, int64_t ignore_index, int64_t num_threads) {
+void linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  if ((dim_N == 0 || dim_H == 0) && (dim_H == 0 || dim_V == 0)) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(grad_lp, grad_entropy, h, weight, ids, lse, entropy, grad_h, grad_weight, N, H, V, ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(grad_lp, grad_entropy, h, weight, ids, lse, entropy, grad_h, grad_weight, N, H, V, ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(grad_lp, grad_entropy, h, weight, ids, lse, entropy, grad_h, grad_weight, N, H, V, ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
       return;
     }
   }

@@ -18,8 +18,8 @@
 #include "logp_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
-#include "rlk_parallel.h"
 #include "rlk_reduce.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -40,7 +40,6 @@ RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float 
   *lse = canonical(row_lse);
   *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(kCanonicalNan));
 }
-
 template <typename T>
 void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_ptr, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
   const T* logits = static_cast<const T*>(logits_ptr);
@@ -67,21 +66,22 @@ void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_pt
 
 }  // namespace
 
-void logp_rows(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(logits, ids, lp, lse, N, V, ignore_index, num_threads);
+      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(logits, ids, lp, lse, N, V, ignore_index, num_threads);
+      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(logits, ids, lp, lse, N, V, ignore_index, num_threads);
+      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, num_threads);
       return;
     }
   }

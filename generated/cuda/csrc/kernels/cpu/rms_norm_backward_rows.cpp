@@ -17,9 +17,8 @@
 #include "rms_norm_backward_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
-#include "rlk_parallel.h"
 #include "rlk_reduce.h"
-
+#include "rlk_parallel.h"
 #include <vector>
 
 namespace rlk {
@@ -37,7 +36,6 @@ RLK_ARITH float row_scale(float c, float r, int64_t H) { return div_rn(mul_rn(mu
 RLK_ARITH float input_grad(float gw, float x, float r, float k) { return mul_rn(r, add_rn(gw, -mul_rn(x, k))); }
 
 RLK_ARITH float weight_grad_term(float g, float x, float r) { return mul_rn(g, mul_rn(x, r)); }
-
 template <typename D, typename W>
 void run(const void* g_ptr, const void* x_ptr, const void* w_ptr, const void* rstd_ptr, void* dx_ptr, void* dw_ptr,
          int64_t T, int64_t H, int64_t num_threads) {
@@ -81,59 +79,60 @@ void run(const void* g_ptr, const void* x_ptr, const void* w_ptr, const void* rs
 
 }  // namespace
 
-void rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, int64_t num_threads) {
+void rms_norm_backward_rows(const void* arg_grad_y, const void* arg_x, const void* arg_w, const void* arg_rstd, void* out_dx, void* out_dw, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, int64_t num_threads) {
+  if (dim_H == 0) return;  // every output is empty: nothing to write
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
     using D = float;
     using W = float;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
     using D = float;
     using W = half_t;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
     using D = float;
     using W = bfloat16_t;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
     using D = half_t;
     using W = float;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
     using D = half_t;
     using W = half_t;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
     using D = half_t;
     using W = bfloat16_t;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
     using D = bfloat16_t;
     using W = float;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
     using D = bfloat16_t;
     using W = half_t;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
     using D = bfloat16_t;
     using W = bfloat16_t;
-    run<D, W>(grad_y, x, w, rstd, dx, dw, T, H, num_threads);
+    run<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, num_threads);
     return;
   }
 }

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, int64_t num_threads);
+void rms_norm_backward_rows(const void* arg_grad_y, const void* arg_x, const void* arg_w, const void* arg_rstd, void* out_dx, void* out_dw, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

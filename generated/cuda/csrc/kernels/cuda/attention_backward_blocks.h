@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t attention_backward_blocks(const void* grad_o, const void* q, const void* k, const void* v, const void* o, const void* lse, const void* cu_seqlens_q, const void* cu_seqlens_k, void* grad_q, void* grad_k, void* grad_v, Dtype dtype_T, int64_t TQ, int64_t HQ, int64_t D, int64_t TK, int64_t HK, int64_t B1, float scale, bool causal, int64_t window, cudaStream_t stream);
+cudaError_t attention_backward_blocks(const void* arg_grad_o, const void* arg_q, const void* arg_k, const void* arg_v, const void* arg_o, const void* arg_lse, const void* arg_cu_seqlens_q, const void* arg_cu_seqlens_k, void* out_grad_q, void* out_grad_k, void* out_grad_v, Dtype dtype_T, int64_t dim_TQ, int64_t dim_HQ, int64_t dim_D, int64_t dim_TK, int64_t dim_HK, int64_t dim_B1, float attr_scale, bool attr_causal, int64_t attr_window, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t column_sum_columns(const void* x, void* y, Dtype dtype_T, int64_t M, int64_t N, cudaStream_t stream);
+cudaError_t column_sum_columns(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_M, int64_t dim_N, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

@@ -427,24 +427,25 @@ cudaError_t launch<float>(const void* a, const void* b, const void* bias, void* 
 
 }  // namespace
 
-cudaError_t det_gemm_nt_mma(const void* a, const void* b, const void* bias, void* c, Dtype dtype_T, Dtype dtype_c, int64_t M, int64_t K, int64_t N, bool out_fp32, cudaStream_t stream) {
-  if (dtype_c != dtype_T) {
+cudaError_t det_gemm_nt_mma(const void* arg_a, const void* arg_b, const void* arg_bias, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_M, int64_t dim_K, int64_t dim_N, bool attr_out_fp32, cudaStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
+  if (dtype_out_c != dtype_T) {
     // A float32 result of 16-bit inputs: the epilogue here stores pairs of T, so the
     // portable kernel serves this rarer case.
-    return det_gemm_nt_simt(a, b, bias, c, dtype_T, dtype_c, M, K, N, out_fp32, stream);
+    return det_gemm_nt_simt(arg_a, arg_b, arg_bias, out_c, dtype_T, dtype_out_c, dim_M, dim_K, dim_N, attr_out_fp32, stream);
   }
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(a, b, bias, c, M, K, N, stream);
+      return launch<T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(a, b, bias, c, M, K, N, stream);
+      return launch<T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(a, b, bias, c, M, K, N, stream);
+      return launch<T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
     }
   }
   return cudaErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t det_gemm_nt_mma(const void* a, const void* b, const void* bias, void* c, Dtype dtype_T, Dtype dtype_c, int64_t M, int64_t K, int64_t N, bool out_fp32, cudaStream_t stream);
+cudaError_t det_gemm_nt_mma(const void* arg_a, const void* arg_b, const void* arg_bias, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_M, int64_t dim_K, int64_t dim_N, bool attr_out_fp32, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

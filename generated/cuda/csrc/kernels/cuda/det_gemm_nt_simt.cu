@@ -20,7 +20,6 @@ namespace {
 
 // Operand layouts: A is [M, K], B is [N, K] (read transposed);
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
-
 // Register-tiled kernel (register tiles and vector loads; not yet measured on hardware).
 // One tile configuration for every M: a block of kThreads threads computes a kTileM x kTileN
 // output tile, and each thread keeps kPerThread x kPerThread of its outputs in registers,
@@ -214,7 +213,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 template <typename T, typename TC>
 cudaError_t launch(const void* a, const void* b, const void* bias, void* c, int64_t M, int64_t K, int64_t N,
                      cudaStream_t stream) {
-  if (M == 0 || N == 0) return cudaSuccess;
   if ((N + kTileN - 1) / kTileN > kMaxGridBlocks) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((M + kTileM - 1) / kTileM), static_cast<unsigned>((N + kTileN - 1) / kTileN));
   det_gemm_nt_simt_kernel<T, TC><<<grid, kThreads, 0, stream>>>(
@@ -224,22 +222,23 @@ cudaError_t launch(const void* a, const void* b, const void* bias, void* c, int6
 
 }  // namespace
 
-cudaError_t det_gemm_nt_simt(const void* a, const void* b, const void* bias, void* c, Dtype dtype_T, Dtype dtype_c, int64_t M, int64_t K, int64_t N, bool out_fp32, cudaStream_t stream) {
+cudaError_t det_gemm_nt_simt(const void* arg_a, const void* arg_b, const void* arg_bias, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_M, int64_t dim_K, int64_t dim_N, bool attr_out_fp32, cudaStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, bias, c, M, K, N, stream);
-      return launch<T, T>(a, b, bias, c, M, K, N, stream);
+      if (dtype_out_c == Dtype::float32) return launch<T, float>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
+      return launch<T, T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, bias, c, M, K, N, stream);
-      return launch<T, T>(a, b, bias, c, M, K, N, stream);
+      if (dtype_out_c == Dtype::float32) return launch<T, float>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
+      return launch<T, T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, bias, c, M, K, N, stream);
-      return launch<T, T>(a, b, bias, c, M, K, N, stream);
+      if (dtype_out_c == Dtype::float32) return launch<T, float>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
+      return launch<T, T>(arg_a, arg_b, arg_bias, out_c, dim_M, dim_K, dim_N, stream);
     }
   }
   return cudaErrorInvalidValue;

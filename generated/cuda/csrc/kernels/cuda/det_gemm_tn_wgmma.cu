@@ -71,13 +71,13 @@
 // precision, so the bits differ from the simt kernel's and from the mma kernel's.
 // They are the same on every run and for every M.
 
-#include <atomic>
-
 #include "det_gemm_tn_wgmma.h"
 #include "det_gemm_tn_mma.h"
 #include "det_gemm_tn_simt.h"
 #include "rlk_numerics.h"
 #include "rlk_tensor_core.h"
+
+#include <atomic>
 
 namespace rlk {
 namespace cuda {
@@ -440,29 +440,30 @@ cudaError_t launch<float>(const void* a, const void* b, const void* bias, void* 
 
 }  // namespace
 
-cudaError_t det_gemm_tn_wgmma(const void* a, const void* b, void* c, Dtype dtype_T, Dtype dtype_c, int64_t K, int64_t M, int64_t N, bool out_fp32, cudaStream_t stream) {
+cudaError_t det_gemm_tn_wgmma(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_K, int64_t dim_M, int64_t dim_N, bool attr_out_fp32, cudaStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
   const int blocks_max = multiprocessors_here();
   if (blocks_max == 0) {
-    return det_gemm_tn_mma(a, b, c, dtype_T, dtype_c, K, M, N, out_fp32, stream);
+    return det_gemm_tn_mma(arg_a, arg_b, out_c, dtype_T, dtype_out_c, dim_K, dim_M, dim_N, attr_out_fp32, stream);
   }
   if (dtype_T == Dtype::float32) {
     // The portable simt kernel: float32 accumulation of exact float32 products.
-    return det_gemm_tn_simt(a, b, c, dtype_T, dtype_c, K, M, N, out_fp32, stream);
+    return det_gemm_tn_simt(arg_a, arg_b, out_c, dtype_T, dtype_out_c, dim_K, dim_M, dim_N, attr_out_fp32, stream);
   }
-  if (dtype_c != dtype_T && dtype_c != Dtype::float32) return cudaErrorInvalidValue;
-  const bool c_float32 = dtype_c != dtype_T;
+  if (dtype_out_c != dtype_T && dtype_out_c != Dtype::float32) return cudaErrorInvalidValue;
+  const bool c_float32 = dtype_out_c != dtype_T;
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(a, b, nullptr, c, c_float32, M, K, N, blocks_max, stream);
+      return launch<T>(arg_a, arg_b, nullptr, out_c, c_float32, dim_M, dim_K, dim_N, blocks_max, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(a, b, nullptr, c, c_float32, M, K, N, blocks_max, stream);
+      return launch<T>(arg_a, arg_b, nullptr, out_c, c_float32, dim_M, dim_K, dim_N, blocks_max, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(a, b, nullptr, c, c_float32, M, K, N, blocks_max, stream);
+      return launch<T>(arg_a, arg_b, nullptr, out_c, c_float32, dim_M, dim_K, dim_N, blocks_max, stream);
     }
   }
   return cudaErrorInvalidValue;

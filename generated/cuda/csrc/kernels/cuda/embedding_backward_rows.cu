@@ -74,7 +74,6 @@ __global__ void __launch_bounds__(kIdsPerStep) embedding_backward_rows_kernel(
 template <typename T, typename G>
 cudaError_t launch(const void* grad_y, const void* ids, void* grad_weight, int64_t N, int64_t H, int64_t V,
                      cudaStream_t stream) {
-  if (V == 0 || H == 0) return cudaSuccess;  // nothing to write; N == 0 still writes zeros
   const int64_t tiles = (H + kColumns - 1) / kColumns;
   const dim3 grid(static_cast<unsigned>(tiles < kMaxGridBlocks ? tiles : kMaxGridBlocks),
                   static_cast<unsigned>(V < kMaxGridBlocks ? V : kMaxGridBlocks));
@@ -85,22 +84,23 @@ cudaError_t launch(const void* grad_y, const void* ids, void* grad_weight, int64
 
 }  // namespace
 
-cudaError_t embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, Dtype dtype_grad_weight, int64_t N, int64_t H, int64_t V, bool out_fp32, cudaStream_t stream) {
+cudaError_t embedding_backward_rows(const void* arg_grad_y, const void* arg_ids, const void* arg_weight, void* out_grad_weight, Dtype dtype_T, Dtype dtype_out_grad_weight, int64_t dim_N, int64_t dim_H, int64_t dim_V, bool attr_out_fp32, cudaStream_t stream) {
+  if (dim_H == 0 || dim_V == 0) return cudaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      if (dtype_grad_weight == Dtype::float32) return launch<T, float>(grad_y, ids, grad_weight, N, H, V, stream);
-      return launch<T, T>(grad_y, ids, grad_weight, N, H, V, stream);
+      if (dtype_out_grad_weight == Dtype::float32) return launch<T, float>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, stream);
+      return launch<T, T>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      if (dtype_grad_weight == Dtype::float32) return launch<T, float>(grad_y, ids, grad_weight, N, H, V, stream);
-      return launch<T, T>(grad_y, ids, grad_weight, N, H, V, stream);
+      if (dtype_out_grad_weight == Dtype::float32) return launch<T, float>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, stream);
+      return launch<T, T>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      if (dtype_grad_weight == Dtype::float32) return launch<T, float>(grad_y, ids, grad_weight, N, H, V, stream);
-      return launch<T, T>(grad_y, ids, grad_weight, N, H, V, stream);
+      if (dtype_out_grad_weight == Dtype::float32) return launch<T, float>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, stream);
+      return launch<T, T>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, stream);
     }
   }
   return cudaErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t embedding_rows(const void* weight, const void* ids, void* y, Dtype dtype_T, int64_t V, int64_t H, int64_t N, cudaStream_t stream);
+cudaError_t embedding_rows(const void* arg_weight, const void* arg_ids, void* out_y, Dtype dtype_T, int64_t dim_V, int64_t dim_H, int64_t dim_N, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

@@ -45,7 +45,6 @@ RLK_ARITH void element(bool keep, float ratio, float adv, float scale, float lo,
   *grad_ratio = from_float<R>(unclipped_is_min ? -mul_rn(scale, adv) : 0.0f);
   *grad_kl = from_float<R>(mul_rn(beta, scale));
 }
-
 // Tokens a thread loads before it uses them: one block has to keep many loads in flight.
 constexpr int kUnroll = 4;
 
@@ -87,28 +86,32 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_backward_block_kernel(
 
 }  // namespace
 
-cudaError_t grpo_loss_backward_block(const void* grad_loss, const void* ratio, const void* mask, const void* adv, void* grad_ratio, void* grad_kl, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, cudaStream_t stream) {
+cudaError_t grpo_loss_backward_block(const void* arg_grad_loss, const void* arg_ratio, const void* arg_mask, const void* arg_adv, void* out_grad_ratio, void* out_grad_kl, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, cudaStream_t stream) {
+  if (dim_G == 0 || dim_S == 0 || dim_T == 0) return cudaSuccess;  // every output is empty: nothing to write
   // One block for every size: the count's summation order may not depend on a launch parameter.
   switch (dtype_R) {
     case Dtype::float32: {
       using R = float;
       grpo_loss_backward_block_kernel<R><<<1, kLanes, 0, stream>>>(
-          static_cast<const float*>(grad_loss), static_cast<const R*>(ratio), static_cast<const bool*>(mask),
-          static_cast<const float*>(adv), static_cast<R*>(grad_ratio), static_cast<R*>(grad_kl), G, S, T, eps_low, eps_high, beta);
+          static_cast<const float*>(arg_grad_loss), static_cast<const R*>(arg_ratio), static_cast<const bool*>(arg_mask),
+          static_cast<const float*>(arg_adv), static_cast<R*>(out_grad_ratio), static_cast<R*>(out_grad_kl), dim_G, dim_S,
+          dim_T, attr_eps_low, attr_eps_high, attr_beta);
       return cudaGetLastError();
     }
     case Dtype::float16: {
       using R = half_t;
       grpo_loss_backward_block_kernel<R><<<1, kLanes, 0, stream>>>(
-          static_cast<const float*>(grad_loss), static_cast<const R*>(ratio), static_cast<const bool*>(mask),
-          static_cast<const float*>(adv), static_cast<R*>(grad_ratio), static_cast<R*>(grad_kl), G, S, T, eps_low, eps_high, beta);
+          static_cast<const float*>(arg_grad_loss), static_cast<const R*>(arg_ratio), static_cast<const bool*>(arg_mask),
+          static_cast<const float*>(arg_adv), static_cast<R*>(out_grad_ratio), static_cast<R*>(out_grad_kl), dim_G, dim_S,
+          dim_T, attr_eps_low, attr_eps_high, attr_beta);
       return cudaGetLastError();
     }
     case Dtype::bfloat16: {
       using R = bfloat16_t;
       grpo_loss_backward_block_kernel<R><<<1, kLanes, 0, stream>>>(
-          static_cast<const float*>(grad_loss), static_cast<const R*>(ratio), static_cast<const bool*>(mask),
-          static_cast<const float*>(adv), static_cast<R*>(grad_ratio), static_cast<R*>(grad_kl), G, S, T, eps_low, eps_high, beta);
+          static_cast<const float*>(arg_grad_loss), static_cast<const R*>(arg_ratio), static_cast<const bool*>(arg_mask),
+          static_cast<const float*>(arg_adv), static_cast<R*>(out_grad_ratio), static_cast<R*>(out_grad_kl), dim_G, dim_S,
+          dim_T, attr_eps_low, attr_eps_high, attr_beta);
       return cudaGetLastError();
     }
   }

@@ -58,7 +58,6 @@ RLK_ARITH float dz_of(const RowFactors& f, float onehot, float z) {
 RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
   return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, z) : bits_float(kCanonicalNan);
 }
-
 // Vocabulary rows per chunk of logits, and columns of h per device block.
 constexpr int kChunk = 192;
 
@@ -162,19 +161,20 @@ cudaError_t launch(const void* grad_lp, const void* grad_entropy, const void* h,
 
 }  // namespace
 
-cudaError_t linear_logp_backward_rows(const void* grad_lp, const void* grad_entropy, const void* h, const void* weight, const void* ids, const void* lse, const void* entropy, void* grad_h, void* grad_weight, Dtype dtype_T, int64_t N, int64_t H, int64_t V, int64_t ignore_index, cudaStream_t stream) {
+cudaError_t linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, cudaStream_t stream) {
+  if ((dim_N == 0 || dim_H == 0) && (dim_H == 0 || dim_V == 0)) return cudaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(grad_lp, grad_entropy, h, weight, ids, lse, entropy, grad_h, grad_weight, N, H, V, ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(grad_lp, grad_entropy, h, weight, ids, lse, entropy, grad_h, grad_weight, N, H, V, ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(grad_lp, grad_entropy, h, weight, ids, lse, entropy, grad_h, grad_weight, N, H, V, ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, stream);
     }
   }
   return cudaErrorInvalidValue;

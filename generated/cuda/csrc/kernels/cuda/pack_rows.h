@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t pack_rows(const void* x, const void* mask, void* packed, void* cu_seqlens, Dtype dtype_T, int64_t B, int64_t S, int64_t H, int64_t TOTAL, int64_t B1, cudaStream_t stream);
+cudaError_t pack_rows(const void* arg_x, const void* arg_mask, void* out_packed, void* out_cu_seqlens, Dtype dtype_T, int64_t dim_B, int64_t dim_S, int64_t dim_H, int64_t dim_TOTAL, int64_t dim_B1, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

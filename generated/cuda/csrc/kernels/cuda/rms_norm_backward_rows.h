@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, cudaStream_t stream);
+cudaError_t rms_norm_backward_rows(const void* arg_grad_y, const void* arg_x, const void* arg_w, const void* arg_rstd, void* out_dx, void* out_dw, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

@@ -30,7 +30,6 @@ RLK_ARITH float row_rstd(float sum_of_squares, int64_t H, float eps) {
 }
 
 RLK_ARITH float normalized(float x, float rstd, float w) { return mul_rn(mul_rn(x, rstd), w); }
-
 template <typename D, typename W>
 __global__ void __launch_bounds__(kLanes)
     rms_norm_rows_kernel(const D* __restrict__ x, const W* __restrict__ w, D* __restrict__ y,
@@ -56,7 +55,6 @@ __global__ void __launch_bounds__(kLanes)
 template <typename D, typename W>
 cudaError_t launch(const void* x, const void* w, void* y, void* rstd, int64_t T, int64_t H, float eps,
                      cudaStream_t stream) {
-  if (T == 0) return cudaSuccess;
   const int64_t blocks = T < kMaxGridBlocks ? T : kMaxGridBlocks;  // a grid every device accepts
   rms_norm_rows_kernel<D, W><<<static_cast<unsigned>(blocks), kLanes, 0, stream>>>(
       static_cast<const D*>(x), static_cast<const W*>(w), static_cast<D*>(y), static_cast<float*>(rstd), T, H, eps);
@@ -65,51 +63,52 @@ cudaError_t launch(const void* x, const void* w, void* y, void* rstd, int64_t T,
 
 }  // namespace
 
-cudaError_t rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, float eps, cudaStream_t stream) {
+cudaError_t rms_norm_rows(const void* arg_x, const void* arg_w, void* out_y, void* out_rstd, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, float attr_eps, cudaStream_t stream) {
+  if (dim_T == 0) return cudaSuccess;  // every output is empty: nothing to write
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
     using D = float;
     using W = float;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
     using D = float;
     using W = half_t;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
     using D = float;
     using W = bfloat16_t;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
     using D = half_t;
     using W = float;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
     using D = half_t;
     using W = half_t;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
     using D = half_t;
     using W = bfloat16_t;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
     using D = bfloat16_t;
     using W = float;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
     using D = bfloat16_t;
     using W = half_t;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
     using D = bfloat16_t;
     using W = bfloat16_t;
-    return launch<D, W>(x, w, y, rstd, T, H, eps, stream);
+    return launch<D, W>(arg_x, arg_w, out_y, out_rstd, dim_T, dim_H, attr_eps, stream);
   }
   return cudaErrorInvalidValue;
 }

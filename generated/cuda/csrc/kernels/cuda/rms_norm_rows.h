@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t rms_norm_rows(const void* x, const void* w, void* y, void* rstd, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, float eps, cudaStream_t stream);
+cudaError_t rms_norm_rows(const void* arg_x, const void* arg_w, void* out_y, void* out_rstd, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, float attr_eps, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

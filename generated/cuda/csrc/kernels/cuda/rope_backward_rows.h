@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t rope_backward_rows(const void* grad_y, const void* position_ids, void* grad_x, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, cudaStream_t stream);
+cudaError_t rope_backward_rows(const void* arg_grad_y, const void* arg_position_ids, void* out_grad_x, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

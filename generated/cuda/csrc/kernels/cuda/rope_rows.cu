@@ -102,7 +102,6 @@ RLK_ARITH void rotate_pair(const T* x, T* y, int64_t a, int64_t b, float c, floa
   y[a] = from_float<T>(add_rn(mul_rn(x1, c), -mul_rn(x2, s)));
   y[b] = from_float<T>(add_rn(mul_rn(x2, c), mul_rn(x1, s)));
 }
-
 // A fixed block size and a grid capped at a size every device accepts; each element is
 // computed on its own, so which thread takes it never changes its bits.
 constexpr int kThreads = 256;
@@ -153,19 +152,20 @@ cudaError_t launch(const void* x, const void* position_ids, void* y, int64_t N, 
 
 }  // namespace
 
-cudaError_t rope_rows(const void* x, const void* position_ids, void* y, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, cudaStream_t stream) {
+cudaError_t rope_rows(const void* arg_x, const void* arg_position_ids, void* out_y, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, cudaStream_t stream) {
+  if (dim_N == 0 || dim_H == 0 || dim_D == 0) return cudaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(x, position_ids, y, N, H, D, theta, interleaved, stream);
+      return launch<T>(arg_x, arg_position_ids, out_y, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(x, position_ids, y, N, H, D, theta, interleaved, stream);
+      return launch<T>(arg_x, arg_position_ids, out_y, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(x, position_ids, y, N, H, D, theta, interleaved, stream);
+      return launch<T>(arg_x, arg_position_ids, out_y, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, stream);
     }
   }
   return cudaErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t silu_backward_elementwise(const void* grad_y, const void* x, void* dx, Dtype dtype_T, int64_t R, int64_t C, cudaStream_t stream);
+cudaError_t silu_backward_elementwise(const void* arg_grad_y, const void* arg_x, void* out_dx, Dtype dtype_T, int64_t dim_R, int64_t dim_C, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t swiglu_elementwise(const void* g, const void* u, void* y, Dtype dtype_T, int64_t R, int64_t C, cudaStream_t stream);
+cudaError_t swiglu_elementwise(const void* arg_g, const void* arg_u, void* out_y, Dtype dtype_T, int64_t dim_R, int64_t dim_C, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

@@ -48,39 +48,42 @@ RLK_ARITH void element(bool keep, float ratio, float adv, float scale, float lo,
 
 }  // namespace
 
-void grpo_loss_backward_block(const void* grad_loss, const void* ratio, const void* mask, const void* adv, void* grad_ratio, void* grad_kl, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, int64_t num_threads) {
+void grpo_loss_backward_block(const void* arg_grad_loss, const void* arg_ratio, const void* arg_mask, const void* arg_adv, void* out_grad_ratio, void* out_grad_kl, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, int64_t num_threads) {
+  if (dim_G == 0 || dim_S == 0 || dim_T == 0) return;  // every output is empty: nothing to write
   (void)num_threads;  // one thread, as the device's one block: the lanes tree fixes the order anyway
-  const bool* mask_b = static_cast<const bool*>(mask);
-  const int64_t n = G * S * T;
+  const bool* mask_b = static_cast<const bool*>(arg_mask);
+  const int64_t T = dim_T;
+  const int64_t n = dim_G * dim_S * T;
   const float count = host_sum_lanes_tree<kLanes>(n, [mask_b](int64_t i) { return mask_b[i] ? 1.0f : 0.0f; });
-  const float scale = div_rn(*static_cast<const float*>(grad_loss), count > 1.0f ? count : 1.0f);
-  const float lo = add_rn(1.0f, -eps_low);
-  const float hi = add_rn(1.0f, eps_high);
-  const float* adv_f = static_cast<const float*>(adv);
+  const float scale = div_rn(*static_cast<const float*>(arg_grad_loss), count > 1.0f ? count : 1.0f);
+  const float lo = add_rn(1.0f, -attr_eps_low);
+  const float hi = add_rn(1.0f, attr_eps_high);
+  const float beta = attr_beta;
+  const float* adv_f = static_cast<const float*>(arg_adv);
   switch (dtype_R) {
     case Dtype::float32: {
       using R = float;
-      const R* ratio_r = static_cast<const R*>(ratio);
-      R* grad_ratio_r = static_cast<R*>(grad_ratio);
-      R* grad_kl_r = static_cast<R*>(grad_kl);
+      const R* ratio_r = static_cast<const R*>(arg_ratio);
+      R* grad_ratio_r = static_cast<R*>(out_grad_ratio);
+      R* grad_kl_r = static_cast<R*>(out_grad_kl);
       for (int64_t i = 0; i < n; ++i)
         element(mask_b[i], to_float(ratio_r[i]), adv_f[i / T], scale, lo, hi, beta, grad_ratio_r + i, grad_kl_r + i);
       return;
     }
     case Dtype::float16: {
       using R = half_t;
-      const R* ratio_r = static_cast<const R*>(ratio);
-      R* grad_ratio_r = static_cast<R*>(grad_ratio);
-      R* grad_kl_r = static_cast<R*>(grad_kl);
+      const R* ratio_r = static_cast<const R*>(arg_ratio);
+      R* grad_ratio_r = static_cast<R*>(out_grad_ratio);
+      R* grad_kl_r = static_cast<R*>(out_grad_kl);
       for (int64_t i = 0; i < n; ++i)
         element(mask_b[i], to_float(ratio_r[i]), adv_f[i / T], scale, lo, hi, beta, grad_ratio_r + i, grad_kl_r + i);
       return;
     }
     case Dtype::bfloat16: {
       using R = bfloat16_t;
-      const R* ratio_r = static_cast<const R*>(ratio);
-      R* grad_ratio_r = static_cast<R*>(grad_ratio);
-      R* grad_kl_r = static_cast<R*>(grad_kl);
+      const R* ratio_r = static_cast<const R*>(arg_ratio);
+      R* grad_ratio_r = static_cast<R*>(out_grad_ratio);
+      R* grad_kl_r = static_cast<R*>(out_grad_kl);
       for (int64_t i = 0; i < n; ++i)
         element(mask_b[i], to_float(ratio_r[i]), adv_f[i / T], scale, lo, hi, beta, grad_ratio_r + i, grad_kl_r + i);
       return;

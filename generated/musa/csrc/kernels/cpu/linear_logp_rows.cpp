@@ -19,6 +19,7 @@
 #include "linear_logp_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_reduce.h"
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -26,7 +27,6 @@
 
 #include "rlk_parallel.h"
 #include "rlk_scratch.h"
-#include "rlk_reduce.h"
 
 namespace rlk {
 namespace cpu {
@@ -57,7 +57,6 @@ RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum
   *entropy = canonical(add_rn(row_lse, -mean_logit));
   *lp = canonical(add_rn(z_id, -row_lse));
 }
-
 // Host register tiles.  Operands are converted to float32 (exactly) and packed k-major: h
 // into strips of kStripRows rows, the weight into panels of kCols vocabulary rows.  A tile
 // keeps kStripRows x kCols accumulators; for each k in ascending order it multiplies a
@@ -408,7 +407,6 @@ inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* 
 template <typename T>
 void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* lp_ptr, void* entropy_ptr, void* lse_ptr, int64_t N,
          int64_t H, int64_t V, int64_t ignore_index, int64_t num_threads) {
-  if (N == 0) return;
   const T* h = static_cast<const T*>(h_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   float* lp = static_cast<float*>(lp_ptr);
@@ -488,21 +486,22 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
 
 }  // namespace
 
-void linear_logp_rows(const void* h, const void* weight, const void* ids, void* lp, void* entropy, void* lse, Dtype dtype_T, int64_t N, int64_t H, int64_t V, int64_t ignore_index, int64_t num_threads) {
+void linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(h, weight, ids, lp, entropy, lse, N, H, V, ignore_index, num_threads);
+      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(h, weight, ids, lp, entropy, lse, N, H, V, ignore_index, num_threads);
+      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(h, weight, ids, lp, entropy, lse, N, H, V, ignore_index, num_threads);
+      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
       return;
     }
   }

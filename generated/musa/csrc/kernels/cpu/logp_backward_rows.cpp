@@ -26,7 +26,6 @@ RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, i
   const float p = exp_f32(add_rn(x, -lse));
   return canonical(mul_rn(grad, v == id ? add_rn(1.0f, -p) : -p));
 }
-
 template <typename T>
 void run(const void* grad_lp_ptr, const void* logits_ptr, const void* ids_ptr, const void* lse_ptr, void* grad_logits_ptr, int64_t N,
          int64_t V, int64_t ignore_index, int64_t num_threads) {
@@ -48,21 +47,22 @@ void run(const void* grad_lp_ptr, const void* logits_ptr, const void* ids_ptr, c
 
 }  // namespace
 
-void logp_backward_rows(const void* grad_lp, const void* logits, const void* ids, const void* lse, void* grad_logits, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+void logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  if (dim_N == 0 || dim_V == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, num_threads);
       return;
     }
   }

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void rope_rows(const void* x, const void* position_ids, void* y, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, int64_t num_threads);
+void rope_rows(const void* arg_x, const void* arg_position_ids, void* out_y, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

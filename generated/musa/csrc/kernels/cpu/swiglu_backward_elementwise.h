@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void swiglu_backward_elementwise(const void* grad_y, const void* g, const void* u, void* dg, void* du, Dtype dtype_T, int64_t R, int64_t C, int64_t num_threads);
+void swiglu_backward_elementwise(const void* arg_grad_y, const void* arg_g, const void* arg_u, void* out_dg, void* out_du, Dtype dtype_T, int64_t dim_R, int64_t dim_C, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

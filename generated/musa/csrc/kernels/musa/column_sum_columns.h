@@ -14,7 +14,7 @@ namespace rlk {
 namespace musa {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-musaError_t column_sum_columns(const void* x, void* y, Dtype dtype_T, int64_t M, int64_t N, musaStream_t stream);
+musaError_t column_sum_columns(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_M, int64_t dim_N, musaStream_t stream);
 
 }  // namespace musa
 }  // namespace rlk

@@ -62,7 +62,6 @@ RLK_ARITH float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K
   }
   return value[0];
 }
-
 constexpr int kThreads = 256;
 // A grid every device accepts (some cap the total thread count at 2^32 - 1); threads stride
 // over the outputs, and each output is computed alone, so the stride never changes a bit.
@@ -79,7 +78,6 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 musaError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N, musaStream_t stream) {
-  if (M == 0 || N == 0) return musaSuccess;
   const int64_t wanted = (M * N + kThreads - 1) / kThreads;
   const int64_t blocks = wanted < kMaxGridBlocks ? wanted : kMaxGridBlocks;
   det_gemm_ktree_tree_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
@@ -89,11 +87,12 @@ musaError_t launch(const void* a, const void* b, void* c, int64_t M, int64_t K, 
 
 }  // namespace
 
-musaError_t det_gemm_ktree_tree(const void* a, const void* b, void* c, Dtype dtype_T, int64_t M, int64_t K, int64_t N, musaStream_t stream) {
+musaError_t det_gemm_ktree_tree(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, int64_t dim_M, int64_t dim_K, int64_t dim_N, musaStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return musaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(a, b, c, M, K, N, stream);
+      return launch<T>(arg_a, arg_b, out_c, dim_M, dim_K, dim_N, stream);
     }
   }
   return musaErrorInvalidValue;

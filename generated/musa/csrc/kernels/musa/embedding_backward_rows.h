@@ -14,7 +14,7 @@ namespace rlk {
 namespace musa {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-musaError_t embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, Dtype dtype_grad_weight, int64_t N, int64_t H, int64_t V, bool out_fp32, musaStream_t stream);
+musaError_t embedding_backward_rows(const void* arg_grad_y, const void* arg_ids, const void* arg_weight, void* out_grad_weight, Dtype dtype_T, Dtype dtype_out_grad_weight, int64_t dim_N, int64_t dim_H, int64_t dim_V, bool attr_out_fp32, musaStream_t stream);
 
 }  // namespace musa
 }  // namespace rlk

@@ -58,7 +58,6 @@ RLK_ARITH float token_loss(float ratio, float kl, float adv, float lo, float hi,
   const float surrogate = minimum(mul_rn(ratio, adv), mul_rn(clip(ratio, lo, hi), adv));
   return add_rn(mul_rn(beta, kl), -surrogate);
 }
-
 // Tokens a thread loads before it adds them (in index order): one block has to keep
 // many loads in flight to go at any speed.
 constexpr int kUnroll = 4;
@@ -111,28 +110,31 @@ __global__ void __launch_bounds__(kLanes) grpo_loss_block_kernel(
 
 }  // namespace
 
-musaError_t grpo_loss_block(const void* ratio, const void* kl, const void* mask, const void* rewards, void* loss, void* adv, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, musaStream_t stream) {
+musaError_t grpo_loss_block(const void* arg_ratio, const void* arg_kl, const void* arg_mask, const void* arg_rewards, void* out_loss, void* out_adv, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, musaStream_t stream) {
   // One block for every size: the summation order may not depend on a launch parameter.
   switch (dtype_R) {
     case Dtype::float32: {
       using R = float;
       grpo_loss_block_kernel<R><<<1, kLanes, 0, stream>>>(
-          static_cast<const R*>(ratio), static_cast<const R*>(kl), static_cast<const bool*>(mask),
-          static_cast<const float*>(rewards), static_cast<float*>(loss), static_cast<float*>(adv), G, S, T, eps_low, eps_high, beta);
+          static_cast<const R*>(arg_ratio), static_cast<const R*>(arg_kl), static_cast<const bool*>(arg_mask),
+          static_cast<const float*>(arg_rewards), static_cast<float*>(out_loss), static_cast<float*>(out_adv), dim_G, dim_S, dim_T,
+          attr_eps_low, attr_eps_high, attr_beta);
       return musaGetLastError();
     }
     case Dtype::float16: {
       using R = half_t;
       grpo_loss_block_kernel<R><<<1, kLanes, 0, stream>>>(
-          static_cast<const R*>(ratio), static_cast<const R*>(kl), static_cast<const bool*>(mask),
-          static_cast<const float*>(rewards), static_cast<float*>(loss), static_cast<float*>(adv), G, S, T, eps_low, eps_high, beta);
+          static_cast<const R*>(arg_ratio), static_cast<const R*>(arg_kl), static_cast<const bool*>(arg_mask),
+          static_cast<const float*>(arg_rewards), static_cast<float*>(out_loss), static_cast<float*>(out_adv), dim_G, dim_S, dim_T,
+          attr_eps_low, attr_eps_high, attr_beta);
       return musaGetLastError();
     }
     case Dtype::bfloat16: {
       using R = bfloat16_t;
       grpo_loss_block_kernel<R><<<1, kLanes, 0, stream>>>(
-          static_cast<const R*>(ratio), static_cast<const R*>(kl), static_cast<const bool*>(mask),
-          static_cast<const float*>(rewards), static_cast<float*>(loss), static_cast<float*>(adv), G, S, T, eps_low, eps_high, beta);
+          static_cast<const R*>(arg_ratio), static_cast<const R*>(arg_kl), static_cast<const bool*>(arg_mask),
+          static_cast<const float*>(arg_rewards), static_cast<float*>(out_loss), static_cast<float*>(out_adv), dim_G, dim_S, dim_T,
+          attr_eps_low, attr_eps_high, attr_beta);
       return musaGetLastError();
     }
   }

@@ -25,7 +25,6 @@ RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, i
   const float p = exp_f32(add_rn(x, -lse));
   return canonical(mul_rn(grad, v == id ? add_rn(1.0f, -p) : -p));
 }
-
 constexpr int kThreads = 256;
 // Columns per thread: each block covers kThreads * kColumnsPerThread of a row, so that a
 // block does enough work to pay for starting it.
@@ -50,7 +49,6 @@ __global__ void __launch_bounds__(kThreads) logp_backward_rows_kernel(
 template <typename T>
 musaError_t launch(const void* grad_lp, const void* logits, const void* ids, const void* lse, void* grad_logits,
     int64_t N, int64_t V, int64_t ignore_index, musaStream_t stream) {
-  if (N == 0 || V == 0) return musaSuccess;
   const int64_t columns = (V + kThreads * kColumnsPerThread - 1) / (kThreads * kColumnsPerThread);
   const dim3 grid(static_cast<unsigned>(columns < kMaxGridBlocks ? columns : kMaxGridBlocks),
                   static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks));
@@ -62,19 +60,20 @@ musaError_t launch(const void* grad_lp, const void* logits, const void* ids, con
 
 }  // namespace
 
-musaError_t logp_backward_rows(const void* grad_lp, const void* logits, const void* ids, const void* lse, void* grad_logits, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, musaStream_t stream) {
+musaError_t logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, musaStream_t stream) {
+  if (dim_N == 0 || dim_V == 0) return musaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(grad_lp, logits, ids, lse, grad_logits, N, V, ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, stream);
     }
   }
   return musaErrorInvalidValue;

@@ -39,7 +39,6 @@ RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float 
   *lse = canonical(row_lse);
   *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(kCanonicalNan));
 }
-
 // Rows are strided over the grid, so the grid may be smaller than N; which block
 // reduces a row never changes how it is reduced.
 
@@ -72,7 +71,6 @@ __global__ void __launch_bounds__(kLanes) logp_rows_kernel(
 template <typename T>
 musaError_t launch(
     const void* logits, const void* ids, void* lp, void* lse, int64_t N, int64_t V, int64_t ignore_index, musaStream_t stream) {
-  if (N == 0) return musaSuccess;
   const unsigned blocks = static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks);
   logp_rows_kernel<T><<<blocks, kLanes, 0, stream>>>(
       static_cast<const T*>(logits), static_cast<const int64_t*>(ids), static_cast<float*>(lp), static_cast<float*>(lse), N, V,
@@ -82,19 +80,20 @@ musaError_t launch(
 
 }  // namespace
 
-musaError_t logp_rows(const void* logits, const void* ids, void* lp, void* lse, Dtype dtype_T, int64_t N, int64_t V, int64_t ignore_index, musaStream_t stream) {
+musaError_t logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, musaStream_t stream) {
+  if (dim_N == 0) return musaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(logits, ids, lp, lse, N, V, ignore_index, stream);
+      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(logits, ids, lp, lse, N, V, ignore_index, stream);
+      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(logits, ids, lp, lse, N, V, ignore_index, stream);
+      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, stream);
     }
   }
   return musaErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace musa {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-musaError_t ratio_kl_backward_elementwise(const void* grad_ratio, const void* grad_kl, const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* grad_lp, Dtype dtype_L, int64_t B, int64_t T, musaStream_t stream);
+musaError_t ratio_kl_backward_elementwise(const void* arg_grad_ratio, const void* arg_grad_kl, const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_grad_lp, Dtype dtype_L, int64_t dim_B, int64_t dim_T, musaStream_t stream);
 
 }  // namespace musa
 }  // namespace rlk

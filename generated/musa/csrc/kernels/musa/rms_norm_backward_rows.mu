@@ -34,7 +34,6 @@ RLK_ARITH float row_scale(float c, float r, int64_t H) { return div_rn(mul_rn(mu
 RLK_ARITH float input_grad(float gw, float x, float r, float k) { return mul_rn(r, add_rn(gw, -mul_rn(x, k))); }
 
 RLK_ARITH float weight_grad_term(float g, float x, float r) { return mul_rn(g, mul_rn(x, r)); }
-
 // Columns of dw per block; a block is kDwColumns x kDwLanes threads.
 constexpr int kDwColumns = 32;
 constexpr int kDwThreads = kDwColumns * kDwLanes;
@@ -90,7 +89,6 @@ __global__ void __launch_bounds__(kDwThreads)
 template <typename D, typename W>
 musaError_t launch(const void* g, const void* x, const void* w, const void* rstd, void* dx, void* dw,
                      int64_t T, int64_t H, musaStream_t stream) {
-  if (H == 0) return musaSuccess;
   if (T > 0)
     rms_norm_backward_dx_kernel<D, W><<<static_cast<unsigned>(T < kMaxGridBlocks ? T : kMaxGridBlocks), kLanes, 0, stream>>>(
         static_cast<const D*>(g), static_cast<const D*>(x), static_cast<const W*>(w), static_cast<const float*>(rstd),
@@ -102,51 +100,52 @@ musaError_t launch(const void* g, const void* x, const void* w, const void* rstd
 
 }  // namespace
 
-musaError_t rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, musaStream_t stream) {
+musaError_t rms_norm_backward_rows(const void* arg_grad_y, const void* arg_x, const void* arg_w, const void* arg_rstd, void* out_dx, void* out_dw, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, musaStream_t stream) {
+  if (dim_H == 0) return musaSuccess;  // every output is empty: nothing to write
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
     using D = float;
     using W = float;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float16) {
     using D = float;
     using W = half_t;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::bfloat16) {
     using D = float;
     using W = bfloat16_t;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float32) {
     using D = half_t;
     using W = float;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::float16) {
     using D = half_t;
     using W = half_t;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::float16 && dtype_W == Dtype::bfloat16) {
     using D = half_t;
     using W = bfloat16_t;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float32) {
     using D = bfloat16_t;
     using W = float;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::float16) {
     using D = bfloat16_t;
     using W = half_t;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   if (dtype_D == Dtype::bfloat16 && dtype_W == Dtype::bfloat16) {
     using D = bfloat16_t;
     using W = bfloat16_t;
-    return launch<D, W>(grad_y, x, w, rstd, dx, dw, T, H, stream);
+    return launch<D, W>(arg_grad_y, arg_x, arg_w, arg_rstd, out_dx, out_dw, dim_T, dim_H, stream);
   }
   return musaErrorInvalidValue;
 }

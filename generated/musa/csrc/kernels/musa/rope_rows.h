@@ -14,7 +14,7 @@ namespace rlk {
 namespace musa {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-musaError_t rope_rows(const void* x, const void* position_ids, void* y, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, musaStream_t stream);
+musaError_t rope_rows(const void* arg_x, const void* arg_position_ids, void* out_y, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, musaStream_t stream);
 
 }  // namespace musa
 }  // namespace rlk

@@ -14,7 +14,7 @@ namespace rlk {
 namespace musa {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-musaError_t silu_elementwise(const void* x, void* y, Dtype dtype_T, int64_t R, int64_t C, musaStream_t stream);
+musaError_t silu_elementwise(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_R, int64_t dim_C, musaStream_t stream);
 
 }  // namespace musa
 }  // namespace rlk

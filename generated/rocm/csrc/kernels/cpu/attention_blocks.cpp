@@ -17,10 +17,10 @@
 #include "attention_blocks.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_reduce.h"
 #include "rlk_parallel.h"
 
 #include <vector>
-#include "rlk_reduce.h"
 
 namespace rlk {
 namespace cpu {
@@ -98,7 +98,6 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
   *m = next;
   return a;
 }
-
 // A sequence's keys (transposed per block: d-major, a key per lane, so that a block's scores
 // are computed side by side) and values, converted to float32 once for all its queries.
 // Rows of one head a host thread takes at a time (they share the cache below).
@@ -199,21 +198,22 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
 
 }  // namespace
 
-void attention_blocks(const void* q, const void* k, const void* v, const void* cu_seqlens_q, const void* cu_seqlens_k, void* o, void* lse, Dtype dtype_T, int64_t TQ, int64_t HQ, int64_t D, int64_t TK, int64_t HK, int64_t B1, float scale, bool causal, int64_t window, int64_t num_threads) {
+void attention_blocks(const void* arg_q, const void* arg_k, const void* arg_v, const void* arg_cu_seqlens_q, const void* arg_cu_seqlens_k, void* out_o, void* out_lse, Dtype dtype_T, int64_t dim_TQ, int64_t dim_HQ, int64_t dim_D, int64_t dim_TK, int64_t dim_HK, int64_t dim_B1, float attr_scale, bool attr_causal, int64_t attr_window, int64_t num_threads) {
+  if (dim_TQ == 0 || dim_HQ == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse, TQ, HQ, D, TK, HK, B1, scale, causal, window, num_threads);
+      run<T>(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k, out_o, out_lse, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse, TQ, HQ, D, TK, HK, B1, scale, causal, window, num_threads);
+      run<T>(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k, out_o, out_lse, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse, TQ, HQ, D, TK, HK, B1, scale, causal, window, num_threads);
+      run<T>(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k, out_o, out_lse, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, num_threads);
       return;
     }
   }

@@ -29,7 +29,6 @@ void run(const void* grad_y_ptr, const void* ids_ptr, void* grad_weight_ptr, int
   const T* grad_y = static_cast<const T*>(grad_y_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   G* grad_weight = static_cast<G*>(grad_weight_ptr);
-  if (V == 0 || H == 0) return;
 
   // A stable counting sort of the positions by id: row v's positions are
   // positions[start[v] .. start[v + 1]), ascending.  Ids outside [0, V) are left out.
@@ -65,30 +64,31 @@ void run(const void* grad_y_ptr, const void* ids_ptr, void* grad_weight_ptr, int
 
 }  // namespace
 
-void embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, Dtype dtype_grad_weight, int64_t N, int64_t H, int64_t V, bool out_fp32, int64_t num_threads) {
+void embedding_backward_rows(const void* arg_grad_y, const void* arg_ids, const void* arg_weight, void* out_grad_weight, Dtype dtype_T, Dtype dtype_out_grad_weight, int64_t dim_N, int64_t dim_H, int64_t dim_V, bool attr_out_fp32, int64_t num_threads) {
+  if (dim_H == 0 || dim_V == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      if (dtype_grad_weight == Dtype::float32)
-        run<T, float>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      if (dtype_out_grad_weight == Dtype::float32)
+        run<T, float>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, num_threads);
       else
-        run<T, T>(grad_y, ids, grad_weight, N, H, V, num_threads);
+        run<T, T>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      if (dtype_grad_weight == Dtype::float32)
-        run<T, float>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      if (dtype_out_grad_weight == Dtype::float32)
+        run<T, float>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, num_threads);
       else
-        run<T, T>(grad_y, ids, grad_weight, N, H, V, num_threads);
+        run<T, T>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      if (dtype_grad_weight == Dtype::float32)
-        run<T, float>(grad_y, ids, grad_weight, N, H, V, num_threads);
+      if (dtype_out_grad_weight == Dtype::float32)
+        run<T, float>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, num_threads);
       else
-        run<T, T>(grad_y, ids, grad_weight, N, H, V, num_threads);
+        run<T, T>(arg_grad_y, arg_ids, out_grad_weight, dim_N, dim_H, dim_V, num_threads);
       return;
     }
   }

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void embedding_backward_rows(const void* grad_y, const void* ids, const void* weight, void* grad_weight, Dtype dtype_T, Dtype dtype_grad_weight, int64_t N, int64_t H, int64_t V, bool out_fp32, int64_t num_threads);
+void embedding_backward_rows(const void* arg_grad_y, const void* arg_ids, const void* arg_weight, void* out_grad_weight, Dtype dtype_T, Dtype dtype_out_grad_weight, int64_t dim_N, int64_t dim_H, int64_t dim_V, bool attr_out_fp32, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

@@ -26,7 +26,6 @@ RLK_HD T nan_value() {
 }
 
 RLK_HD bool in_table(int64_t id, int64_t V) { return id >= 0 && id < V; }
-
 constexpr int64_t kCopyCost = 4;
 
 template <typename T>
@@ -54,21 +53,22 @@ void run(const void* weight_ptr, const void* ids_ptr, void* y_ptr, int64_t V, in
 
 }  // namespace
 
-void embedding_rows(const void* weight, const void* ids, void* y, Dtype dtype_T, int64_t V, int64_t H, int64_t N, int64_t num_threads) {
+void embedding_rows(const void* arg_weight, const void* arg_ids, void* out_y, Dtype dtype_T, int64_t dim_V, int64_t dim_H, int64_t dim_N, int64_t num_threads) {
+  if (dim_H == 0 || dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(weight, ids, y, V, H, N, num_threads);
+      run<T>(arg_weight, arg_ids, out_y, dim_V, dim_H, dim_N, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(weight, ids, y, V, H, N, num_threads);
+      run<T>(arg_weight, arg_ids, out_y, dim_V, dim_H, dim_N, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(weight, ids, y, V, H, N, num_threads);
+      run<T>(arg_weight, arg_ids, out_y, dim_V, dim_H, dim_N, num_threads);
       return;
     }
   }

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void embedding_rows(const void* weight, const void* ids, void* y, Dtype dtype_T, int64_t V, int64_t H, int64_t N, int64_t num_threads);
+void embedding_rows(const void* arg_weight, const void* arg_ids, void* out_y, Dtype dtype_T, int64_t dim_V, int64_t dim_H, int64_t dim_N, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

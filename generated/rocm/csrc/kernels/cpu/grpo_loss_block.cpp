@@ -61,22 +61,24 @@ RLK_ARITH float token_loss(float ratio, float kl, float adv, float lo, float hi,
 
 }  // namespace
 
-void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const void* rewards, void* loss, void* adv, Dtype dtype_R, int64_t G, int64_t S, int64_t T, float eps_low, float eps_high, float beta, int64_t num_threads) {
+void grpo_loss_block(const void* arg_ratio, const void* arg_kl, const void* arg_mask, const void* arg_rewards, void* out_loss, void* out_adv, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, int64_t num_threads) {
   (void)num_threads;  // one thread, as the device's one block: the lanes tree fixes the order anyway
-  const bool* mask_b = static_cast<const bool*>(mask);
-  const float* rewards_f = static_cast<const float*>(rewards);
-  float* adv_f = static_cast<float*>(adv);
+  const bool* mask_b = static_cast<const bool*>(arg_mask);
+  const float* rewards_f = static_cast<const float*>(arg_rewards);
+  float* adv_f = static_cast<float*>(out_adv);
+  const int64_t G = dim_G, S = dim_S, T = dim_T;
   for (int64_t g = 0; g < G; ++g) group_advantages(rewards_f + g * S, adv_f + g * S, S);
 
-  const float lo = add_rn(1.0f, -eps_low);
-  const float hi = add_rn(1.0f, eps_high);
+  const float lo = add_rn(1.0f, -attr_eps_low);
+  const float hi = add_rn(1.0f, attr_eps_high);
+  const float beta = attr_beta;
   const int64_t n = G * S * T;
   float sum = 0.0f;
   switch (dtype_R) {
     case Dtype::float32: {
       using R = float;
-      const R* ratio_r = static_cast<const R*>(ratio);
-      const R* kl_r = static_cast<const R*>(kl);
+      const R* ratio_r = static_cast<const R*>(arg_ratio);
+      const R* kl_r = static_cast<const R*>(arg_kl);
       sum = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) {
         return mask_b[i] ? token_loss(to_float(ratio_r[i]), to_float(kl_r[i]), adv_f[i / T], lo, hi, beta) : 0.0f;
       });
@@ -84,8 +86,8 @@ void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const 
     }
     case Dtype::float16: {
       using R = half_t;
-      const R* ratio_r = static_cast<const R*>(ratio);
-      const R* kl_r = static_cast<const R*>(kl);
+      const R* ratio_r = static_cast<const R*>(arg_ratio);
+      const R* kl_r = static_cast<const R*>(arg_kl);
       sum = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) {
         return mask_b[i] ? token_loss(to_float(ratio_r[i]), to_float(kl_r[i]), adv_f[i / T], lo, hi, beta) : 0.0f;
       });
@@ -93,8 +95,8 @@ void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const 
     }
     case Dtype::bfloat16: {
       using R = bfloat16_t;
-      const R* ratio_r = static_cast<const R*>(ratio);
-      const R* kl_r = static_cast<const R*>(kl);
+      const R* ratio_r = static_cast<const R*>(arg_ratio);
+      const R* kl_r = static_cast<const R*>(arg_kl);
       sum = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) {
         return mask_b[i] ? token_loss(to_float(ratio_r[i]), to_float(kl_r[i]), adv_f[i / T], lo, hi, beta) : 0.0f;
       });
@@ -102,7 +104,7 @@ void grpo_loss_block(const void* ratio, const void* kl, const void* mask, const 
     }
   }
   const float count = host_sum_lanes_tree<kLanes>(n, [&](int64_t i) { return mask_b[i] ? 1.0f : 0.0f; });
-  *static_cast<float*>(loss) = canonical(div_rn(sum, count > 1.0f ? count : 1.0f));
+  *static_cast<float*>(out_loss) = canonical(div_rn(sum, count > 1.0f ? count : 1.0f));
 }
 
 }  // namespace cpu

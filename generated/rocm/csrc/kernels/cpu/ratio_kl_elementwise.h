@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, Dtype dtype_L, int64_t B, int64_t T, int64_t num_threads);
+void ratio_kl_elementwise(const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_ratio, void* out_kl, Dtype dtype_L, int64_t dim_B, int64_t dim_T, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

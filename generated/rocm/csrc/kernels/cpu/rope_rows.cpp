@@ -105,7 +105,6 @@ RLK_ARITH void rotate_pair(const T* x, T* y, int64_t a, int64_t b, float c, floa
   y[a] = from_float<T>(add_rn(mul_rn(x1, c), -mul_rn(x2, s)));
   y[b] = from_float<T>(add_rn(mul_rn(x2, c), mul_rn(x1, s)));
 }
-
 // Every pair of one head. The pointers do not alias (the output is new memory), which lets the
 // compiler vectorize the loops; each element still gets the same operations in the same order.
 template <typename T>
@@ -142,21 +141,22 @@ void run(const void* x_ptr, const void* position_ids_ptr, void* y_ptr, int64_t N
 
 }  // namespace
 
-void rope_rows(const void* x, const void* position_ids, void* y, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, int64_t num_threads) {
+void rope_rows(const void* arg_x, const void* arg_position_ids, void* out_y, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, int64_t num_threads) {
+  if (dim_N == 0 || dim_H == 0 || dim_D == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(x, position_ids, y, N, H, D, theta, interleaved, num_threads);
+      run<T>(arg_x, arg_position_ids, out_y, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(x, position_ids, y, N, H, D, theta, interleaved, num_threads);
+      run<T>(arg_x, arg_position_ids, out_y, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(x, position_ids, y, N, H, D, theta, interleaved, num_threads);
+      run<T>(arg_x, arg_position_ids, out_y, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, num_threads);
       return;
     }
   }

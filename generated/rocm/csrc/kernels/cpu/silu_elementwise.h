@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void silu_elementwise(const void* x, void* y, Dtype dtype_T, int64_t R, int64_t C, int64_t num_threads);
+void silu_elementwise(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_R, int64_t dim_C, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

@@ -13,7 +13,6 @@
 
 #include "unpack_rows.h"
 #include "rlk_numerics.h"
-
 #include <algorithm>
 
 namespace rlk {
@@ -38,21 +37,22 @@ void run(const void* packed_ptr, const void* mask_ptr, void* x_ptr, int64_t B, i
 
 }  // namespace
 
-void unpack_rows(const void* packed, const void* mask, void* x, Dtype dtype_T, int64_t TOTAL, int64_t H, int64_t B, int64_t S, int64_t num_threads) {
+void unpack_rows(const void* arg_packed, const void* arg_mask, void* out_x, Dtype dtype_T, int64_t dim_TOTAL, int64_t dim_H, int64_t dim_B, int64_t dim_S, int64_t num_threads) {
+  if (dim_H == 0 || dim_B == 0 || dim_S == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(packed, mask, x, B, S, H, TOTAL);
+      run<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(packed, mask, x, B, S, H, TOTAL);
+      run<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(packed, mask, x, B, S, H, TOTAL);
+      run<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL);
       return;
     }
   }

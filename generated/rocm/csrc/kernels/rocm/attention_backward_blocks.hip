@@ -102,7 +102,6 @@ RLK_ARITH void p_and_ds(const T* grad_o, const T* q, const T* k, const T* v, con
   const float delta = dot(grad_o + row * D, o + row * D, D);
   *ds = mul_rn(*p, add_rn(dp, -delta));
 }
-
 // grad_q: a block per (query, head); `acc` holds D accumulators of dynamic shared memory.
 template <typename T>
 __global__ void __launch_bounds__(kBlock) attention_backward_blocks_queries(
@@ -231,19 +230,20 @@ hipError_t launch(const void* grad_o, const void* q, const void* k, const void* 
 
 }  // namespace
 
-hipError_t attention_backward_blocks(const void* grad_o, const void* q, const void* k, const void* v, const void* o, const void* lse, const void* cu_seqlens_q, const void* cu_seqlens_k, void* grad_q, void* grad_k, void* grad_v, Dtype dtype_T, int64_t TQ, int64_t HQ, int64_t D, int64_t TK, int64_t HK, int64_t B1, float scale, bool causal, int64_t window, hipStream_t stream) {
+hipError_t attention_backward_blocks(const void* arg_grad_o, const void* arg_q, const void* arg_k, const void* arg_v, const void* arg_o, const void* arg_lse, const void* arg_cu_seqlens_q, const void* arg_cu_seqlens_k, void* out_grad_q, void* out_grad_k, void* out_grad_v, Dtype dtype_T, int64_t dim_TQ, int64_t dim_HQ, int64_t dim_D, int64_t dim_TK, int64_t dim_HK, int64_t dim_B1, float attr_scale, bool attr_causal, int64_t attr_window, hipStream_t stream) {
+  if ((dim_TQ == 0 || dim_HQ == 0 || dim_D == 0) && (dim_D == 0 || dim_TK == 0 || dim_HK == 0)) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, grad_q, grad_k, grad_v, TQ, HQ, D, TK, HK, B1, scale, causal, window, stream);
+      return launch<T>(arg_grad_o, arg_q, arg_k, arg_v, arg_o, arg_lse, arg_cu_seqlens_q, arg_cu_seqlens_k, out_grad_q, out_grad_k, out_grad_v, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, grad_q, grad_k, grad_v, TQ, HQ, D, TK, HK, B1, scale, causal, window, stream);
+      return launch<T>(arg_grad_o, arg_q, arg_k, arg_v, arg_o, arg_lse, arg_cu_seqlens_q, arg_cu_seqlens_k, out_grad_q, out_grad_k, out_grad_v, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(grad_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, grad_q, grad_k, grad_v, TQ, HQ, D, TK, HK, B1, scale, causal, window, stream);
+      return launch<T>(arg_grad_o, arg_q, arg_k, arg_v, arg_o, arg_lse, arg_cu_seqlens_q, arg_cu_seqlens_k, out_grad_q, out_grad_k, out_grad_v, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, stream);
     }
   }
   return hipErrorInvalidValue;

@@ -95,7 +95,6 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
   *m = next;
   return a;
 }
-
 // Queries and heads are strided over the grid; which block runs a pair never changes its bits.
 // `acc` (D floats of dynamic shared memory) holds o's accumulators, d = lane, lane + BLOCK, ...
 template <typename T>
@@ -148,7 +147,6 @@ template <typename T>
 hipError_t launch(const void* q, const void* k, const void* v, const void* cu_q, const void* cu_k, void* o, void* lse, int64_t TQ,
                        int64_t HQ, int64_t D, int64_t TK, int64_t HK, int64_t B1, float scale, bool causal, int64_t window,
                        hipStream_t stream) {
-  if (TQ * HQ == 0) return hipSuccess;
   const int64_t shared = D * static_cast<int64_t>(sizeof(float));
   if (shared > kSharedBytesWithoutOptIn) return hipErrorInvalidValue;  // D above 12288: no head is that wide
   const int64_t pairs = TQ * HQ;
@@ -162,19 +160,20 @@ hipError_t launch(const void* q, const void* k, const void* v, const void* cu_q,
 
 }  // namespace
 
-hipError_t attention_blocks(const void* q, const void* k, const void* v, const void* cu_seqlens_q, const void* cu_seqlens_k, void* o, void* lse, Dtype dtype_T, int64_t TQ, int64_t HQ, int64_t D, int64_t TK, int64_t HK, int64_t B1, float scale, bool causal, int64_t window, hipStream_t stream) {
+hipError_t attention_blocks(const void* arg_q, const void* arg_k, const void* arg_v, const void* arg_cu_seqlens_q, const void* arg_cu_seqlens_k, void* out_o, void* out_lse, Dtype dtype_T, int64_t dim_TQ, int64_t dim_HQ, int64_t dim_D, int64_t dim_TK, int64_t dim_HK, int64_t dim_B1, float attr_scale, bool attr_causal, int64_t attr_window, hipStream_t stream) {
+  if (dim_TQ == 0 || dim_HQ == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse, TQ, HQ, D, TK, HK, B1, scale, causal, window, stream);
+      return launch<T>(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k, out_o, out_lse, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse, TQ, HQ, D, TK, HK, B1, scale, causal, window, stream);
+      return launch<T>(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k, out_o, out_lse, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(q, k, v, cu_seqlens_q, cu_seqlens_k, o, lse, TQ, HQ, D, TK, HK, B1, scale, causal, window, stream);
+      return launch<T>(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k, out_o, out_lse, dim_TQ, dim_HQ, dim_D, dim_TK, dim_HK, dim_B1, attr_scale, attr_causal, attr_window, stream);
     }
   }
   return hipErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t column_sum_columns(const void* x, void* y, Dtype dtype_T, int64_t M, int64_t N, hipStream_t stream);
+hipError_t column_sum_columns(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_M, int64_t dim_N, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

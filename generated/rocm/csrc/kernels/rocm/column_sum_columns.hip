@@ -41,7 +41,6 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 hipError_t launch(const void* x, void* y, int64_t M, int64_t N, hipStream_t stream) {
-  if (N == 0) return hipSuccess;
   const int64_t blocks = (N + kThreads - 1) / kThreads;
   column_sum_columns_kernel<T><<<static_cast<unsigned>(blocks < kMaxGridBlocks ? blocks : kMaxGridBlocks), kThreads, 0, stream>>>(
       static_cast<const T*>(x), static_cast<T*>(y), M, N);
@@ -50,19 +49,20 @@ hipError_t launch(const void* x, void* y, int64_t M, int64_t N, hipStream_t stre
 
 }  // namespace
 
-hipError_t column_sum_columns(const void* x, void* y, Dtype dtype_T, int64_t M, int64_t N, hipStream_t stream) {
+hipError_t column_sum_columns(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_M, int64_t dim_N, hipStream_t stream) {
+  if (dim_N == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(x, y, M, N, stream);
+      return launch<T>(arg_x, out_y, dim_M, dim_N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(x, y, M, N, stream);
+      return launch<T>(arg_x, out_y, dim_M, dim_N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(x, y, M, N, stream);
+      return launch<T>(arg_x, out_y, dim_M, dim_N, stream);
     }
   }
   return hipErrorInvalidValue;

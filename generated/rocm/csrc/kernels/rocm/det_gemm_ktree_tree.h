@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t det_gemm_ktree_tree(const void* a, const void* b, void* c, Dtype dtype_T, int64_t M, int64_t K, int64_t N, hipStream_t stream);
+hipError_t det_gemm_ktree_tree(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, int64_t dim_M, int64_t dim_K, int64_t dim_N, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

@@ -18,7 +18,6 @@ namespace {
 
 // Operand layouts: A is [M, K], B is [K, N];
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
-
 // Register-tiled kernel (register tiles and vector loads; not yet measured on hardware).
 // One tile configuration for every M: a block of kThreads threads computes a kTileM x kTileN
 // output tile, and each thread keeps kPerThread x kPerThread of its outputs in registers,
@@ -212,7 +211,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 template <typename T, typename TC>
 hipError_t launch(const void* a, const void* b, const void* bias, void* c, int64_t M, int64_t K, int64_t N,
                      hipStream_t stream) {
-  if (M == 0 || N == 0) return hipSuccess;
   if ((N + kTileN - 1) / kTileN > kMaxGridBlocks) return hipErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((M + kTileM - 1) / kTileM), static_cast<unsigned>((N + kTileN - 1) / kTileN));
   det_gemm_simt_kernel<T, TC><<<grid, kThreads, 0, stream>>>(
@@ -222,22 +220,23 @@ hipError_t launch(const void* a, const void* b, const void* bias, void* c, int64
 
 }  // namespace
 
-hipError_t det_gemm_simt(const void* a, const void* b, void* c, Dtype dtype_T, Dtype dtype_c, int64_t M, int64_t K, int64_t N, bool out_fp32, hipStream_t stream) {
+hipError_t det_gemm_simt(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_M, int64_t dim_K, int64_t dim_N, bool attr_out_fp32, hipStream_t stream) {
+  if (dim_M == 0 || dim_N == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, nullptr, c, M, K, N, stream);
-      return launch<T, T>(a, b, nullptr, c, M, K, N, stream);
+      if (dtype_out_c == Dtype::float32) return launch<T, float>(arg_a, arg_b, nullptr, out_c, dim_M, dim_K, dim_N, stream);
+      return launch<T, T>(arg_a, arg_b, nullptr, out_c, dim_M, dim_K, dim_N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, nullptr, c, M, K, N, stream);
-      return launch<T, T>(a, b, nullptr, c, M, K, N, stream);
+      if (dtype_out_c == Dtype::float32) return launch<T, float>(arg_a, arg_b, nullptr, out_c, dim_M, dim_K, dim_N, stream);
+      return launch<T, T>(arg_a, arg_b, nullptr, out_c, dim_M, dim_K, dim_N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      if (dtype_c == Dtype::float32) return launch<T, float>(a, b, nullptr, c, M, K, N, stream);
-      return launch<T, T>(a, b, nullptr, c, M, K, N, stream);
+      if (dtype_out_c == Dtype::float32) return launch<T, float>(arg_a, arg_b, nullptr, out_c, dim_M, dim_K, dim_N, stream);
+      return launch<T, T>(arg_a, arg_b, nullptr, out_c, dim_M, dim_K, dim_N, stream);
     }
   }
   return hipErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t embedding_rows(const void* weight, const void* ids, void* y, Dtype dtype_T, int64_t V, int64_t H, int64_t N, hipStream_t stream);
+hipError_t embedding_rows(const void* arg_weight, const void* arg_ids, void* out_y, Dtype dtype_T, int64_t dim_V, int64_t dim_H, int64_t dim_N, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

@@ -23,7 +23,6 @@ RLK_HD T nan_value() {
 }
 
 RLK_HD bool in_table(int64_t id, int64_t V) { return id >= 0 && id < V; }
-
 constexpr int kThreads = 256;
 // Columns are strided over the grid's first axis and rows over its second, both capped, so
 // any N and H fit in a launch.
@@ -49,7 +48,6 @@ __global__ void __launch_bounds__(kThreads) embedding_rows_kernel(
 template <typename T>
 hipError_t launch(const void* weight, const void* ids, void* y, int64_t V, int64_t H, int64_t N,
                      hipStream_t stream) {
-  if (N == 0 || H == 0) return hipSuccess;
   const int64_t columns = (H + kThreads - 1) / kThreads;
   const dim3 grid(static_cast<unsigned>(columns < kMaxGridBlocks ? columns : kMaxGridBlocks),
                   static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks));
@@ -60,19 +58,20 @@ hipError_t launch(const void* weight, const void* ids, void* y, int64_t V, int64
 
 }  // namespace
 
-hipError_t embedding_rows(const void* weight, const void* ids, void* y, Dtype dtype_T, int64_t V, int64_t H, int64_t N, hipStream_t stream) {
+hipError_t embedding_rows(const void* arg_weight, const void* arg_ids, void* out_y, Dtype dtype_T, int64_t dim_V, int64_t dim_H, int64_t dim_N, hipStream_t stream) {
+  if (dim_H == 0 || dim_N == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(weight, ids, y, V, H, N, stream);
+      return launch<T>(arg_weight, arg_ids, out_y, dim_V, dim_H, dim_N, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(weight, ids, y, V, H, N, stream);
+      return launch<T>(arg_weight, arg_ids, out_y, dim_V, dim_H, dim_N, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(weight, ids, y, V, H, N, stream);
+      return launch<T>(arg_weight, arg_ids, out_y, dim_V, dim_H, dim_N, stream);
     }
   }
   return hipErrorInvalidValue;

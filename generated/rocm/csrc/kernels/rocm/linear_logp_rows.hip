@@ -50,7 +50,6 @@ RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum
   *entropy = canonical(add_rn(row_lse, -mean_logit));
   *lp = canonical(add_rn(z_id, -row_lse));
 }
-
 // Rows are strided over the grid, so the grid may be smaller than N; which block
 // reduces a row never changes how it is reduced.
 template <typename T>
@@ -93,7 +92,6 @@ __global__ void __launch_bounds__(kLanes) linear_logp_rows_kernel(
 template <typename T>
 hipError_t launch(const void* h, const void* weight, const void* ids, void* lp, void* entropy, void* lse, int64_t N,
                      int64_t H, int64_t V, int64_t ignore_index, hipStream_t stream) {
-  if (N == 0) return hipSuccess;
   const unsigned blocks = static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks);
   linear_logp_rows_kernel<T><<<blocks, kLanes, 0, stream>>>(
       static_cast<const T*>(h), static_cast<const T*>(weight), static_cast<const int64_t*>(ids), static_cast<float*>(lp),
@@ -103,19 +101,20 @@ hipError_t launch(const void* h, const void* weight, const void* ids, void* lp, 
 
 }  // namespace
 
-hipError_t linear_logp_rows(const void* h, const void* weight, const void* ids, void* lp, void* entropy, void* lse, Dtype dtype_T, int64_t N, int64_t H, int64_t V, int64_t ignore_index, hipStream_t stream) {
+hipError_t linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, hipStream_t stream) {
+  if (dim_N == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(h, weight, ids, lp, entropy, lse, N, H, V, ignore_index, stream);
+      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(h, weight, ids, lp, entropy, lse, N, H, V, ignore_index, stream);
+      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(h, weight, ids, lp, entropy, lse, N, H, V, ignore_index, stream);
+      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, stream);
     }
   }
   return hipErrorInvalidValue;

@@ -103,19 +103,19 @@ hipError_t launch(const void* x, const void* mask, void* packed, void* cu_seqlen
 
 }  // namespace
 
-hipError_t pack_rows(const void* x, const void* mask, void* packed, void* cu_seqlens, Dtype dtype_T, int64_t B, int64_t S, int64_t H, int64_t TOTAL, int64_t B1, hipStream_t stream) {
+hipError_t pack_rows(const void* arg_x, const void* arg_mask, void* out_packed, void* out_cu_seqlens, Dtype dtype_T, int64_t dim_B, int64_t dim_S, int64_t dim_H, int64_t dim_TOTAL, int64_t dim_B1, hipStream_t stream) {
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(x, mask, packed, cu_seqlens, B, S, H, TOTAL, stream);
+      return launch<T>(arg_x, arg_mask, out_packed, out_cu_seqlens, dim_B, dim_S, dim_H, dim_TOTAL, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(x, mask, packed, cu_seqlens, B, S, H, TOTAL, stream);
+      return launch<T>(arg_x, arg_mask, out_packed, out_cu_seqlens, dim_B, dim_S, dim_H, dim_TOTAL, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(x, mask, packed, cu_seqlens, B, S, H, TOTAL, stream);
+      return launch<T>(arg_x, arg_mask, out_packed, out_cu_seqlens, dim_B, dim_S, dim_H, dim_TOTAL, stream);
     }
   }
   return hipErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t ratio_kl_elementwise(const void* lp, const void* old_lp, const void* ref_lp, const void* mask, void* ratio, void* kl, Dtype dtype_L, int64_t B, int64_t T, hipStream_t stream);
+hipError_t ratio_kl_elementwise(const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_ratio, void* out_kl, Dtype dtype_L, int64_t dim_B, int64_t dim_T, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

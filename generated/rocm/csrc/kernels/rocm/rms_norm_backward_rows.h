@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t rms_norm_backward_rows(const void* grad_y, const void* x, const void* w, const void* rstd, void* dx, void* dw, Dtype dtype_D, Dtype dtype_W, int64_t T, int64_t H, hipStream_t stream);
+hipError_t rms_norm_backward_rows(const void* arg_grad_y, const void* arg_x, const void* arg_w, const void* arg_rstd, void* out_dx, void* out_dw, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

@@ -104,7 +104,6 @@ RLK_ARITH void rotate_pair(const T* x, T* y, int64_t a, int64_t b, float c, floa
   y[a] = from_float<T>(add_rn(mul_rn(x1, c), -mul_rn(x2, s)));
   y[b] = from_float<T>(add_rn(mul_rn(x2, c), mul_rn(x1, s)));
 }
-
 // A fixed block size and a grid capped at a size every device accepts; each element is
 // computed on its own, so which thread takes it never changes its bits.
 constexpr int kThreads = 256;
@@ -155,19 +154,20 @@ hipError_t launch(const void* x, const void* position_ids, void* y, int64_t N, i
 
 }  // namespace
 
-hipError_t rope_backward_rows(const void* grad_y, const void* position_ids, void* grad_x, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, hipStream_t stream) {
+hipError_t rope_backward_rows(const void* arg_grad_y, const void* arg_position_ids, void* out_grad_x, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, hipStream_t stream) {
+  if (dim_N == 0 || dim_H == 0 || dim_D == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(grad_y, position_ids, grad_x, N, H, D, theta, interleaved, stream);
+      return launch<T>(arg_grad_y, arg_position_ids, out_grad_x, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(grad_y, position_ids, grad_x, N, H, D, theta, interleaved, stream);
+      return launch<T>(arg_grad_y, arg_position_ids, out_grad_x, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(grad_y, position_ids, grad_x, N, H, D, theta, interleaved, stream);
+      return launch<T>(arg_grad_y, arg_position_ids, out_grad_x, dim_N, dim_H, dim_D, attr_theta, attr_interleaved, stream);
     }
   }
   return hipErrorInvalidValue;

@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t rope_rows(const void* x, const void* position_ids, void* y, Dtype dtype_T, int64_t N, int64_t H, int64_t D, float theta, bool interleaved, hipStream_t stream);
+hipError_t rope_rows(const void* arg_x, const void* arg_position_ids, void* out_y, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

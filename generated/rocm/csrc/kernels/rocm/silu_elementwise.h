@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t silu_elementwise(const void* x, void* y, Dtype dtype_T, int64_t R, int64_t C, hipStream_t stream);
+hipError_t silu_elementwise(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_R, int64_t dim_C, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

@@ -14,7 +14,7 @@ namespace rlk {
 namespace rocm {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-hipError_t unpack_rows(const void* packed, const void* mask, void* x, Dtype dtype_T, int64_t TOTAL, int64_t H, int64_t B, int64_t S, hipStream_t stream);
+hipError_t unpack_rows(const void* arg_packed, const void* arg_mask, void* out_x, Dtype dtype_T, int64_t dim_TOTAL, int64_t dim_H, int64_t dim_B, int64_t dim_S, hipStream_t stream);
 
 }  // namespace rocm
 }  // namespace rlk

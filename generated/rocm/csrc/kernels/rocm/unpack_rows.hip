@@ -98,19 +98,20 @@ hipError_t launch(const void* packed, const void* mask, void* x, int64_t B, int6
 
 }  // namespace
 
-hipError_t unpack_rows(const void* packed, const void* mask, void* x, Dtype dtype_T, int64_t TOTAL, int64_t H, int64_t B, int64_t S, hipStream_t stream) {
+hipError_t unpack_rows(const void* arg_packed, const void* arg_mask, void* out_x, Dtype dtype_T, int64_t dim_TOTAL, int64_t dim_H, int64_t dim_B, int64_t dim_S, hipStream_t stream) {
+  if (dim_H == 0 || dim_B == 0 || dim_S == 0) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(packed, mask, x, B, S, H, TOTAL, stream);
+      return launch<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(packed, mask, x, B, S, H, TOTAL, stream);
+      return launch<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(packed, mask, x, B, S, H, TOTAL, stream);
+      return launch<T>(arg_packed, arg_mask, out_x, dim_B, dim_S, dim_H, dim_TOTAL, stream);
     }
   }
   return hipErrorInvalidValue;
