@@ -108,12 +108,58 @@ def build(source: Path, name: str) -> Path:
 # ---------------------------------------------------------------------------- the worker
 
 
-def _tests_module(package: Path, op: str) -> Any:
-    spec = importlib.util.spec_from_file_location(f"generated_test_{op}", package / "tests" / f"test_{op}.py")
+def _load(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class _SuiteCases:
+    """One op of a package whose tests are the generic contract suite (tests/cases.py and
+    tests/test_contracts.py), under the names of the per-op test modules older packages had."""
+
+    def __init__(self, suite: Any, case: Any) -> None:
+        self.case, self.suite = case, suite
+        self.SHAPES, self.DTYPES, self.ARGS, self.BATCH_DIM = case.shapes, case.dtypes, case.args, case.batch_dim
+        self.KERNELS, self.OFFSETS, self.VARIANTS = case.kernels, case.offsets, case.variants
+        self.EMPTY_CASES = [_Param(values) for _, values, _ in suite.empty_cases(case)]
+
+    def make_inputs(self, *args: Any, **kwargs: Any) -> Any:
+        return self.case.make_inputs(*args, **kwargs)
+
+    def make_empty_inputs(self, *args: Any, **kwargs: Any) -> Any:
+        return self.suite.make_empty_inputs(self.case, *args, **kwargs)
+
+    def run_kernel(self, kernel: str, *args: Any, **attrs: Any) -> Any:
+        return self.case.run_kernel(kernel, *args, **attrs)
+
+    def _sequence_dims(self, lengths: dict[str, list[int]]) -> dict[str, int]:
+        return dict(self.suite._sequence_dims(self.case, lengths))
+
+
+class _Param:
+    def __init__(self, values: Any) -> None:
+        self.values = values
+
+
+def _tests_module(package: Path, op: str) -> Any:
+    """The test data and helpers of ``op`` in ``package``: its per-op test module, or its case of the
+    generic contract suite."""
+    tests = package / "tests"
+    if (tests / "cases.py").is_file():
+        sys.path.insert(0, str(tests))
+        suite = _load(tests / "test_contracts.py", "compared_contracts")
+        return _SuiteCases(suite, suite.CASES[op])
+    return _load(tests / f"test_{op}.py", f"generated_test_{op}")
+
+
+def _ops(package: Path) -> list[str]:
+    tests = package / "tests"
+    if (tests / "contract_cases.json").is_file():
+        return sorted(json.loads((tests / "contract_cases.json").read_text())["ops"])
+    return sorted(p.stem.removeprefix("test_") for p in tests.glob("test_*.py"))
 
 
 def _digest(outputs: Any) -> str:
@@ -141,6 +187,9 @@ def worker(package: Path, cases_from: Path) -> None:
     for line in sys.stdin:
         request = json.loads(line)
         op = request["op"]
+        if "has" in request:  # whether this build has the op at all (an op added since the base has not)
+            print(json.dumps({"has": op in rlkernels.OPS}), flush=True)
+            continue
         tests = modules.get(op) or modules.setdefault(op, _tests_module(cases_from, op))
         for key in ("RLK_CPU_SIMD", "RLK_NUM_THREADS"):
             value = request.get(key)
@@ -247,10 +296,13 @@ class Worker:
 
 
 def compare(old: Worker, new: Worker, cases_from: Path, quick: bool) -> int:
-    ops = sorted(p.stem.removeprefix("test_") for p in (cases_from / "tests").glob("test_*.py"))
+    ops = _ops(cases_from)
     total = differing = errors = 0
     for op in ops:
         op_total = op_diff = 0
+        if not old.ask({"op": op, "has": True})["has"]:
+            print(f"{op}: not in the base build (added since): nothing to compare", flush=True)
+            continue
         listed = new.ask({"op": op, "list": "quick" if quick else "all"})
         if "cases" not in listed:
             raise SystemExit(f"{op}: cannot list its cases: {listed}")

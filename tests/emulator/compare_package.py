@@ -9,12 +9,12 @@ registers torch.ops.rlkernels, which a process can do once.
 
 For every op, every native kernel registered for the package's device dispatch key is
 called through that key on CPU tensors (the emulator runs it), on the shapes, dtypes and inputs of the op's
-generated contract tests, and once more with a NaN and infinities in its first float input.
+contract tests (the package's tests/cases.py), and once more with a NaN and infinities in its first float input.
 A kernel that declares `portable`, paired with a CPU kernel that does too, must give the CPU
 kernel's bits; any other must be as accurate as the op's tolerance class asks.
 
 With --contracts, each device kernel that is not portable (whose bits nothing else pins down:
-the tensor-core kernels) also runs the generated tests of its deterministic and batch_invariant
+the tensor-core kernels) also runs the contract tests of its deterministic and batch_invariant
 claims on the sizes its tiles call for (batches across tile boundaries, a reduction through
 more than stages + 1 steps), in the last of the op's dtypes (the 16-bit path), each call sent
 to the emulator; a case's verdict is then "holds" or "BROKEN ...".
@@ -60,8 +60,10 @@ def build(package: Path, build_dir: Path) -> None:
     shutil.copy(module.__file__, package / "rlkernels" / "_C.so")
 
 
-def _generated_tests(package: Path, op: str):
-    spec = importlib.util.spec_from_file_location(f"emulated_test_{op}", package / "tests" / f"test_{op}.py")
+def _contract_suite(package: Path):
+    """The package's contract suite: its cases (one per op) and its test module."""
+    sys.path.insert(0, str(package / "tests"))
+    spec = importlib.util.spec_from_file_location("emulated_contracts", package / "tests" / "test_contracts.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -107,38 +109,38 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
     torch.utils.deterministic.fill_uninitialized_memory = True
     key = next(p.dispatch_key for p in PLATFORMS if p.name == BUILD_PLATFORM)
     device = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+    suite = _contract_suite(package)
     results: dict[str, list[dict[str, str]]] = {}
     for name, op in OPS.items():
-        tests = _generated_tests(package, name)
+        tests = suite.CASES[name]
         cpu_kernel = next(k for k in op.backends.get("cpu", ()) if op.kernels[k].kind == "native")
         packet = getattr(torch.ops.rlkernels, name)
         rows = results.setdefault(name, [])
         for kernel in (k for k in op.backends.get(BUILD_PLATFORM, ()) if op.kernels[k].kind == "native"):
             portable = "portable" in op.kernels[kernel].guarantees and "portable" in op.kernels[cpu_kernel].guarantees
-            cases = [(dtype, shape, seed, "random", {}) for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
+            cases = [(dtype, shape, seed, "random", {}) for seed, shape in enumerate(tests.shapes) for dtype in tests.dtypes]
             # Bool attributes that change what is computed (rope's layout), at their other setting.
-            for flag in getattr(tests, "FLAGS", ()):
-                cases += [(dtype, shape, seed, "random", flag.values[0]) for seed, shape in enumerate(tests.SHAPES) for dtype in tests.DTYPES]
+            for flag in tests.flags:
+                cases += [(dtype, shape, seed, "random", flag.values[0]) for seed, shape in enumerate(tests.shapes) for dtype in tests.dtypes]
             if portable:
-                cases += [(dtype, tests.SHAPES[0], 0, "nan/inf", {}) for dtype in tests.DTYPES]
+                cases += [(dtype, tests.shapes[0], 0, "nan/inf", {}) for dtype in tests.dtypes]
             # Zero-size dimensions and masks with no true entry: every output element must be written.
-            for empty in tests.EMPTY_CASES:
-                dims, none_kept = empty.values
-                cases += [(dtype, dims, 16, "none kept" if none_kept else "empty", {}) for dtype in tests.DTYPES]
+            for _, (dims, none_kept), _ in suite.empty_cases(tests):
+                cases += [(dtype, dims, 16, "none kept" if none_kept else "empty", {}) for dtype in tests.dtypes]
             for dtype, shape, seed, kind, attrs in cases:
                 case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(shape.items())), "inputs": f"{kind} {attrs or ''}".strip()}
                 if "/" in dtype:  # a case of several dtype variables counts under the first one's dtype
                     case["dtype"], case["dtypes"] = dtype.split("/")[0], dtype
                 try:
                     if kind in ("empty", "none kept"):
-                        inputs = tests.make_empty_inputs(shape, dtype, "cpu", none_kept=kind == "none kept", seed=seed)
+                        inputs = suite.make_empty_inputs(tests, shape, dtype, "cpu", none_kept=kind == "none kept", seed=seed)
                     else:
                         inputs = tests.make_inputs(shape, dtype, "cpu", seed=seed)
                     if kind == "nan/inf":
                         inputs = _with_nonfinite(inputs)
-                    got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **{**tests.ATTRS, **attrs}))
+                    got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **{**tests.attrs, **attrs}))
                     if portable:
-                        want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **{**tests.ATTRS, **attrs}))
+                        want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **{**tests.attrs, **attrs}))
                         diffs = [i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape or g.dtype != w.dtype or not torch.equal(_bits(g), _bits(w))]
                         case["verdict"] = "identical" if not diffs else f"DIFFERS from cpu/{cpu_kernel} in output {diffs[0]}: " + _describe(got[diffs[0]], want[diffs[0]])
                     else:
@@ -155,36 +157,37 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
                 rows.append(case)
                 print(name, case, flush=True)
             if contracts and not portable:
-                for case in _contract_cases(tests, packet, device, kernel):
+                for case in _contract_cases(suite, tests, packet, device, kernel):
                     rows.append(case)
                     print(name, case, flush=True)
     results_path.write_text(json.dumps(results, indent=1, sort_keys=True))
     return 0
 
 
-def _contract_cases(tests, packet, device, kernel):
-    """The generated tests of the kernel's deterministic and batch_invariant claims, on the sizes
+def _contract_cases(suite, tests, packet, device, kernel):
+    """The contract tests of the kernel's deterministic and batch_invariant claims, on the sizes
     its tiles call for, with every call sent to the device dispatch key (the emulator)."""
     import pytest
     from rlkernels._registry import BUILD_PLATFORM
 
     def on_device(name, *args, **attrs):
-        return _as_tuple(getattr(packet, name).redispatch(device, *args, **{**tests.ATTRS, **attrs}))
+        return _as_tuple(getattr(packet, name).redispatch(device, *args, **{**tests.attrs, **attrs}))
 
+    # The case's own calls and sizes, pointed at the emulated device: the tests read both through it.
     tests.run_kernel = on_device
-    tests.facts = lambda _device, name: tests.KERNELS[BUILD_PLATFORM][name]
-    own = tests.KERNELS[BUILD_PLATFORM][kernel]
-    checks = [c for c in ("deterministic", "batch_invariant") if c in own["guarantees"] and (c != "batch_invariant" or tests.BATCH_DIM is not None)]
+    tests.facts = lambda _device, name: tests.kernels[BUILD_PLATFORM][name]
+    own = tests.kernels[BUILD_PLATFORM][kernel]
+    checks = [c for c in ("deterministic", "batch_invariant") if c in own["guarantees"] and (c != "batch_invariant" or tests.batch_dim is not None)]
     for check in checks:
-        for dtype in tests.DTYPES[-1:]:  # emulated tensor cores are slow: the 16-bit path, once
-            for variant in tests.VARIANTS:
+        for dtype in tests.dtypes[-1:]:  # emulated tensor cores are slow: the 16-bit path, once
+            for variant in tests.variants:
                 attrs = variant.values[0]
-                dims = tests._contract_dims("cpu", kernel)
+                dims = tests.contract_dims("cpu", kernel)
                 case = {"kernel": kernel, "dtype": dtype, "shape": "x".join(f"{k}{v}" for k, v in sorted(dims.items())), "inputs": f"{check} {attrs or ''}".strip()}
                 if "/" in dtype:
                     case["dtype"], case["dtypes"] = dtype.split("/")[0], dtype
                 try:
-                    getattr(tests, f"test_{check}")("cpu", kernel, dtype, attrs)
+                    getattr(suite, f"test_{check}")(tests, "cpu", kernel, dtype, attrs)
                     case["verdict"] = "holds"
                 except (AssertionError, pytest.fail.Exception) as exc:
                     case["verdict"] = f"BROKEN {check}: {str(exc).strip().splitlines()[0][:300]}"

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 import torch
-from cases import CASES, OpCase, Outputs, device_type, devices, offsets, package, runtime, targets
+from cases import CASES, UNREGISTERED, OpCase, Outputs, device_type, devices, offsets, package, registry, runtime, targets
 
 # ---------------------------------------------------------------------------- parametrisation
 
@@ -123,6 +123,11 @@ def named(name: str) -> Callable[[str], str]:
 def needs_guarantee(case: OpCase, device: str, kernel: str, guarantee: str) -> None:
     """The kernel declares ``guarantee`` (the parametrisation only offers such kernels; checked again)."""
     assert guarantee in case.facts(device, kernel)["guarantees"], f"{kernel} on {runtime.platform_of(device)} does not declare {guarantee}"
+
+
+def test_every_op_of_the_registry_has_its_cases() -> None:
+    """The registry and the test data come from one generate: each op of one is an op of the other."""
+    assert UNREGISTERED == [] and set(CASES) == set(registry.OPS)
 
 
 # ---------------------------------------------------------------------------- accuracy
