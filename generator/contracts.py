@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import get_args
 
+from . import vocabulary
 from .admission import admissible
 from .errors import ContractError, SpecError, SpecProblem
 from .load import PACKAGE_KEY, Catalog, SourceMap
@@ -364,6 +365,20 @@ def _name_clashes(catalog: Catalog, names: PackageNames | None) -> list[SpecProb
     return problems
 
 
+def _reference_problems(catalog: Catalog, names: PackageNames) -> list[SpecProblem]:
+    """A reference kernel's callable is one the package's tests may call: a function of the package's
+    own references (runtime/rlkernels/_references.py) or one of PyTorch's the vocabulary lists --
+    never a name of any other code, which every package would import and call."""
+    own = {f"{catalog.package.name}._references.{name}" for name in names.references}
+    known = sorted(own | vocabulary.REFERENCE_CALLABLES)
+    problems: list[SpecProblem] = []
+    for op in catalog.ops:
+        for name, kernel in op.kernels.items():
+            if isinstance(kernel, ReferenceKernel) and kernel.python not in own and kernel.python not in vocabulary.REFERENCE_CALLABLES:
+                problems.append(catalog.op_source(op.name).problem(("kernels", name, "python"), _one_of("reference callable", kernel.python, known)))
+    return problems
+
+
 def _integration_problems(catalog: Catalog, names: PackageNames) -> list[SpecProblem]:
     """Every op an integration module of the package calls must be in the catalog, so that removing
     one is refused here, naming the module, not found when the module is imported."""
@@ -441,6 +456,7 @@ def check(catalog: Catalog, templates: Path | None = None, names: PackageNames |
     problems += _name_clashes(catalog, names)
     if names is not None:
         problems += _integration_problems(catalog, names)
+        problems += _reference_problems(catalog, names)
     orders: dict[int, str] = {}
     for platform in catalog.platforms:
         if platform.detection.order in orders:
@@ -449,8 +465,12 @@ def check(catalog: Catalog, templates: Path | None = None, names: PackageNames |
                 src.problem(("detection", "order"), f"order {platform.detection.order} is also used by {orders[platform.detection.order]}")
             )
         orders[platform.detection.order] = platform.name
-    if not any(p.kind == "host" for p in catalog.platforms):
+    hosts = [p for p in catalog.platforms if p.kind == "host"]
+    if not hosts:
         problems.append(SpecProblem(catalog.package_file, 1, "", "no host platform (kind: host) is defined; every package carries CPU kernels"))
+    for extra in hosts[1:]:
+        # Every package carries the host's kernels: a second host would register two CPU kernels per op.
+        problems.append(catalog.platform_source(extra.name).problem(("kind",), f"a second host platform (the first is {hosts[0].name}); a catalog has exactly one"))
     if violations:
         raise ContractError(violations + problems)
     if problems:

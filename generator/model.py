@@ -35,7 +35,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError, core_schema
 
-from . import reserved
+from . import reserved, vocabulary
 
 _CPP_KEYWORDS = frozenset(
     """alignas alignof and and_eq asm auto bitand bitor bool break case catch char
@@ -81,6 +81,21 @@ class _SchemaPattern:
         json_schema = handler(schema)
         json_schema["pattern"] = f"^(?:{self.regex})$"
         return json_schema
+
+
+@dataclass(frozen=True)
+class _SchemaEnum:
+    """Puts a closed vocabulary into the JSON Schema as an enum, so editors offer its words."""
+
+    words: frozenset[str]
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["enum"] = sorted(self.words)
+        return json_schema
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.words)))
 
 
 @dataclass(frozen=True)
@@ -135,11 +150,6 @@ def _dim_name(value: str) -> str:
 
 DimName = Annotated[str, AfterValidator(_dim_name), _SchemaPattern(DIM_NAME)]
 TypeVar = Annotated[str, _Matching(r"[A-Z]", "dtype variable", "T")]
-CppName = Annotated[
-    str,
-    _Matching(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*", "C++ name", "at::cuda::getCurrentCUDAStream"),
-]
-HeaderName = Annotated[str, _Matching(r"[A-Za-z0-9_]+(/[A-Za-z0-9_.]+)*\.(h|hpp|cuh)", "header path", "cuda_runtime.h")]
 def _dotted_name(value: str) -> str:
     _pattern(DOTTED_NAME, "Python dotted name", "torch.matmul")(value)
     keywords = [part for part in value.split(".") if keyword.iskeyword(part)]
@@ -149,8 +159,6 @@ def _dotted_name(value: str) -> str:
 
 
 DottedName = Annotated[str, AfterValidator(_dotted_name), _SchemaPattern(DOTTED_NAME)]
-CompilerFlag = Annotated[str, _Matching(r"-[A-Za-z0-9_=.,+:-]+", "compiler flag", "-ffp-contract=off")]
-EnvName = Annotated[str, _Matching(r"[A-Z][A-Z0-9_]*", "environment variable", "TORCH_CUDA_ARCH_LIST")]
 Version = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+){1,2}([a-z]+[0-9]+)?", "version", "0.1.0")]
 def _printable(value: str) -> str:
     for char in value:
@@ -238,42 +246,59 @@ class PackageSpec(StrictModel):
 # --------------------------------------------------------------------------- platforms
 
 
+# What a platform spec turns into code, flags or imports: a word of the closed vocabulary
+# (``vocabulary``), each validated with a message naming what was expected.
+VendorHeader = Annotated[str, AfterValidator(vocabulary.member(vocabulary.HEADERS, "vendor header")), _SchemaEnum(vocabulary.HEADERS)]
+TorchInclude = Annotated[str, AfterValidator(vocabulary.member(vocabulary.TORCH_INCLUDES, "torch header")), _SchemaEnum(vocabulary.TORCH_INCLUDES)]
+VendorType = Annotated[str, AfterValidator(vocabulary.member(vocabulary.TYPES, "vendor type")), _SchemaEnum(vocabulary.TYPES)]
+RuntimeName = Annotated[str, AfterValidator(vocabulary.member(vocabulary.RUNTIME_API, "runtime call or constant")), _SchemaEnum(vocabulary.RUNTIME_API)]
+IntrinsicName = Annotated[str, AfterValidator(vocabulary.member(vocabulary.INTRINSICS, "intrinsic")), _SchemaEnum(vocabulary.INTRINSICS)]
+TorchName = Annotated[str, AfterValidator(vocabulary.member(vocabulary.TORCH_NAMES, "torch binding")), _SchemaEnum(vocabulary.TORCH_NAMES)]
+ArchMacro = Annotated[str, AfterValidator(vocabulary.member(vocabulary.ARCH_MACROS, "architecture macro")), _SchemaEnum(vocabulary.ARCH_MACROS)]
+ArchEnv = Annotated[str, AfterValidator(vocabulary.member(vocabulary.ARCH_ENVS, "architecture variable")), _SchemaEnum(vocabulary.ARCH_ENVS)]
+HostFlag = Annotated[str, AfterValidator(vocabulary.member(vocabulary.HOST_FLAGS, "host compiler flag")), _SchemaEnum(vocabulary.HOST_FLAGS)]
+DeviceFlag = Annotated[str, AfterValidator(vocabulary.member(vocabulary.DEVICE_FLAGS, "device compiler flag")), _SchemaEnum(vocabulary.DEVICE_FLAGS)]
+StripFlag = Annotated[str, AfterValidator(vocabulary.member(vocabulary.STRIP_FLAGS, "flag to strip")), _SchemaEnum(vocabulary.STRIP_FLAGS)]
+CompilerKey = Annotated[str, AfterValidator(vocabulary.member(vocabulary.COMPILER_KEYS, "device compiler key")), _SchemaEnum(vocabulary.COMPILER_KEYS)]
+PythonName = Annotated[str, AfterValidator(vocabulary.member(vocabulary.PYTHON, "Python name")), _SchemaEnum(vocabulary.PYTHON)]
+
+
 class Headers(StrictModel):
-    runtime: HeaderName | None
-    fp16: HeaderName | None
-    bf16: HeaderName | None
+    runtime: VendorHeader | None
+    fp16: VendorHeader | None
+    bf16: VendorHeader | None
 
 
 class DeviceTypes(StrictModel):
     """Vendor type names.  Where a header is missing, the portable header defines the type."""
 
-    half: CppName
-    bfloat16: CppName
-    stream: CppName | None
-    error: CppName | None
+    half: VendorType
+    bfloat16: VendorType
+    stream: VendorType | None
+    error: VendorType | None
 
 
 class RuntimeApi(StrictModel):
-    success: CppName
-    invalid_value: CppName
-    get_last_error: CppName
-    error_string: CppName
-    set_function_attribute: CppName
+    success: RuntimeName
+    invalid_value: RuntimeName
+    get_last_error: RuntimeName
+    error_string: RuntimeName
+    set_function_attribute: RuntimeName
     """Sets an attribute of a kernel function, e.g. to opt in to more shared memory."""
-    max_dynamic_shared_memory: CppName
+    max_dynamic_shared_memory: RuntimeName
     """The attribute that raises a kernel's dynamic shared-memory limit."""
-    current_device: CppName | None = None
+    current_device: RuntimeName | None = None
     """Gives the calling thread's current device (cudaGetDevice); with the next four, lets a launcher
     that needs an arch-specific target (a kernel's ``archs``) ask what the device is."""
-    device_attribute: CppName | None = None
+    device_attribute: RuntimeName | None = None
     """Reads one integer attribute of a device (cudaDeviceGetAttribute)."""
-    compute_major: CppName | None = None
+    compute_major: RuntimeName | None = None
     """The attribute holding the device's architecture major number (9 for "9.0a")."""
-    compute_minor: CppName | None = None
+    compute_minor: RuntimeName | None = None
     """The attribute holding its minor number (0 for "9.0a")."""
-    multiprocessor_count: CppName | None = None
+    multiprocessor_count: RuntimeName | None = None
     """The attribute holding the device's multiprocessor count, for a persistent grid."""
-    copy_from_symbol: CppName | None = None
+    copy_from_symbol: RuntimeName | None = None
     """Copies a device variable to the host (cudaMemcpyFromSymbol): what the code loaded for the
     device says about how it was compiled."""
 
@@ -281,17 +306,17 @@ class RuntimeApi(StrictModel):
 class Intrinsics(StrictModel):
     """Correctly rounded single operations that the compiler may never fuse."""
 
-    mul_rn: CppName | None
-    add_rn: CppName | None
+    mul_rn: IntrinsicName | None
+    add_rn: IntrinsicName | None
 
 
 class TorchBinding(StrictModel):
     dispatch_key: Literal["CPU", "CUDA", "PrivateUse1"]
     device_type: Identifier
-    includes: tuple[HeaderName, ...]
-    stream_getter: CppName | None
-    device_guard: CppName | None
-    launch_check: CppName | None
+    includes: tuple[TorchInclude, ...]
+    stream_getter: TorchName | None
+    device_guard: TorchName | None
+    launch_check: TorchName | None
 
 
 ArchEntry = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+)?[af]?(\+PTX)?|gfx[0-9a-f]{3,4}", "arch list entry", "9.0")]
@@ -303,7 +328,7 @@ class ArchFloor(StrictModel):
     compiler's arch macro write it; a build for an older one is refused with ``reason``."""
 
     entry: Annotated[str, _Matching(r"[0-9]+(\.[0-9]+)?", "numeric arch list entry", "22")]
-    macro: CppName
+    macro: ArchMacro
     """Defined in device compilation only, e.g. __MUSA_ARCH__."""
     value: StrictInt = Field(ge=1, le=100000)
     """``macro``'s value for ``entry``, e.g. 220 for MUSA's 22."""
@@ -312,26 +337,26 @@ class ArchFloor(StrictModel):
 
 class Build(StrictModel):
     extension: Literal["CppExtension", "CUDAExtension", "MUSAExtension"]
-    extension_module: DottedName
-    build_ext: DottedName
-    compiler_key: Identifier | None
+    extension_module: PythonName
+    build_ext: PythonName
+    compiler_key: CompilerKey | None
     """Key of the device compiler in ``extra_compile_args`` (nvcc, mcc)."""
-    host_flags: tuple[CompilerFlag, ...]
-    device_flags: tuple[CompilerFlag, ...]
-    toolkit_home: DottedName | None
+    host_flags: tuple[HostFlag, ...]
+    device_flags: tuple[DeviceFlag, ...]
+    toolkit_home: PythonName | None
     """Attribute that is None when the device toolkit is missing (e.g. cpp_extension's CUDA_HOME)."""
     toolkit_hint: Text
     """What to do when the toolkit or the platform's torch build is missing."""
-    arch_env: EnvName | None
+    arch_env: ArchEnv | None
     """The variable torch's extension builder reads its target architectures from."""
     archs: tuple[ArchEntry, ...]
     """Written into ``arch_env`` only when no device is visible to build for (or when asked): a
     build on a machine with a device keeps torch's own choice."""
     arch_floor: ArchFloor | None = None
     """The oldest architecture every kernel builds for, where the vendor's headers set one."""
-    strip_flags: tuple[CompilerFlag, ...] = ()
+    strip_flags: tuple[StripFlag, ...] = ()
     """Flags the extension builder adds by itself that the wheel must not carry (e.g. -march=native)."""
-    arch_macros: dict[ArchEntry, CppName] = {}
+    arch_macros: dict[ArchEntry, ArchMacro] = {}
     """The macro device compilation defines for an arch-specific target ("9.0a"), so that a kernel
     whose ``archs`` name it compiles its body for that target alone and a stub for the others."""
 
@@ -358,10 +383,10 @@ def arch_number(entry: str) -> float:
 class Detection(StrictModel):
     """How the generated runtime recognises the platform of a tensor or process."""
 
-    import_module: DottedName | None
-    available: DottedName | None
+    import_module: PythonName | None
+    available: PythonName | None
     """Callable that says whether a device is present; null: always available (the host)."""
-    version_attr: DottedName | None
+    version_attr: PythonName | None
     version_attr_set: StrictBool
     order: StrictInt = Field(ge=0, le=99)
     """Lower is checked first: MUSA before CUDA, since torch_musa can coexist with a CUDA torch."""
@@ -371,7 +396,7 @@ class Wheel(StrictModel):
     """The PyTorch-style local version label, e.g. +cu130, +rocm5.2, +cpu."""
 
     label: Annotated[str, _Matching(r"[a-z]+(\{version\})?", "wheel label", "cu{version}")]
-    version_from: DottedName | None
+    version_from: PythonName | None
     """Where {version} comes from at build time (e.g. torch.version.cuda); it must be set."""
     version_parts: StrictInt = Field(default=2, ge=1, le=3)
     version_separator: Literal["", "."] = ""

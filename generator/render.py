@@ -163,17 +163,63 @@ def _cache_in(directory: Path | None) -> _BytecodeCache | None:
     return _BytecodeCache(str(keyed))
 
 
+MAX_TEMPLATE_BYTES = 1024 * 1024
+
+
+class TemplateRefused(Exception):
+    """A template that is not a regular file inside the project (a link leading out of it, a FIFO)."""
+
+
+class _ProjectLoader(jinja2.FileSystemLoader):
+    """Jinja's file loader, reading each template through the generator's bounded reader: a
+    regular file that lies inside the project (the templates folder's parent), through any
+    symbolic link -- so neither a template nor the templates folder itself can bring in text
+    from outside the project."""
+
+    def __init__(self, templates: Path) -> None:
+        super().__init__(str(templates))
+        self.templates = templates
+        self.project = templates.parent
+
+    def get_source(self, environment: jinja2.Environment, template: str) -> tuple[str, str, Any]:
+        path = self.templates.joinpath(*jinja2.loaders.split_template_path(template))
+        if not os.path.lexists(path):
+            raise jinja2.TemplateNotFound(template)
+        try:
+            data = read_regular(path, MAX_TEMPLATE_BYTES, inside=self.project)
+        except FileProblem as problem:
+            raise TemplateRefused(f"templates/{template}: {problem}; templates must be regular files inside the project") from None
+        if len(data) > MAX_TEMPLATE_BYTES:
+            raise TemplateRefused(f"templates/{template}: larger than {MAX_TEMPLATE_BYTES} bytes")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TemplateRefused(f"templates/{template}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        seen = _identity(path)
+        return text, os.path.normpath(path), lambda: _identity(path) == seen
+
+
+def _identity(path: Path) -> tuple[object, ...] | None:
+    """What a template file is now, where it really lies included: a template is loaded again once
+    it changes, becomes a link, or its folder is moved behind one."""
+    try:
+        link, target = os.lstat(path), os.stat(path)
+    except OSError:
+        return None
+    return (os.path.realpath(path), link.st_ino, link.st_mode, link.st_mtime_ns, target.st_mtime_ns, target.st_size)
+
+
 def make_environment(templates_dir: Path, cache_dir: Path | None = None) -> jinja2.Environment:
     """The environment for ``templates_dir``, one per directory and process; ``cache_dir``: where
     compiled templates are kept between processes.  Jinja reloads a template whose file has
     changed since."""
-    return _environment(str(templates_dir.resolve()), str(cache_dir) if cache_dir is not None else None)
+    return _environment(os.path.abspath(templates_dir), str(cache_dir) if cache_dir is not None else None)
 
 
 @functools.lru_cache(maxsize=8)
 def _environment(templates_dir: str, cache_dir: str | None = None) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(templates_dir),
+        loader=_ProjectLoader(Path(templates_dir)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -215,6 +261,8 @@ def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], 
         return env.get_template(template).render(context)
     except jinja2.TemplateSyntaxError as exc:
         raise RenderError(f"templates/{exc.name or template}:{exc.lineno}: template syntax: {exc.message}") from None
+    except TemplateRefused as exc:
+        raise RenderError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 -- a missing template or value, a filter or a view raised: never a partial write
         if blame is not None:
             file, line, field = blame

@@ -84,6 +84,8 @@ class PackageNames:
     """Its modules (``transformers``, ``aten``, ``_ops``, ...)."""
     exported: frozenset[str]
     """What its ``__init__.py`` binds at the top level (``detect_platform``, ``OPS``, ...)."""
+    references: frozenset[str] = frozenset()
+    """The public functions of its ``_references.py``, which reference kernels may name."""
 
     def clash(self, name: str) -> str | None:
         """What ``name`` would shadow in the package, or None."""
@@ -138,7 +140,15 @@ def package_names(runtime: Path) -> PackageNames:
         tree = ast.parse(_read_source(init, shown), filename=shown)
     except SyntaxError as exc:
         raise GeneratorError(f"{shown}:{exc.lineno}: {exc.msg}") from None
-    return PackageNames(modules - {"__init__"}, frozenset(_bound_names(tree)))
+    references: frozenset[str] = frozenset()
+    if "_references" in modules:
+        shown = f"{RUNTIME_DIR}/{PACKAGE_DIR}/_references.py"
+        try:
+            module = ast.parse(_read_source(folder / "_references.py", shown), filename=shown)
+        except SyntaxError as exc:
+            raise GeneratorError(f"{shown}:{exc.lineno}: {exc.msg}") from None
+        references = frozenset(n.name for n in module.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_"))
+    return PackageNames(modules - {"__init__"}, frozenset(_bound_names(tree)), references)
 
 
 def calls_of(runtime: Path, module: str) -> frozenset[str]:

@@ -107,7 +107,8 @@ def test_an_unknown_functor_is_refused_naming_the_ones_there_are(tmp_path: Path,
     line = project.edit("specs/ops/silu.yaml", "functor: silu\n", "functor: sigmoid\n")
     assert project.run("generate") != 0
     err = capsys.readouterr().err
-    expected = "ratio_kl, ratio_kl_backward, silu, silu_backward, swiglu, swiglu_backward"
+    expected = ", ".join(sorted(p.stem for p in (project.root / "templates/kernels/functors").glob("*.j2") if not p.stem.startswith("_")))
+    assert "silu, silu_backward" in expected
     assert f"specs/ops/silu.yaml:{line}: kernels.elementwise.functor: Unknown functor sigmoid. Expected one of {expected}" in err, err
     assert not project.generated.exists()
 

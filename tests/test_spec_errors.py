@@ -38,7 +38,7 @@ def errors_of(project: Project, capsys) -> str:
         (OP, '    archs: ["9.0a"]', '    archs: ["9.0a", "10.0a"]', "kernels.wgmma.archs", "at most 1 item"),
         (OP, '    archs: ["9.0a"]', '    archs: ["sm_90a"]', "kernels.wgmma.archs.0", "is not a valid arch list entry"),
         (OP, '    archs: ["9.0a"]', '    archs: ["10.0a"]', "kernels.wgmma.archs.0", "kernel wgmma needs arch 10.0a, which platform cuda does not build (build.archs: 8.0, 9.0a, 10.0, 12.0+PTX)"),
-        (CUDA, '  arch_macros: {"9.0a": __CUDA_ARCH_FEAT_SM90_ALL}', '  arch_macros: {"9.0a": "defined(X) || 1"}', "build.arch_macros.'9.0a'", "is not a valid C++ name"),
+        (CUDA, '  arch_macros: {"9.0a": __CUDA_ARCH_FEAT_SM90_ALL}', '  arch_macros: {"9.0a": "defined(X) || 1"}', "build.arch_macros.'9.0a'", "Unknown architecture macro 'defined(X) || 1'. Expected one of"),
 
         (OP, "tolerance: reduction", "tolerance: exact", "tolerance", "Unknown tolerance class exact. Expected one of elementwise, logprob, reduction"),
         (OP, "autocast: lower_precision", "autocast: bfloat16", "autocast", "Input should be 'lower_precision', 'float32' or 'none'"),
@@ -69,8 +69,8 @@ def errors_of(project: Project, capsys) -> str:
         ("specs/ops/det_gemm_tn.yaml", "  dtypes: [bfloat16]", "  dtypes: [int64]", "bench.dtypes.0", "Input should be 'float32', 'float16' or 'bfloat16'"),
         (KTREE, "tolerance: reduction", "tolerance: reduction\nbench: {baseline: {torch: linear}, dtypes: [float32]}", "bench.dtypes.0", "float32 is not a dtype that dtype variable T allows"),
         (KTREE, "tolerance: reduction", "tolerance: reduction\nbench: {baseline: {torch: linear}, dtypes: [bfloat16], layer: [{sizes: {M: 1, K: 2, N: 3}, backward: true}]}", "bench.layer.0.backward", "the op declares no backward to time"),
-        (CUDA, "  stream: cudaStream_t", "  stream: cudaStream_t; system()", "types.stream", "is not a valid C++ name"),
-        (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false, -Xcompiler=-ffp-contract=off]", "  device_flags: [-O3, '$(rm -rf /)']", "build.device_flags.1", "is not a valid compiler flag"),
+        (CUDA, "  stream: cudaStream_t", "  stream: cudaStream_t; system()", "types.stream", "Unknown vendor type 'cudaStream_t; system()'. Expected one of"),
+        (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false, -Xcompiler=-ffp-contract=off]", "  device_flags: [-O3, '$(rm -rf /)']", "build.device_flags.1", "Unknown device compiler flag '$(rm -rf /)'. Expected one of"),
     ],
 )
 def test_field_errors_name_file_line_and_field(bare_project: Project, capsys, file, old, new, field, message):
