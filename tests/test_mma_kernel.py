@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Project
+from conftest import REPO, Project, copy_project
 
 OP = "specs/ops/det_gemm.yaml"
 GENERATED = REPO / "generated"
@@ -108,9 +108,14 @@ def test_generated_mma_kernel_compiles_for_sm90_without_spills(tmp_path: Path, o
         assert int(registers) <= 255, name
 
 
-def test_mma_for_another_layout_renders_a_named_compile_error(project: Project):
-    """The template computes the layout its params name; given another it must not compile quietly."""
+def test_mma_for_another_layout_renders_a_named_compile_error(tmp_path):
+    """The template computes the layout its params name; given another it must not compile quietly.
+    (det_gemm alone, without its backward: the contracts refuse backward steps that no longer fit
+    B's new shape, the other GEMMs' included.)"""
+    project = copy_project(tmp_path / "proj", with_generated=False, ops=("det_gemm",))
     project.edit(OP, "  - {name: b, dtype: T, shape: [K, N]", "  - {name: b, dtype: T, shape: [N, K]")
+    project.edit(OP, '  - {op: det_gemm_nt, args: ["grad(c)", b], gives: [a], attrs: []}\n  - {op: det_gemm_tn, args: [a, "grad(c)"], gives: [b], attrs: []}\n', "")
+    project.edit(OP, "backward:\n", "")
     assert project.run("generate") == 0
     source = (project.generated / "cuda/csrc/kernels/cuda/det_gemm_mma.cu").read_text()
     assert '#error "the mma kernel with these params computes M,K x K,N -> M,N' in source
