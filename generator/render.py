@@ -22,7 +22,7 @@ from typing import Any
 import jinja2
 
 from . import forked
-from .cabi import AbiNameError
+from .cabi import AbiNameError, number_literal
 from .errors import RenderError, SpecError, SpecProblem
 from .files import FileProblem, read_regular
 from .plan import RenderJob
@@ -227,6 +227,7 @@ def _environment(templates_dir: str, cache_dir: str | None = None) -> jinja2.Env
         autoescape=False,
         bytecode_cache=_cache_in(Path(cache_dir)) if cache_dir is not None else None,
     )
+    env.filters["cpp_number"] = number_literal
     env.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
     env.filters["pystr"] = _py_str
     env.filters["mdcell"] = _md_cell
