@@ -910,3 +910,42 @@ def attribute_values_at_the_edge(case: OpCase) -> Iterator[Any]:
 def test_attribute_value_at_the_edge_of_its_range_is_accepted(case: OpCase, attr: str, value: float) -> None:
     inputs = case.make_inputs(case.shapes[0], case.dtypes[0], "cpu", seed=20)
     getattr(package, case.name)(*inputs, **{**case.attrs, attr: value})
+
+
+# ---------------------------------------------------------------------------- the caller's floating-point mode
+# A process may flush subnormals to zero (torch.set_flush_denormal(True): x86's FTZ and DAZ, Arm's
+# FZ) or change the rounding mode; a host kernel computes in IEEE's default mode whatever the
+# caller set, so its bits never depend on it, and gives the caller's mode back.
+
+
+def _host_kernels(case: OpCase) -> Iterator[Any]:
+    for platform, device, kernel, marks in targets(case):
+        if device_type(platform) == "cpu":
+            yield f"{platform}-{kernel}", (device, kernel), marks
+
+
+def _with_subnormals(t: torch.Tensor) -> torch.Tensor:
+    """Every third element of a float tensor replaced by a subnormal of its dtype (of either sign)."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return t
+    tiny = torch.finfo(t.dtype).tiny
+    flat = t.detach().clone().reshape(-1)
+    steps = torch.arange(flat.numel(), dtype=torch.float64)
+    subnormal = (tiny * ((steps % 7) + 1) / 8 * torch.where(steps % 2 == 0, 1.0, -1.0)).to(t.dtype)
+    flat[::3] = subnormal[::3]
+    return flat.reshape(t.shape)
+
+
+@parametrize("case, device, kernel, dtype", _host_kernels, dtypes())
+def test_the_callers_flush_to_zero_mode_changes_no_bit(case: OpCase, device: str, kernel: str, dtype: str) -> None:
+    inputs = [_with_subnormals(t) for t in case.make_inputs(case.shapes[0], dtype, device, seed=21)]
+    want = case.run_kernel(kernel, *inputs, **case.attrs)
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-to-zero mode torch can set (no SSE3 on x86)")
+    try:
+        got = case.run_kernel(kernel, *inputs, **case.attrs)
+        still_flushing = torch.tensor([torch.finfo(torch.float32).tiny]) / 2 == 0
+    finally:
+        torch.set_flush_denormal(False)
+    case.assert_bitwise_equal(got, want, f"{kernel} with the caller flushing subnormals vs without")
+    assert bool(still_flushing), "the kernel did not give the caller its flush-to-zero mode back"
