@@ -83,10 +83,11 @@ def _varlen_layout(
 ) -> _VarlenLayout:
     """The packed layout of a padded or packed batch, with shapes fixed by (batch, tq, tk) alone.
 
-    A sequence is the valid keys of a row (padding: the 2-D mask's zeros), or, with no mask and no
-    past keys, each run of positions counting up by one (packing: position_ids restart).  Its keys
-    are packed back to back in ascending position; every padding key is a sequence of its own,
-    so it is never seen by a real token.  Queries are the last ``tq`` keys of each row (of the
+    A sequence is the valid keys of a row (padding: the 2-D mask's zeros); with ``position_ids``
+    and no past keys, a new one also starts at each valid key whose position is not the previous
+    key's + 1 (packing: position_ids restart, with or without an all-ones mask), as
+    ``token_logprobs`` cuts its labels.  Its keys are packed back to back in ascending position;
+    every padding key is a sequence of its own, so it is never seen by a real token.  Queries are the last ``tq`` keys of each row (of the
     first ``mask.shape[1]`` ones, for a static cache), so the op's causal masking, aligned to the
     end of each sequence's keys, is the model's.  There is one sequence slot per key (most of them
     empty), which keeps every shape independent of the data: no host synchronisation, no
@@ -103,11 +104,15 @@ def _varlen_layout(
         else:  # a static cache: slots past the mask are unused
             key_valid = torch.cat([mask, mask.new_zeros(batch, tk - mask.shape[1])], dim=1)
             mask_len = mask.shape[1]
-    if mask is None and tq == tk and position_ids is not None:
-        # Packing, as transformers detects it: a sequence starts where a position is not the previous + 1.
+    if tq == tk and position_ids is not None:
+        # Packing: a sequence starts at a row's first valid key and at every valid key whose position
+        # is not the previous key's + 1.  The previous key may be padding: generate numbers a hole
+        # in the mask on (cumsum of the mask), so a hole alone does not split a sequence.
         pos = position_ids.to(device).expand(batch, tq)
-        starts = torch.ones(batch, tk, dtype=torch.bool, device=device)
-        starts[:, 1:] = pos[:, 1:] != pos[:, :-1] + 1
+        restart = torch.ones(batch, tk, dtype=torch.bool, device=device)
+        restart[:, 1:] = pos[:, 1:] != pos[:, :-1] + 1
+        valid_before = key_valid.to(torch.int32).cumsum(1) - key_valid.to(torch.int32)
+        starts = key_valid & (restart | (valid_before == 0))
         first = torch.cummax(torch.where(starts, positions, 0), dim=1).values
     else:
         first = key_valid.to(torch.int32).argmax(dim=1, keepdim=True).expand(batch, tk)
@@ -667,7 +672,8 @@ def token_logprobs(
     ``input_ids`` [B, T]; ``attention_mask`` [B, T] (or [B, past + T] with a cache), 1 for real
     tokens, padding left or right; ``labels`` [B, T]: the token scored at each position, by default
     the next input id, with ``ignore_index`` at the last position, wherever the label or the
-    position is padding, and where ``position_ids`` restart (the end of a packed sequence).
+    position is padding, and where ``position_ids`` restart (the end of a packed sequence, which
+    the patched attention keeps apart too, with or without an all-ones mask).
     Returns ``lp`` [B, T] float32 (0 where ignored), and ``(lp, entropy)`` with ``entropy=True``.
     With a mask and no ``position_ids``, positions count real tokens (left padding then starts
     each sequence at 0).  The ids of padding positions are not read.  Further keyword arguments
