@@ -13,17 +13,12 @@ import json
 from pydantic import BaseModel
 
 from .model import OpSpec, PackageSpec, PlatformSpec
+from .paths import schema_path
 
-SCHEMA_DIR = "schema"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 MODELS: dict[str, type[BaseModel]] = {"package": PackageSpec, "platform": PlatformSpec, "op": OpSpec}
 """Schema kind → model; ``schema/<kind>.schema.json``."""
-
-
-def schema_path(kind: str) -> str:
-    """Where the schema of ``kind`` lives, relative to the project root."""
-    return f"{SCHEMA_DIR}/{kind}.schema.json"
 
 
 def spec_kind(spec_rel: str) -> str:

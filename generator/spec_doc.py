@@ -23,9 +23,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from . import model
-from .schema import MODELS, schema_path
-
-SPEC_DOC = "docs/spec-language.md"
+from .paths import SPEC_DOC, schema_path
+from .schema import MODELS
 
 FILES = {"package": "specs/package.yaml", "platform": "specs/platforms/<name>.yaml", "op": "specs/ops/<op>.yaml"}
 """Schema kind → where such spec files live."""
