@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from . import model
 from .paths import SPEC_DOC, schema_path
-from .schema import MODELS
+from .schema import MODELS, json_schema
 
 FILES = {"package": "specs/package.yaml", "platform": "specs/platforms/<name>.yaml", "op": "specs/ops/<op>.yaml"}
 """Schema kind → where such spec files live."""
@@ -270,7 +270,7 @@ def _prose(text: str) -> list[str]:
 
 def render() -> str:
     page = _Page()
-    schemas = {kind: cls.model_json_schema() for kind, cls in MODELS.items()}
+    schemas = {kind: json_schema(cls) for kind, cls in MODELS.items()}
     lines = [
         "# Spec language",
         "",
