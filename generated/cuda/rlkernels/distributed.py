@@ -297,8 +297,9 @@ def row_parallel_linear(
 
 def shard(full: torch.Tensor, dim: int, *, group: Any = None) -> torch.Tensor:
     """This rank's contiguous part of ``full`` along ``dim`` (a copy), as the layers hold it.  The
-    part remembers where it was cut from (a checksum of ``full``, ``dim``, its place), so that a
-    layer's first call can compare that across ranks (see CHECK)."""
+    returned tensor remembers where it was cut from (a checksum of ``full``, ``dim``, its place), so
+    that a layer's first call can compare that across ranks (see CHECK); a tensor made from it
+    (``nn.Parameter(part)``, ``part.to(...)``) does not, and is compared by size only."""
     rank, world = _world(group)
     if not isinstance(full, torch.Tensor):
         raise TypeError(f"full: expected a torch.Tensor, got {type(full).__name__}")
