@@ -114,6 +114,7 @@ LOGP_FLIPS_A_BIT_EVERY_OTHER_LARGE_CALL = [
     (
         """\
 void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
         """\
@@ -132,6 +133,7 @@ void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* 
 }
 
 static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
     ),
