@@ -401,6 +401,28 @@ def test_sequence_does_not_depend_on_what_is_packed_with_it(case: OpCase, device
         )
 
 
+def _offsets_out_of_order(case: OpCase) -> Iterator[Any]:
+    for dim, arg in case.offsets.items():
+        yield f"{arg}", (dim,), ()
+
+
+@parametrize("case, device, kernel, dtype, dim", packed, kernels(), dtypes(first_only=True), _offsets_out_of_order)
+def test_offsets_out_of_order_give_nan_rows_not_another_sequences(case: OpCase, device: str, kernel: str, dtype: str, dim: str) -> None:
+    """Offsets that are not in order give no row a sequence (bisection would hand a row another
+    sequence's keys, or two sequences would share rows): every row of every packed output is NaN,
+    nothing is read out of bounds, and nothing raises (the offsets are never read back)."""
+    lengths = {d: [5, 7, 4, 6] for d in case.offsets}
+    inputs = case.make_inputs(_sequence_dims(case, lengths), dtype, device, seed=23, lengths=lengths)
+    position = [name for name, *_ in case.args].index(case.offsets[dim])
+    scrambled = inputs[position].clone()
+    scrambled[[1, 2]] = scrambled[[2, 1]]  # [0, 5, 12, 16, 22] -> [0, 12, 5, 16, 22]
+    inputs[position] = scrambled
+    outputs = case.run_kernel(kernel, *inputs, **case.attrs)
+    for (name, shape, _), tensor in zip(case.outputs, outputs):
+        if shape[:1] and shape[0] in case.offsets:
+            assert torch.isnan(tensor.float()).all(), f"{kernel}: {name} has rows that are not NaN with {case.offsets[dim]} = {scrambled.tolist()}"
+
+
 def _prefix_case(case: OpCase, device: str, kernel: str, dtype: str, seed: int, attrs: dict[str, Any]) -> tuple[dict[str, list[int]], list[Any]]:
     """One sequence with as many queries as keys, crossing the kernel's block twice."""
     if case.prefix_if is not None and not {**case.attrs, **attrs}[case.prefix_if]:
