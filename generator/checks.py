@@ -11,7 +11,7 @@ from typing import Literal
 
 from .signature import Signature
 
-CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "count_nonzero", "contiguous"]
+CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "equals_dim", "count_nonzero", "contiguous"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Check:
     other_axis: int = 0
     multiple_of: int = 1
     dim: str = ""
+    plus: int = 0
+    """equals_dim: what is added to the other dimension's size."""
 
 
 def _words(items: tuple[str, ...]) -> str:
@@ -74,6 +76,11 @@ def input_checks(sig: Signature) -> tuple[Check, ...]:
         if constraint.count_nonzero_of is not None:
             message = f"{op}: {where} must equal the number of nonzero entries of argument '{constraint.count_nonzero_of}'"
             out.append(Check("count_nonzero", b.arg, message, axis=b.axis, other=constraint.count_nonzero_of, dim=constraint.dim))
+        elif constraint.equals_dim is not None:
+            d = bound[constraint.equals_dim]
+            plus = f" {'plus' if constraint.plus >= 0 else 'minus'} {abs(constraint.plus)}" if constraint.plus else ""
+            message = f"{op}: {where} must equal dimension {d.dim} (axis {d.axis} of argument '{d.arg}'){plus}"
+            out.append(Check("equals_dim", b.arg, message, axis=b.axis, other=d.arg, other_axis=d.axis, dim=constraint.dim, plus=constraint.plus))
         elif constraint.multiple_of_dim is not None:
             d = bound[constraint.multiple_of_dim]
             message = f"{op}: {where} must be a multiple of dimension {d.dim} (axis {d.axis} of argument '{d.arg}')"

@@ -210,7 +210,7 @@ ATTENTION = "specs/ops/attention.yaml"
         ("    - {window: 70}", "    - {windows: 70}", "tests.variants[0]: windows is not an attribute"),
         ("    - {window: 70}", "    - {window: true}", "tests.variants[0]: window = True is not a int"),
         ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HX}", "multiple_of_dim HX is not another dimension of a required argument"),
-        ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HK, multiple_of: 2}", "give exactly one of multiple_of, multiple_of_dim and count_nonzero_of"),
+        ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HK, multiple_of: 2}", "give exactly one of multiple_of, multiple_of_dim, count_nonzero_of and equals_dim"),
         ("reduction: {dim: TK, order: online_blocks, block: 64", "reduction: {dim: TK, order: online_blocks, block: 48", "block must be a power of two, got 48"),
         ("  sequences:\n", "  batch_dim: TQ\n  sequences:\n", "give batch_dim or sequences, not both"),
     ],

@@ -90,6 +90,8 @@ class Check:
     multiple_of: int = 1
     dim: str = ""
     """The dimension a shape check is about."""
+    plus: int = 0
+    """equals_dim: what is added to the other argument's size."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,7 @@ def _op(entry: dict[str, Any], backends: dict[str, list[str]]) -> Op:
             other_axis=c.get("other_axis", 0),
             multiple_of=c.get("multiple_of", 1),
             dim=c.get("dim", ""),
+            plus=c.get("plus", 0),
         )
 
     reduction = entry.get("reduction")
