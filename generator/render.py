@@ -154,6 +154,21 @@ class TemplateRefused(Exception):
     """A template that is not a regular file inside the project (a link leading out of it, a FIFO)."""
 
 
+class TemplateRequirement(Exception):
+    """A template's ``require(ok, what)`` that failed: the spec asks for something the template
+    does not implement (it writes offsets of B + 1 entries, the spec derives another size)."""
+
+
+def _require(ok: bool, what: str) -> str:
+    """``{{ require(condition, what) }}`` in a template: nothing when ``condition`` holds, else a
+    refusal saying what the template implements.  A template states each assumption it makes about
+    its spec this way, so a spec that breaks one is refused instead of rendered into a kernel that
+    computes or writes something else."""
+    if ok is not True:
+        raise TemplateRequirement(what)
+    return ""
+
+
 class _ProjectLoader(jinja2.FileSystemLoader):
     """Jinja's file loader, reading each template through the generator's bounded reader: a
     regular file that lies inside the project (the templates folder's parent), through any
@@ -214,6 +229,7 @@ def _environment(templates_dir: str, cache_dir: str | None = None) -> jinja2.Env
     env.filters["cpp_number"] = number_literal
     env.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
     env.filters["mdcell"] = _md_cell
+    env.globals["require"] = _require
     return env
 
 
@@ -246,6 +262,9 @@ def _render(env: jinja2.Environment, template: str, context: Mapping[str, Any], 
     except Exception as exc:  # noqa: BLE001 -- a missing template or value, a filter or a view raised: never a partial write
         if blame is not None:
             file, line, field = blame
+            if isinstance(exc, TemplateRequirement):
+                why = f"{_template_line(exc, template)} implements only {exc}"
+                raise SpecError([SpecProblem(file, line, field, f"cannot render {output}: {why}; nothing was written")]) from None
             if isinstance(exc, AbiNameError):
                 where = _template_line(exc, template)
                 why = f"{where} names {exc}, so the generated C++ would not compile"

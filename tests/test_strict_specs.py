@@ -138,3 +138,20 @@ CAUSAL = "  - {name: causal, type: bool, default: true, doc:"
 )
 def test_an_attribute_range_that_does_not_hold_is_refused(generated, capsys, old, new, field, message):
     refused(generated, capsys, ATTN, old, new, field, message)
+
+
+@pytest.mark.parametrize("plus", [64, -3, 0])
+def test_a_derived_dimension_the_kernel_does_not_write_is_refused(tmp_path, capsys, plus: int):
+    """pack's kernels write B + 1 offsets: a spec deriving cu_seqlens' size otherwise (B + 64 would
+    leave 63 entries unwritten, B - 3 would be written past its end) is refused by the template's
+    own requirement, naming the kernel, the template line and what it implements."""
+    project = copy_project(tmp_path / "proj", ops=("pack", "unpack"))
+    before = project.snapshot()
+    project.edit("specs/ops/pack.yaml", "B1: {dim: B, plus: 1}", f"B1: {{dim: B, plus: {plus}}}")
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = next(n for n, text in enumerate((project.root / "specs/ops/pack.yaml").read_text().splitlines(), 1) if text.strip().startswith("template: kernels/pack_rows.j2"))
+    assert f"specs/ops/pack.yaml:{line}: kernels.rows.template: cannot render" in err
+    assert "templates/kernels/pack_rows.j2:" in err and "implements only offsets of one entry more than x's first dimension, derived_dims: {B1: {dim: B, plus: 1}}" in err
+    assert project.snapshot() == before
