@@ -143,7 +143,7 @@ def test_logp_whose_bits_change_between_calls_is_caught(built, tmp_path):
     once its rows are many enough to be shared among threads (N*V >= 2^17), as a race between
     threads would.
 
-    Caught by test_deterministic (four runs on 256 rows of V = 3 * 512 + 257, which must agree)
+    Caught by test_deterministic (four runs on 256 rows of V = 3 * 4096 + 2049, which must agree)
     and by test_batch_invariant (whose 256-row calls alternate too), on every dtype; not by
     test_accuracy (one ulp is within tolerance).  Not catchable on the 7 rows of 50 that
     test_deterministic ran before: there repeated calls agree (checked below)."""

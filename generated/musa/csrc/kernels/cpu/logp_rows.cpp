@@ -6,14 +6,16 @@
 // Per row r whose id is not ignore_index:
 //   m     = max over v of logits[r, v]            (any NaN wins; exact, so order-free)
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
-//   sum   = lanes tree (LANES = 512) over v of exp_f32(logits[r, v] - shift)
+//   sum   = lanes tree (LANES = 256) over v of exp_f32(logits[r, v] - shift)
 //   lse   = shift + log_f32(sum),  lp = logits[r, ids[r]] - lse
-// with one rounding per operation, and any NaN stored as 0x7fc00000.  The device gives
-// each row one block of LANES threads, lane l adding v = l, l + LANES, ... before the
-// block's pairwise tree; the host adds the same terms in the same order
-// (host_sum_lanes_tree), and both share the element code below, so they return the same
-// bits.  The block size is LANES for every V and every N, and rows never mix, so a row's
-// bits do not depend on the batch.
+// with one rounding per operation, and any NaN stored as 0x7fc00000: linear_logp's steps over
+// its logits, so that logp of det_linear's float32 logits gives linear_logp's lp and lse.  Lane
+// l adds v = l, l + LANES, ... in order before the lanes' pairwise tree.  The device gives each
+// row one block of 2 x LANES threads: all of them compute exponentials, a batch at a time,
+// into shared memory, and thread l < LANES adds lane l's in its order; the host adds the same
+// terms in the same order (host_sum_lanes_tree), and both share the element code below, so
+// they return the same bits.  The block is the same for every V and every N, and rows never
+// mix, so a row's bits do not depend on the batch.
 
 #include "logp_rows.h"
 #include "rlk_math.h"
@@ -25,7 +27,7 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-constexpr int kLanes = 512;
+constexpr int kLanes = 256;
 
 // An infinite or NaN maximum shifts by 0, so that exp sees inf - inf nowhere.
 RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0f; }

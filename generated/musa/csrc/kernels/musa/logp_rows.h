@@ -3,7 +3,7 @@
 // Template: templates/package/launcher.h.j2
 #pragma once
 // Launcher of kernel rows for op logp on Moore Threads MUSA.
-// One block of 512 threads per row; max, then the lanes-tree sum of exp over V, as the CPU does
+// One block of 512 threads per row, two per lane; max, then the 256 lanes' tree sum of exp over V, as the CPU and linear_logp do
 
 #include <cstdint>
 

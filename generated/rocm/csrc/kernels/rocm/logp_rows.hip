@@ -6,14 +6,16 @@
 // Per row r whose id is not ignore_index:
 //   m     = max over v of logits[r, v]            (any NaN wins; exact, so order-free)
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
-//   sum   = lanes tree (LANES = 512) over v of exp_f32(logits[r, v] - shift)
+//   sum   = lanes tree (LANES = 256) over v of exp_f32(logits[r, v] - shift)
 //   lse   = shift + log_f32(sum),  lp = logits[r, ids[r]] - lse
-// with one rounding per operation, and any NaN stored as 0x7fc00000.  The device gives
-// each row one block of LANES threads, lane l adding v = l, l + LANES, ... before the
-// block's pairwise tree; the host adds the same terms in the same order
-// (host_sum_lanes_tree), and both share the element code below, so they return the same
-// bits.  The block size is LANES for every V and every N, and rows never mix, so a row's
-// bits do not depend on the batch.
+// with one rounding per operation, and any NaN stored as 0x7fc00000: linear_logp's steps over
+// its logits, so that logp of det_linear's float32 logits gives linear_logp's lp and lse.  Lane
+// l adds v = l, l + LANES, ... in order before the lanes' pairwise tree.  The device gives each
+// row one block of 2 x LANES threads: all of them compute exponentials, a batch at a time,
+// into shared memory, and thread l < LANES adds lane l's in its order; the host adds the same
+// terms in the same order (host_sum_lanes_tree), and both share the element code below, so
+// they return the same bits.  The block is the same for every V and every N, and rows never
+// mix, so a row's bits do not depend on the batch.
 
 #include "logp_rows.h"
 #include "rlk_math.h"
@@ -24,7 +26,7 @@ namespace rlk {
 namespace rocm {
 namespace {
 
-constexpr int kLanes = 512;
+constexpr int kLanes = 256;
 
 // An infinite or NaN maximum shifts by 0, so that exp sees inf - inf nowhere.
 RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0f; }
@@ -41,17 +43,23 @@ RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float 
 }
 // Rows are strided over the grid, so the grid may be smaller than N; which block
 // reduces a row never changes how it is reduced.
+constexpr int kThreads = 2 * kLanes;
+// Exponentials each thread computes per batch: lane l's terms of a batch are
+// v = base + l, base + l + LANES, ... (2 x kBatch of them), added in that order.
+constexpr int kBatch = 8;
+static_assert(kThreads * kBatch == 4096, "a batch is the kernel's reduction tile");
 
 template <typename T>
-__global__ void __launch_bounds__(kLanes) logp_rows_kernel(
+__global__ void __launch_bounds__(kThreads) logp_rows_kernel(
     const T* __restrict__ logits, const int64_t* __restrict__ ids, float* __restrict__ lp, float* __restrict__ lse,
     int64_t N, int64_t V, int64_t ignore_index) {
-  __shared__ float scratch[kLanes];
-  const int lane = static_cast<int>(threadIdx.x);
+  __shared__ float scratch[kThreads];
+  __shared__ float terms[kThreads * kBatch];
+  const int thread = static_cast<int>(threadIdx.x);
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
     const int64_t id = ids[row];
     if (id == ignore_index) {  // the same branch for the whole block
-      if (lane == 0) {
+      if (thread == 0) {
         lp[row] = 0.0f;
         lse[row] = 0.0f;
       }
@@ -59,12 +67,29 @@ __global__ void __launch_bounds__(kLanes) logp_rows_kernel(
     }
     const T* x = logits + row * V;
     float m = negative_infinity();
-    for (int64_t v = lane; v < V; v += kLanes) m = max_step(m, to_float(x[v]));
-    const float shift = finite_or_zero(block_max<kLanes>(m, scratch));
-    float partial = 0.0f;
-    for (int64_t v = lane; v < V; v += kLanes) partial = add_rn(partial, shifted_exp(to_float(x[v]), shift));
-    const float sum = block_sum_lanes_tree<kLanes>(partial, scratch);
-    if (lane == 0) finish_row(x, id, V, shift, sum, lp + row, lse + row);
+    for (int64_t v = thread; v < V; v += kThreads) m = max_step(m, to_float(x[v]));
+    const float shift = finite_or_zero(block_max<kThreads>(m, scratch));
+    float partial = 0.0f;  // lane `thread`'s sum, for thread < kLanes
+    for (int64_t base = 0; base < V; base += kThreads * kBatch) {
+      for (int i = 0; i < kBatch; ++i) {
+        const int64_t v = base + i * kThreads + thread;
+        terms[i * kThreads + thread] = v < V ? shifted_exp(to_float(x[v]), shift) : 0.0f;
+      }
+      __syncthreads();
+      if (thread < kLanes)
+        for (int j = 0; j < 2 * kBatch && base + j * kLanes + thread < V; ++j) partial = add_rn(partial, terms[j * kLanes + thread]);
+      __syncthreads();  // terms is rewritten by the next batch
+    }
+    // The lanes' pairwise tree, on threads < kLanes (block_sum_lanes_tree's, for a block of kLanes).
+    if (thread < kLanes) scratch[thread] = partial;
+    __syncthreads();
+    for (int half = kLanes / 2; half > 0; half >>= 1) {
+      if (thread < half) scratch[thread] = add_rn(scratch[thread], scratch[thread + half]);
+      __syncthreads();
+    }
+    const float sum = scratch[0];
+    if (thread == 0) finish_row(x, id, V, shift, sum, lp + row, lse + row);
+    __syncthreads();  // scratch is reused by the next row
   }
 }
 
@@ -72,7 +97,7 @@ template <typename T>
 hipError_t launch(
     const void* logits, const void* ids, void* lp, void* lse, int64_t N, int64_t V, int64_t ignore_index, hipStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks);
-  logp_rows_kernel<T><<<blocks, kLanes, 0, stream>>>(
+  logp_rows_kernel<T><<<blocks, kThreads, 0, stream>>>(
       static_cast<const T*>(logits), static_cast<const int64_t*>(ids), static_cast<float*>(lp), static_cast<float*>(lse), N, V,
       ignore_index);
   return hipGetLastError();
