@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -106,25 +106,22 @@ def rope(x: torch.Tensor, positions: torch.Tensor, head_size: int, theta: float,
 
 def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The LM head in float32, ``z = det_linear(h, weight, out_fp32=True)``: the logits
-    ``linear_logp`` reduces over, bit for bit.  Carries its rows' logsumexp for ``log_probs``."""
-    h = hidden.contiguous()
-    z = _ops.det_linear(h, weight, None, True)
-    # linear_logp's logsumexp, from the hidden states: logp cannot give it yet (it reduces the
-    # vocabulary in another order), so the head is run a second time inside linear_logp.
-    ids = torch.zeros(h.shape[0], dtype=torch.int64, device=h.device)
-    z.rlkernels_lse = _ops.linear_logp(h, weight, ids)[2]  # type: ignore[attr-defined]
-    return z
+    ``linear_logp`` reduces over, bit for bit."""
+    return _ops.det_linear(hidden.contiguous(), weight, None, True)
 
 
 def log_probs(z: torch.Tensor) -> torch.Tensor:
-    """The sampler's log-probabilities ``z - lse`` [T, V] float32, for logits made by ``logits``:
-    at token ``t`` this is ``linear_logp(h, weight, t)``'s log-prob, bit for bit."""
-    lse = getattr(z, "rlkernels_lse", None)
-    if lse is None:
+    """The sampler's log-probabilities [T, V] float32 of float32 logits ``z`` made by ``logits``:
+    ``z - lse`` with ``logp``'s logsumexp, which reduces the vocabulary in ``linear_logp``'s order,
+    so that at token ``t`` this is ``linear_logp(h, weight, t)``'s log-prob, bit for bit."""
+    if z.dtype != torch.float32 or z.dim() != 2:
         raise RefusedError(
             "rlkernels.vllm: the sampler was handed logits that the plugin's LM head did not make "
             f"({z.dtype}, {list(z.shape)}); refusing to compute log-probs from them with another arithmetic"
         )
+    z = z.contiguous()
+    ids = torch.zeros(z.shape[0], dtype=torch.int64, device=z.device)
+    lse = _ops.logp(z, ids)[1]
     return z - lse.unsqueeze(-1)
 
 
@@ -263,7 +260,7 @@ def _export(cls: type, name: str) -> type:
 _ROUTED: tuple[type, ...] = ()  # the classes below, for the model check
 
 
-def _install() -> None:  # noqa: C901, PLR0915 -- one place that names every vLLM extension point
+def _install() -> None:
     global _ROUTED
     from vllm.model_executor.custom_op import CustomOp, PluggableLayer
     from vllm.model_executor.layers import linear as vllm_linear
@@ -282,7 +279,7 @@ def _install() -> None:  # noqa: C901, PLR0915 -- one place that names every vLL
 
     # ---- norms, activation, RoPE: CustomOps, swapped by class name; every forward_* is ours.
 
-    class _RMSNorm(RMSNorm):  # type: ignore[misc]
+    class _RMSNorm(RMSNorm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             _refuse_unless_supported("RMSNorm")
@@ -294,7 +291,7 @@ def _install() -> None:  # noqa: C901, PLR0915 -- one place that names every vLL
 
         forward_native = forward_cpu = forward_cuda = forward_hip = forward_xpu = forward_oot = _forward
 
-    class _SiluAndMul(SiluAndMul):  # type: ignore[misc]
+    class _SiluAndMul(SiluAndMul):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             _refuse_unless_supported("SiluAndMul")
@@ -304,7 +301,7 @@ def _install() -> None:  # noqa: C901, PLR0915 -- one place that names every vLL
 
         forward_native = forward_cpu = forward_cuda = forward_hip = forward_xpu = forward_oot = _forward
 
-    class _RotaryEmbedding(RotaryEmbedding):  # type: ignore[misc]
+    class _RotaryEmbedding(RotaryEmbedding):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             _refuse_unless_supported("RotaryEmbedding")
@@ -324,32 +321,33 @@ def _install() -> None:  # noqa: C901, PLR0915 -- one place that names every vLL
     # ---- linear layers and embeddings: PluggableLayers whose quant method becomes ours.  On CPU
     # vLLM's process_weights_after_loading repacks a weight for oneDNN and frees it; ours keeps it.
 
-    class _LinearMethod(vllm_linear.UnquantizedLinearMethod):  # type: ignore[misc]
-        def process_weights_after_loading(self, layer: nn.Module) -> None:
+    class _LinearMethod(vllm_linear.UnquantizedLinearMethod):
+        def process_weights_after_loading(self, layer: Any) -> None:
             layer.weight.data = layer.weight.data.contiguous()
 
-        def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
             return linear(x, layer.weight, bias)
 
-    class _EmbeddingMethod(UnquantizedEmbeddingMethod):  # type: ignore[misc]
-        def process_weights_after_loading(self, layer: nn.Module) -> None:
+    class _EmbeddingMethod(UnquantizedEmbeddingMethod):
+        def process_weights_after_loading(self, layer: Any) -> None:
             layer.weight.data = layer.weight.data.contiguous()
 
-        def apply(self, layer: nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
             return linear(x, layer.weight, bias)
 
-        def embedding(self, layer: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        def embedding(self, layer: Any, ids: torch.Tensor) -> torch.Tensor:
             return embedding(layer.weight, ids)
 
-    def routed_layer(base: type, method: type, plain: type) -> type:
-        class Routed(base):  # type: ignore[misc,valid-type]
+    def routed_layer(base: Any, method: type, plain: type) -> type:
+        class Routed(base):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **kwargs)
                 _refuse_unless_supported(base.__name__)
-                if type(self.quant_method) is not plain:
+                given: Any = getattr(self, "quant_method", None)
+                if type(given) is not plain:
                     raise RefusedError(
                         f"{ENV}=1: rlkernels.vllm cannot route {base.__name__} {getattr(self, 'prefix', '')!r} with "
-                        f"{type(self.quant_method).__name__}: quantised weights have no batch-invariant kernels"
+                        f"{type(given).__name__}: quantised weights have no batch-invariant kernels"
                     )
                 if getattr(self, "tp_size", 1) != 1:
                     raise RefusedError(f"{ENV}=1: rlkernels.vllm routes one device only, not {base.__name__} over {self.tp_size}")
@@ -357,20 +355,20 @@ def _install() -> None:  # noqa: C901, PLR0915 -- one place that names every vLL
 
         return Routed
 
-    layers = [
+    layers: list[tuple[Any, type, type]] = [
         (getattr(vllm_linear, name), _LinearMethod, vllm_linear.UnquantizedLinearMethod)
         for name in ("ReplicatedLinear", "ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear", "RowParallelLinear")
     ]
     layers += [(VocabParallelEmbedding, _EmbeddingMethod, UnquantizedEmbeddingMethod), (ParallelLMHead, _EmbeddingMethod, UnquantizedEmbeddingMethod)]
     routed: list[type] = [_RMSNorm, _SiluAndMul, _RotaryEmbedding]
     for base, method, plain in layers:
-        cls = _export(routed_layer(base, method, plain), f"Routed{base.__name__}")
-        PluggableLayer.register_oot(cls, name=base.__name__)
-        routed.append(cls)
+        layer_cls = _export(routed_layer(base, method, plain), f"Routed{base.__name__}")
+        PluggableLayer.register_oot(layer_cls, name=base.__name__)
+        routed.append(layer_cls)
 
     # ---- the LM head and the sampler's log-probs.
 
-    class _LogitsProcessor(LogitsProcessor):  # type: ignore[misc]
+    class _LogitsProcessor(LogitsProcessor):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             _refuse_unless_supported("LogitsProcessor")
@@ -378,7 +376,7 @@ def _install() -> None:  # noqa: C901, PLR0915 -- one place that names every vLL
                 raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route logits that are scaled, soft-capped or given as input")
 
         def forward(
-            self, lm_head: nn.Module, hidden_states: torch.Tensor, embedding_bias: torch.Tensor | None = None, skip_gather: bool = False
+            self, lm_head: Any, hidden_states: torch.Tensor, embedding_bias: torch.Tensor | None = None, skip_gather: bool = False
         ) -> torch.Tensor:
             if embedding_bias is not None:
                 raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route an LM head with a bias (linear_logp adds none)")
@@ -409,9 +407,9 @@ def _checked_model(arch: str) -> type:
     import importlib
 
     module = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[arch]
-    base = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), arch)
+    base: Any = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), arch)
 
-    class Checked(base):  # type: ignore[misc,valid-type]
+    class Checked(base):
         def __init__(self, *, vllm_config: Any, prefix: str = "", **kwargs: Any) -> None:  # vLLM reads the signature
             super().__init__(vllm_config=vllm_config, prefix=prefix, **kwargs)
             _refuse_unless_supported(arch)
@@ -459,7 +457,7 @@ def _unrouted(model: nn.Module) -> list[str]:
     return problems
 
 
-def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None:  # noqa: N803 -- vLLM's names
+def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None:
     """Register the plugin's attention backend in place of vLLM's CPU one (CPU_ATTN)."""
     from vllm.v1.attention.backend import (
         AttentionBackend,
@@ -482,7 +480,7 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
         slot_mapping: torch.Tensor  # [T] int64
         causal: bool
 
-    class Builder(AttentionMetadataBuilder[Metadata]):  # type: ignore[misc]
+    class Builder(AttentionMetadataBuilder[Metadata]):
         def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
             super().__init__(kv_cache_spec, layer_names, vllm_config, device)
 
@@ -514,7 +512,7 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             )
         return k, v
 
-    class Impl(AttentionImpl):  # type: ignore[misc]
+    class Impl(AttentionImpl):
         def __init__(
             self,
             num_heads: int,
@@ -590,10 +588,10 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             output[:n].copy_(o.view(output[:n].shape))
             return output
 
-    class Backend(AttentionBackend):  # type: ignore[misc]
+    class Backend(AttentionBackend):
         forward_includes_kv_cache_update = False
-        supported_dtypes = [torch.float32, torch.bfloat16, torch.float16]
-        supported_kv_cache_dtypes = ["auto"]
+        supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.bfloat16, torch.float16]
+        supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto"]
 
         @staticmethod
         def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[Any]:
