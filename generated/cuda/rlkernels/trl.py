@@ -37,7 +37,7 @@ def per_token_logprobs(
     """TRL's per-token (log-probs, entropies) of the last ``logits_to_keep`` tokens of each row,
     [B, logits_to_keep] float32 each, from ``token_logprobs`` (``linear_logp``): position ``t``
     scores token ``t + 1``, as TRL's fused head does."""
-    lp, entropy = rlkt.token_logprobs(model, input_ids, attention_mask, entropy=True)  # type: ignore[misc]
+    lp, entropy = rlkt.token_logprobs(model, input_ids, attention_mask, entropy=True)
     end = input_ids.shape[1] - 1
     return lp[:, end - logits_to_keep : end], entropy[:, end - logits_to_keep : end]
 
