@@ -17,6 +17,7 @@ reports against the spec line that names the template.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,6 +27,18 @@ if TYPE_CHECKING:
     from .views import OpView
 
 ATTR_CPP = {"float": "float", "int": "int64_t", "bool": "bool"}
+_INT64_MIN = -(1 << 63)
+
+
+def number_literal(value: float) -> str:
+    """A checked spec number (an attribute's range bound) as a C++ literal: an int64 or a double."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"not a number: {value!r}")
+    if isinstance(value, int):
+        return "INT64_MIN" if value == _INT64_MIN else f"INT64_C({value})"
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {value!r}")
+    return repr(value)
 
 
 class AbiNameError(Exception):

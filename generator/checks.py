@@ -9,9 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from .model import FLOAT32_MAX
 from .signature import Signature
 
-CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "count_nonzero", "contiguous"]
+CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "count_nonzero", "contiguous", "finite", "bound"]
+Relation = Literal[">", ">=", "<", "<="]
+
+ATTRIBUTE_KINDS: frozenset[CheckKind] = frozenset({"finite", "bound"})
+"""Checks of an attribute's value (``arg`` names the attribute); the others check a tensor."""
 
 
 @dataclass(frozen=True)
@@ -30,19 +35,36 @@ class Check:
     other_axis: int = 0
     multiple_of: int = 1
     dim: str = ""
+    relation: Relation = ">="
+    bound: int | float = 0
+    """``bound`` checks: the value must be ``<relation> <bound>``."""
 
 
 def _words(items: tuple[str, ...]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
 
 
+def attribute_checks(sig: Signature) -> tuple[Check, ...]:
+    """Every check of the op's number attributes' values: a float finite and within float32's
+    range (the kernels receive float32; NaN would pass every comparison a kernel makes), then the
+    spec's range bounds."""
+    op = sig.spec.name
+    out: list[Check] = []
+    for a in sig.spec.attrs:
+        if a.type == "float":
+            out.append(Check("finite", a.name, f"{op}: attribute '{a.name}' must be a finite number within float32's range (|x| <= {FLOAT32_MAX:.9g})"))
+        for relation, bound in a.range.bounds() if a.range is not None else ():
+            out.append(Check("bound", a.name, f"{op}: attribute '{a.name}' must be {relation} {bound!r}", relation=relation, bound=bound))  # type: ignore[arg-type]
+    return tuple(out)
+
+
 def input_checks(sig: Signature) -> tuple[Check, ...]:
-    """Every check of the op's inputs, in the order they run: ranks, dtypes, devices, shared
-    dimensions, the spec's constraints, contiguity."""
+    """Every check of the op's inputs, in the order they run: attribute values, then the tensors'
+    ranks, dtypes, devices, shared dimensions, the spec's constraints, contiguity."""
     spec = sig.spec
     op = spec.name
     first = spec.args[0].name
-    out: list[Check] = []
+    out: list[Check] = list(attribute_checks(sig))
     for a in spec.args:
         dims = ", ".join(a.shape)
         out.append(Check("rank", a.name, f"{op}: argument '{a.name}' must be {len(a.shape)}-D with shape [{dims}]", rank=len(a.shape)))

@@ -15,6 +15,12 @@ def one_line(text: str) -> str:
     return _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1] if m.group() not in "\n\t" else " ", text)
 
 
+def unprintable(text: str) -> str | None:
+    """The first character of ``text`` that ``one_line`` would escape, if any."""
+    found = _UNPRINTABLE.search(text)
+    return found.group() if found else None
+
+
 class GeneratorError(Exception):
     """Base of every error the CLI prints without a traceback."""
 

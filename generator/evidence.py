@@ -28,11 +28,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import GeneratorError, one_line
+from . import markdown
+from .errors import GeneratorError, one_line, unprintable
 from .files import MAX_JSON_BYTES, MAX_JSON_DEPTH, FileProblem, json_depth, read_regular
 from .load import Catalog
 from .model import NativeKernel
@@ -55,6 +56,24 @@ WRITERS: dict[Level, str] = {
 }
 
 _NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+COMMIT = r"^[0-9a-f]{40}(\+dirty)?$"
+"""A full commit hash, ``+dirty`` when the tree had uncommitted changes."""
+
+
+def _printable(text: str) -> str:
+    found = unprintable(text)
+    if found is not None:
+        raise ValueError(f"holds the unprintable character {found!r}")
+    return text
+
+
+# A record's free texts: each one printable line with a length limit, since records are rendered
+# into README.md and REGISTRY.md (a device name is no place for a megabyte).
+Check = Annotated[str, Field(min_length=1, max_length=400), AfterValidator(_printable)]
+Where = Annotated[str, Field(min_length=1, max_length=120), AfterValidator(_printable)]
+Toolchain = Annotated[str, Field(min_length=1, max_length=300), AfterValidator(_printable)]
+TorchVersion = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_printable)]
+Note = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_printable)]
 
 
 class How(BaseModel):
@@ -62,11 +81,11 @@ class How(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    check: str = Field(min_length=1, description="the command and the tests or tool that ran")
-    where: str | None = Field(default=None, description="the machine or device it ran on")
-    toolchain: str | None = Field(default=None, description="compiler or toolkit, with version and targets")
-    torch: str | None = Field(default=None, description="torch version, where torch was involved")
-    note: str | None = Field(default=None, description="anything that qualifies the evidence")
+    check: Check = Field(description="the command and the tests or tool that ran")
+    where: Where | None = Field(default=None, description="the machine or device it ran on")
+    toolchain: Toolchain | None = Field(default=None, description="compiler or toolkit, with version and targets")
+    torch: TorchVersion | None = Field(default=None, description="torch version, where torch was involved")
+    note: Note | None = Field(default=None, description="anything that qualifies the evidence")
 
     def describe(self) -> str:
         parts = [self.check]
@@ -90,7 +109,7 @@ class Record(BaseModel):
     dtype: str = Field(pattern=_NAME)
     level: Level
     source_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    commit: str = Field(min_length=1)
+    commit: str = Field(pattern=COMMIT)
     how: How
 
     @property
@@ -144,7 +163,9 @@ def parse_ledger_file(data: bytes, shown: str) -> list[Record]:
     """The records of one ledger file; ``GeneratorError`` naming the file (and record) when it is malformed."""
     depth = json_depth(data)
     if depth > MAX_JSON_DEPTH:
-        raise GeneratorError(f"{shown}: nested {depth} levels deep, more than the {MAX_JSON_DEPTH} a ledger file may be; fix the file or remove it and rerun the check that wrote it")
+        raise GeneratorError(
+            f"{shown}: nested {depth} levels deep, more than the {MAX_JSON_DEPTH} a ledger file may be; fix the file or remove it and rerun the check that wrote it"
+        )
     try:
         body = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -263,11 +284,6 @@ def short_commit(commit: str) -> str:
     return head[:12] + plus + rest
 
 
-def _md(text: str) -> str:
-    """A record's text inside a Markdown table cell."""
-    return one_line(text).replace("|", "\\|")
-
-
 @dataclass(frozen=True)
 class Status:
     contract: Contract
@@ -371,14 +387,14 @@ class Evidence:
         shown = []
         for kernel in op.backends(platform):
             if isinstance(op.spec.kernels[kernel], NativeKernel):
-                shown.append(f"{kernel} ({_md(self.kernel_text(op.name, platform, kernel))})")
+                shown.append(f"{kernel} ({markdown.cell(self.kernel_text(op.name, platform, kernel))})")
             else:
                 shown.append(kernel)
         return " → ".join(shown) or "—"
 
     def dtype_cell(self, op: str, platform: str, kernel: str, dtype: str) -> str:
         key = Contract(op, kernel, platform, dtype)
-        return _md(self.statuses[key].text(where=True)) if key in self.statuses else "—"
+        return markdown.cell(self.statuses[key].text(where=True)) if key in self.statuses else "—"
 
     def recorded_by(self, op: str, platform: str, kernel: str) -> str:
         """The checks behind a kernel's current records, each once, with the commits they ran at."""
@@ -388,7 +404,7 @@ class Evidence:
                 commits = by.setdefault(f"{status.current.level}: {status.current.how.describe()}", [])
                 if short_commit(status.current.commit) not in commits:
                     commits.append(short_commit(status.current.commit))
-        return _md("; ".join(f"{what} (commit {', '.join(commits)})" for what, commits in by.items())) or "—"
+        return markdown.cell("; ".join(f"{what} (commit {', '.join(commits)})" for what, commits in by.items())) or "—"
 
     def contracts(self, platform: str) -> list[Status]:
         return list(self._by_platform.get(platform, ()))
@@ -411,7 +427,7 @@ class Evidence:
         text += ": " + "; ".join(hows)
         if notes:
             text += ". " + "; ".join(notes)[:1].upper() + "; ".join(notes)[1:] + "."
-        return _md(text)
+        return markdown.cell(text)
 
     def _record(self, status: Status, level: Level, current: bool) -> Record | None:
         """The record of ``level`` for a contract: one that covers the current source, or (``current``
@@ -445,7 +461,11 @@ class Evidence:
         if status.current is not None:
             how = status.current.how
             text += f" ({how.describe()}; commit {short_commit(status.current.commit)}" + (f"; {how.note})" if how.note else ")")
-            weaker = [r.level for r in self._records_of(status.contract) if _rank(r.level) > _rank(status.level) and r.source_sha256 == status.source_sha256]
+            weaker = [
+                r.level
+                for r in self._records_of(status.contract)
+                if _rank(r.level) > _rank(status.level) and r.source_sha256 == status.source_sha256
+            ]
             if weaker:
                 text += f"; also {', '.join(sorted(set(weaker), key=_rank))}"
         for record in status.stale:

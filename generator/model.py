@@ -486,12 +486,51 @@ class TensorArg(StrictModel):
     doc: Text = ""
 
 
+Bound = StrictInt | FiniteFloat
+
+
+class AttrRange(StrictModel):
+    """The values a number attribute may take, as bounds a call is checked against (by the
+    bindings' C++ and the runtime's Python, with the same message).  A float attribute is always
+    checked finite and within float32's range, which the kernels receive; these bounds narrow it."""
+
+    above: Bound | None = None
+    """Exclusive lower bound: the value must be greater."""
+    at_least: Bound | None = None
+    """Inclusive lower bound."""
+    below: Bound | None = None
+    """Exclusive upper bound: the value must be smaller."""
+    at_most: Bound | None = None
+    """Inclusive upper bound."""
+
+    @model_validator(mode="after")
+    def _one_bound_per_side(self) -> AttrRange:
+        if self.above is not None and self.at_least is not None:
+            raise ValueError("give one lower bound: above or at_least, not both")
+        if self.below is not None and self.at_most is not None:
+            raise ValueError("give one upper bound: below or at_most, not both")
+        if all(b is None for b in (self.above, self.at_least, self.below, self.at_most)):
+            raise ValueError("give at least one bound: above, at_least, below or at_most")
+        return self
+
+    def bounds(self) -> tuple[tuple[str, int | float], ...]:
+        """``(relation, bound)`` pairs the value must satisfy, lower first: ``(">", 0)``."""
+        pairs = ((">", self.above), (">=", self.at_least), ("<", self.below), ("<=", self.at_most))
+        return tuple((relation, bound) for relation, bound in pairs if bound is not None)
+
+    def admits(self, value: float) -> bool:
+        tests = {">": value.__gt__, ">=": value.__ge__, "<": value.__lt__, "<=": value.__le__}
+        return all(tests[relation](bound) for relation, bound in self.bounds())
+
+
 class Attr(StrictModel):
     """A scalar attribute (``float eps=1e-06`` in the torch schema); kernels see it as float32/int64/bool."""
 
     name: Identifier
     type: Literal["float", "int", "bool"]
     default: StrictBool | StrictInt | FiniteFloat
+    range: AttrRange | None = None
+    """The values a call may pass (a number attribute only); the default must lie in it."""
     doc: Text = ""
 
     @model_validator(mode="after")
@@ -505,6 +544,19 @@ class Attr(StrictModel):
             raise ValueError(f"default {self.default!r} overflows float32, which the kernels receive")
         if self.type == "int" and not INT64_MIN <= self.default <= INT64_MAX:
             raise ValueError(f"default {self.default!r} does not fit int64, which the torch schema and kernels receive")
+        if self.range is not None:
+            if self.type == "bool":
+                raise ValueError("a bool attribute has no range")
+            for relation, bound in self.range.bounds():
+                if self.type == "int" and not isinstance(bound, int):
+                    raise ValueError(f"range bound {bound!r} of an int attribute is not an int")
+                if self.type == "float" and abs(bound) > FLOAT32_MAX:
+                    raise ValueError(f"range bound {bound!r} overflows float32, which the kernels receive")
+                if self.type == "int" and not INT64_MIN <= bound <= INT64_MAX:
+                    raise ValueError(f"range bound {bound!r} does not fit int64")
+            if not isinstance(self.default, bool) and not self.range.admits(self.default):
+                shown = " and ".join(f"{relation} {bound!r}" for relation, bound in self.range.bounds())
+                raise ValueError(f"default {self.default!r} is outside the attribute's range ({shown})")
         return self
 
 

@@ -78,6 +78,8 @@ def _check(check: Any) -> dict[str, Any]:
         "multiple_of_dim": ("axis", "other", "other_axis", "dim"),
         "count_nonzero": ("axis", "other", "dim"),
         "contiguous": ("rank",),
+        "finite": (),
+        "bound": ("relation", "bound"),
     }[check.kind]
     for name in used:
         value = getattr(check, name)

@@ -8,6 +8,7 @@ expects; when they were not, it leaves them to ``make generate`` and says so.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from .source_hash import commit_of, source_sha256
 from .write import compute_changes, exclusive, manifest_bytes, write_tree
 
 __all__ = ["Recorded", "commit_of", "executed_records", "record", "records_for_kernels", "tree_files"]
+
 
 @dataclass(frozen=True)
 class Recorded:
@@ -122,13 +124,20 @@ def executed_records(
     outcomes = results.get("outcomes")
     if not isinstance(outcomes, list):
         raise GeneratorError(f"{shown}: outcomes must be a list")
-    how = How(
-        check=check or _text(results, "check", shown) or default_check(package),
-        where=_text(results, "device_name", shown),
-        toolchain=_text(results, "toolkit", shown),
-        torch=_text(results, "torch", shown),
-    )
+    try:
+        how = How(
+            check=check or _text(results, "check", shown) or default_check(package),
+            where=_text(results, "device_name", shown),
+            toolchain=_text(results, "toolkit", shown),
+            torch=_text(results, "torch", shown),
+        )
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        field = {"where": "device_name", "toolchain": "toolkit"}.get(str(error["loc"][0]), str(error["loc"][0]))
+        raise GeneratorError(f"{shown}: {field} ({error['loc'][0]}): {error['msg']}") from None
     commit = _text(results, "commit", shown) or commit
+    if not re.fullmatch(evidence.COMMIT, commit):
+        raise GeneratorError(f"{shown}: commit must be a full commit hash (40 hex digits, optionally +dirty), got {commit[:60]!r}")
     known = _contracts(catalog)
     records: list[Record] = []
     skipped: list[str] = []
@@ -146,7 +155,9 @@ def executed_records(
             skipped.append(f"{name}: no test passed (all skipped or deselected): not recorded")
             continue
         if platform != package:
-            skipped.append(f"{name}: ran in the {package} package, whose {platform} sources are not the ones the ledger hashes: not recorded")
+            skipped.append(
+                f"{name}: ran in the {package} package, whose {platform} sources are not the ones the ledger hashes: not recorded"
+            )
             continue
         if (op, kernel, platform) not in known or dtype not in known[(op, kernel, platform)]:
             skipped.append(f"{name}: not a contract of the current specs: not recorded")
@@ -156,7 +167,9 @@ def executed_records(
             skipped.append(f"{name}: its source is not in the package that ran: not recorded")
             continue
         try:
-            records.append(Record(op=op, kernel=kernel, platform=platform, dtype=dtype, level="executed", source_sha256=sha, commit=commit, how=how))
+            records.append(
+                Record(op=op, kernel=kernel, platform=platform, dtype=dtype, level="executed", source_sha256=sha, commit=commit, how=how)
+            )
         except ValidationError as exc:
             error = exc.errors(include_url=False)[0]
             raise GeneratorError(f"{where}: {'.'.join(str(p) for p in error['loc'])}: {error['msg']}") from None
@@ -183,7 +196,16 @@ def records_for_kernels(
         if sha is None:
             continue
         records += [
-            Record(op=op, kernel=kernel, platform=platform, dtype=d, level=level, source_sha256=sha, commit=commit, how=how(op, kernel, platform))
+            Record(
+                op=op,
+                kernel=kernel,
+                platform=platform,
+                dtype=d,
+                level=level,
+                source_sha256=sha,
+                commit=commit,
+                how=how(op, kernel, platform),
+            )
             for d in ok
         ]
     return records
@@ -191,8 +213,4 @@ def records_for_kernels(
 
 def tree_files(generated: Path) -> dict[str, bytes]:
     """The C++ sources of every package under a generated/ tree, keyed relative to it."""
-    return {
-        path.relative_to(generated).as_posix(): path.read_bytes()
-        for path in sorted(generated.glob("*/csrc/**/*"))
-        if path.is_file()
-    }
+    return {path.relative_to(generated).as_posix(): path.read_bytes() for path in sorted(generated.glob("*/csrc/**/*")) if path.is_file()}

@@ -15,14 +15,13 @@ import sys
 import threading
 import traceback
 from collections.abc import Mapping
-from json.encoder import encode_basestring as _encode_str
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import jinja2
 
 from . import forked
-from .cabi import AbiNameError
+from .cabi import AbiNameError, number_literal
 from .errors import RenderError, SpecError, SpecProblem
 from .files import FileProblem, read_regular
 from .plan import RenderJob
@@ -58,21 +57,6 @@ def _header(job: RenderJob) -> str:
         return ""  # JSON has no comments; registry.json carries a "_generated" key instead
     open_, close = _COMMENT[suffix]
     return "".join(f"{open_} {line}{close}\n" for line in provenance(job))
-
-
-def _py_str(value: object) -> str:
-    """A Python string literal in double quotes, as a formatter would write it: what
-    ``json.dumps(str(value), ensure_ascii=False)`` returns, without building an encoder per call."""
-    return _encode_str(str(value))
-
-
-def _py_tuple(items: list[str]) -> str:
-    return "()" if not items else f"({items[0]},)" if len(items) == 1 else "(" + ", ".join(items) + ")"
-
-
-def _py_frozenset(values: object) -> str:
-    items = sorted(str(v) for v in values)  # type: ignore[attr-defined]
-    return "frozenset({" + ", ".join(_py_str(v) for v in items) + "})" if items else "frozenset()"
 
 
 _MD_CELL = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "\\|"}
@@ -227,13 +211,9 @@ def _environment(templates_dir: str, cache_dir: str | None = None) -> jinja2.Env
         autoescape=False,
         bytecode_cache=_cache_in(Path(cache_dir)) if cache_dir is not None else None,
     )
+    env.filters["cpp_number"] = number_literal
     env.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
-    env.filters["pystr"] = _py_str
     env.filters["mdcell"] = _md_cell
-    env.filters["pytuple"] = lambda values: _py_tuple([_py_str(v) for v in values])
-    env.filters["pylist"] = lambda values: "[" + ", ".join(_py_str(v) for v in values) + "]"
-    env.filters["pyset"] = _py_frozenset
-    env.filters["pydict"] = lambda mapping: "{" + ", ".join(f"{_py_str(k)}: {v!r}" for k, v in sorted(mapping.items())) + "}"
     return env
 
 

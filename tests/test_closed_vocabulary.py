@@ -154,3 +154,27 @@ def test_every_word_the_four_platforms_use_is_in_the_vocabulary():
 
     catalog = load_catalog(REPO / "specs", REPO)
     assert {p.name for p in catalog.platforms} == {"cpu", "cuda", "rocm", "musa"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.floats(allow_nan=False, allow_infinity=False)))
+def test_a_range_bound_becomes_a_cpp_literal_of_its_own_value(value: float):
+    """A spec's number reaches C++ as a literal that reads back as the same value: a plain decimal
+    in INT64_C(...) or a double's shortest repr; nothing else of the spec's text."""
+    import re
+
+    from generator.cabi import number_literal
+
+    literal = number_literal(value)
+    if isinstance(value, int):
+        assert literal == "INT64_MIN" if value == -(2**63) else re.fullmatch(r"INT64_C\(-?[0-9]+\)", literal) and int(literal[8:-1]) == value
+    else:
+        assert re.fullmatch(r"-?[0-9]+(\.[0-9]+)?(e[-+][0-9]+)?", literal) and float(literal) == value
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True, "1", None])
+def test_a_cpp_literal_is_only_made_of_a_finite_number(value: Any):
+    from generator.cabi import number_literal
+
+    with pytest.raises((TypeError, ValueError)):
+        number_literal(value)

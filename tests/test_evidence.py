@@ -503,3 +503,65 @@ def test_copied_projects_carry_the_ledger(project: Project):
         pytest.skip("the repository has no ledger yet")
     assert (project.root / "evidence").is_dir()
     assert (project.generated / "REGISTRY.md").read_bytes() == (REPO / "generated/REGISTRY.md").read_bytes()
+
+
+# --------------------------------------------------------------------------- record texts are data, not Markdown
+
+
+def _cell_as_read(shown: str) -> str:
+    """What a CommonMark + GFM-tables reader shows for ``shown`` as a table cell, refusing markup."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(f"| h |\n| - |\n| {shown} |\n")
+    cells = [t for t in tokens if t.type == "inline"][1:]
+    assert len(cells) == 1, tokens
+    kinds = {child.type for child in cells[0].children or ()}
+    assert kinds <= {"text"}, f"{shown!r} is read as markup: {kinds}"
+    return "".join(child.content for child in cells[0].children or ())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40))
+def test_any_record_text_reads_back_as_itself_from_a_markdown_cell(text: str):
+    from generator.errors import one_line
+    from generator.markdown import cell
+
+    assert _cell_as_read(cell(text)) == one_line(text).strip()
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["<!-- hidden", "<script>alert(1)</script>", "a | b", "**bold** _em_ `code`", "[link](https://example.com)", "~~gone~~", "&amp; &#60;", "![img](x)", "\\| escaped"],
+)
+def test_markup_in_a_device_name_is_rendered_as_text(ledgerless: Project, text: str):
+    sha = sha_of(ledgerless, *MMA)
+    evidence.write_ledger(ledgerless.root, [make(*MMA, "float32", "executed", sha, where=f"GPU {text}")])
+    assert ledgerless.run("generate") == 0
+    row = next(line for line in registry(ledgerless).splitlines() if line.startswith("| cuda | `mma` |"))
+    shown = row.split(" | ")[-1].removesuffix(" |")
+    assert _cell_as_read(shown) == f"executed: a check, on GPU {text} (commit 0123456789ab)"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("where", "x" * 121, "at most 120 characters"),
+        ("check", "x" * 401, "at most 400 characters"),
+        ("torch", "x" * 65, "at most 64 characters"),
+        ("where", "two\nlines", "unprintable character '\\n'"),
+        ("toolchain", "bidi \u202e", "unprintable character"),
+        ("commit", "<b>", "must be a full commit hash"),
+        ("commit", "0123456789ab", "must be a full commit hash"),
+    ],
+)
+def test_record_texts_are_bounded_printable_lines(ledgerless: Project, tmp_path: Path, capsys, field: str, value: str, message: str):
+    """Through the writer a results file feeds (record-executed): refused with the field named,
+    nothing written."""
+    key = {"where": "device_name", "toolchain": "toolkit"}.get(field, field)
+    path = results_file(tmp_path, "cpu", [outcome("det_gemm", "simt", "cpu", "float32", 3)], **{key: value})
+    before = sorted(p.relative_to(ledgerless.root) for p in ledgerless.root.rglob("*"))
+    assert ledgerless.run("evidence", "record-executed", str(path)) == 2
+    err = capsys.readouterr().err
+    assert field in err and message in err and "Traceback" not in err
+    assert sorted(p.relative_to(ledgerless.root) for p in ledgerless.root.rglob("*")) == before
+    assert not (ledgerless.root / "evidence").exists()

@@ -117,3 +117,24 @@ def test_a_test_shape_size_that_is_not_an_int_is_refused(value):
     sizes = TypeAdapter(model.TestPlan)
     with pytest.raises(ValidationError):
         sizes.validate_python({"shapes": [{"M": value, "K": 4}]})
+
+
+SCALE = '  - {name: scale, type: float, default: 0.0, doc: "multiplies q . k; 0 means 1/sqrt(D)"}'
+WINDOW = "  - {name: window, type: int, default: -1, doc:"
+CAUSAL = "  - {name: causal, type: bool, default: true, doc:"
+
+
+@pytest.mark.parametrize(
+    "old, new, field, message",
+    [
+        (SCALE, SCALE.replace("default: 0.0,", "default: 0.0, range: {above: 0.0},"), "attrs.0", "default 0.0 is outside the attribute's range (> 0.0)"),
+        (SCALE, SCALE.replace("default: 0.0,", "default: 0.0, range: {above: -1.0, at_least: 0.0},"), "attrs.0.range", "give one lower bound"),
+        (SCALE, SCALE.replace("default: 0.0,", "default: 0.0, range: {at_most: 1.0e+39},"), "attrs.0", "range bound 1e+39 overflows float32"),
+        (SCALE, SCALE.replace("default: 0.0,", "default: 0.0, range: {at_most: .inf},"), "attrs.0.range.at_most", "write a finite decimal number"),
+        (SCALE, SCALE.replace("default: 0.0,", "default: 0.0, range: {},"), "attrs.0.range", "give at least one bound"),
+        (WINDOW, WINDOW.replace("default: -1,", "default: -1, range: {at_least: -1.5},"), "attrs.2", "range bound -1.5 of an int attribute is not an int"),
+        (CAUSAL, CAUSAL.replace("default: true,", "default: true, range: {at_least: 0},"), "attrs.1", "a bool attribute has no range"),
+    ],
+)
+def test_an_attribute_range_that_does_not_hold_is_refused(generated, capsys, old, new, field, message):
+    refused(generated, capsys, ATTN, old, new, field, message)

@@ -294,11 +294,15 @@ def test_patch_keeps_parameters_and_unpatch_restores_exactly(rlkt):
 
 
 def test_patch_refuses_what_it_cannot_convert_and_changes_nothing(rlkt):
-    model = make_model("qwen2", torch.float32, hidden_act="gelu_pytorch_tanh")
-    with pytest.raises(rlkt.PatchError, match=r"model\.layers\.0\.mlp \(Qwen2MLP\): gated MLP whose activation GELUTanh is not SiLU"):
+    model = make_model("qwen2", torch.float32)
+    model.model.layers[1].mlp.act_fn = torch.nn.GELU(approximate="tanh")  # a config patch implements, a module it does not
+    with pytest.raises(rlkt.PatchError, match=r"model\.layers\.1\.mlp \(Qwen2MLP\): gated MLP whose activation GELU is not SiLU"):
         rlkt.patch(model)
     assert not rlkt.is_patched(model) and model.config._attn_implementation == "sdpa"
     assert not [name for name, m in model.named_modules() if "forward" in m.__dict__]
+    model = make_model("qwen2", torch.float32, hidden_act="gelu_pytorch_tanh")
+    with pytest.raises(rlkt.PatchError, match=r"rlkernels\.transformers does not implement hidden_act='gelu_pytorch_tanh' of qwen2; only the SiLU"):
+        rlkt.patch(model)
 
     model = make_model("llama", torch.float32)
     model.model.norm = torch.nn.LayerNorm(64)  # has a bias: not an RMS norm
@@ -309,15 +313,15 @@ def test_patch_refuses_what_it_cannot_convert_and_changes_nothing(rlkt):
         rlkt.patch(model)
 
     model = make_model("llama", torch.float32, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
-    with pytest.raises(rlkt.PatchError, match=r"model\.rotary_emb \(LlamaRotaryEmbedding\): RoPE type 'linear'"):
+    with pytest.raises(rlkt.PatchError, match=r"does not implement rope_parameters=\{'rope_type': 'linear', .* of llama; only the default, unscaled RoPE"):
         rlkt.patch(model)
 
     sizes = {**SIZES, "num_hidden_layers": 1, "head_dim": 16}
     gemma = transformers.GemmaForCausalLM(transformers.GemmaConfig(**sizes))  # RMS norm with (1 + weight)
-    with pytest.raises(rlkt.PatchError, match=r"model\.norm \(GemmaRMSNorm\): an RMS norm by its structure, but"):
+    with pytest.raises(rlkt.PatchError, match=r"does not implement model_type='gemma'; it implements granite, llama, mistral, qwen2, qwen3, smollm3"):
         rlkt.patch(gemma)
     moe = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**sizes, moe_intermediate_size=32, num_experts=4))
-    with pytest.raises(rlkt.PatchError, match=r"model\.layers\.0\.mlp\.experts \(Qwen3MoeExperts\)"):
+    with pytest.raises(rlkt.PatchError, match=r"does not implement model_type='qwen3_moe'"):
         rlkt.patch(moe)
 
 

@@ -109,7 +109,8 @@ def _type_check(op: Op) -> Callable[[Values], None]:
     """The check of every argument's type, before anything reads an attribute of one: a tensor
     (or None where optional) for each tensor argument; for each attribute the type the torch
     schema takes -- bool for bool, an integer (not a bool) for int, a real number (not a bool)
-    for float."""
+    for float.  Then the attributes' values (finite, in the spec's range): cheap, and refused
+    before the call reaches a kernel, which would receive them rounded to float32."""
     code = _Source()
     for i, a in enumerate(op.args):
         expected = "a torch.Tensor or None" if a.optional else "a torch.Tensor"
@@ -124,7 +125,28 @@ def _type_check(op: Op) -> Callable[[Values], None]:
         }[attr.type]
         prefix = code.constant(f"{op.name}: attribute '{attr.name}' must be {'an int' if attr.type == 'int' else 'a ' + attr.type}")
         code.add(f"not ({fits})", f"wrong_attribute({prefix}, v[{index}])")
+    for c in op.checks:
+        if c.kind in _ATTRIBUTE_KINDS:
+            _attribute_rule(code, c)
     return code.compile(f"{op.name} argument types")
+
+
+_ATTRIBUTE_KINDS = frozenset({"finite", "bound"})
+_FLOAT32_MAX = 3.4028234663852886e38
+# The comparison a bound check fails on, per relation: a closed table, so the relation a registry
+# holds selects a fragment and never becomes source itself.
+_FAILS = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
+
+
+def _attribute_rule(code: _Source, c: Check) -> None:
+    """One check of a number attribute's value, once its type holds: finite within float32's
+    range (NaN fails the comparison), or the spec's bound.  Raises ``InputError``."""
+    v, m = f"v[{c.arg}]", code.constant(c.message)
+    if c.kind == "finite":
+        limit = code.constant(_FLOAT32_MAX)
+        code.add(f"not (-{limit} <= {v} <= {limit})", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
+    else:
+        code.add(f"{v} {_FAILS[c.relation]} {code.constant(c.bound)}", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
 
 
 def _value_rule(code: _Source, c: Check) -> None:
@@ -165,7 +187,8 @@ def _value_check(op: Op) -> Callable[[Values], None]:
     constraints, contiguity), in the order the bindings run them."""
     code = _Source()
     for c in op.checks:
-        _value_rule(code, c)
+        if c.kind not in _ATTRIBUTE_KINDS:
+            _value_rule(code, c)
     return code.compile(f"{op.name} inputs")
 
 

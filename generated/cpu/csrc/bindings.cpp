@@ -12,6 +12,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <cfloat>
+#include <cmath>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -91,7 +93,9 @@ namespace {
 
 // ---------------------------------------------------------------- attention (specs/ops/attention.yaml)
 
-void check_attention(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k) {
+void check_attention(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX), "attention: attribute 'scale' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_scale);
   TORCH_CHECK(arg_q.dim() == 3, "attention: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", arg_q.sizes());
   TORCH_CHECK(arg_k.dim() == 3, "attention: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", arg_k.sizes());
   TORCH_CHECK(arg_v.dim() == 3, "attention: argument 'v' must be 3-D with shape [TK, HK, D], got shape ", arg_v.sizes());
@@ -136,7 +140,7 @@ void check_attention(const at::Tensor& arg_q, const at::Tensor& arg_k, const at:
 }
 
 std::tuple<at::Tensor, at::Tensor> attention_blocks_cpu(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
-  check_attention(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k);
+  check_attention(arg_q, arg_k, arg_v, arg_cu_seqlens_q, arg_cu_seqlens_k, attr_scale, attr_causal, attr_window);
   const int64_t dim_TQ = arg_q.size(0);
   const int64_t dim_HQ = arg_q.size(1);
   const int64_t dim_D = arg_q.size(2);
@@ -151,7 +155,9 @@ std::tuple<at::Tensor, at::Tensor> attention_blocks_cpu(const at::Tensor& arg_q,
 
 // ---------------------------------------------------------------- attention_backward (specs/ops/attention_backward.yaml)
 
-void check_attention_backward(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k) {
+void check_attention_backward(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX), "attention_backward: attribute 'scale' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_scale);
   TORCH_CHECK(arg_grad_o.dim() == 3, "attention_backward: argument 'grad_o' must be 3-D with shape [TQ, HQ, D], got shape ", arg_grad_o.sizes());
   TORCH_CHECK(arg_q.dim() == 3, "attention_backward: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", arg_q.sizes());
   TORCH_CHECK(arg_k.dim() == 3, "attention_backward: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", arg_k.sizes());
@@ -230,7 +236,7 @@ void check_attention_backward(const at::Tensor& arg_grad_o, const at::Tensor& ar
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_blocks_cpu(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
-  check_attention_backward(arg_grad_o, arg_q, arg_k, arg_v, arg_o, arg_lse, arg_cu_seqlens_q, arg_cu_seqlens_k);
+  check_attention_backward(arg_grad_o, arg_q, arg_k, arg_v, arg_o, arg_lse, arg_cu_seqlens_q, arg_cu_seqlens_k, attr_scale, attr_causal, attr_window);
   const int64_t dim_TQ = arg_grad_o.size(0);
   const int64_t dim_HQ = arg_grad_o.size(1);
   const int64_t dim_D = arg_grad_o.size(2);
@@ -264,7 +270,7 @@ at::Tensor column_sum_columns_cpu(const at::Tensor& arg_x) {
 
 // ---------------------------------------------------------------- det_gemm (specs/ops/det_gemm.yaml)
 
-void check_det_gemm(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+void check_det_gemm(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
   TORCH_CHECK(arg_a.dim() == 2, "det_gemm: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
   TORCH_CHECK(arg_b.dim() == 2, "det_gemm: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
   TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -280,7 +286,7 @@ void check_det_gemm(const at::Tensor& arg_a, const at::Tensor& arg_b) {
 }
 
 at::Tensor det_gemm_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
-  check_det_gemm(arg_a, arg_b);
+  check_det_gemm(arg_a, arg_b, attr_out_fp32);
   const int64_t dim_M = arg_a.size(0);
   const int64_t dim_K = arg_a.size(1);
   const int64_t dim_N = arg_b.size(1);
@@ -319,7 +325,7 @@ at::Tensor det_gemm_ktree_tree_cpu(const at::Tensor& arg_a, const at::Tensor& ar
 
 // ---------------------------------------------------------------- det_gemm_nt (specs/ops/det_gemm_nt.yaml)
 
-void check_det_gemm_nt(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias) {
+void check_det_gemm_nt(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
   TORCH_CHECK(arg_a.dim() == 2, "det_gemm_nt: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
   TORCH_CHECK(arg_b.dim() == 2, "det_gemm_nt: argument 'b' must be 2-D with shape [N, K], got shape ", arg_b.sizes());
   TORCH_CHECK(!arg_bias.has_value() || arg_bias->dim() == 1, "det_gemm_nt: argument 'bias' must be 1-D with shape [N], got shape ", arg_bias->sizes());
@@ -343,7 +349,7 @@ void check_det_gemm_nt(const at::Tensor& arg_a, const at::Tensor& arg_b, const s
 }
 
 at::Tensor det_gemm_nt_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
-  check_det_gemm_nt(arg_a, arg_b, arg_bias);
+  check_det_gemm_nt(arg_a, arg_b, arg_bias, attr_out_fp32);
   const int64_t dim_M = arg_a.size(0);
   const int64_t dim_K = arg_a.size(1);
   const int64_t dim_N = arg_b.size(0);
@@ -354,7 +360,7 @@ at::Tensor det_gemm_nt_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b
 
 // ---------------------------------------------------------------- det_gemm_tn (specs/ops/det_gemm_tn.yaml)
 
-void check_det_gemm_tn(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+void check_det_gemm_tn(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
   TORCH_CHECK(arg_a.dim() == 2, "det_gemm_tn: argument 'a' must be 2-D with shape [K, M], got shape ", arg_a.sizes());
   TORCH_CHECK(arg_b.dim() == 2, "det_gemm_tn: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
   TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -370,7 +376,7 @@ void check_det_gemm_tn(const at::Tensor& arg_a, const at::Tensor& arg_b) {
 }
 
 at::Tensor det_gemm_tn_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
-  check_det_gemm_tn(arg_a, arg_b);
+  check_det_gemm_tn(arg_a, arg_b, attr_out_fp32);
   const int64_t dim_K = arg_a.size(0);
   const int64_t dim_M = arg_a.size(1);
   const int64_t dim_N = arg_b.size(1);
@@ -406,7 +412,7 @@ at::Tensor embedding_rows_cpu(const at::Tensor& arg_weight, const at::Tensor& ar
 
 // ---------------------------------------------------------------- embedding_backward (specs/ops/embedding_backward.yaml)
 
-void check_embedding_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_ids, const at::Tensor& arg_weight) {
+void check_embedding_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_ids, const at::Tensor& arg_weight, bool attr_out_fp32) {
   TORCH_CHECK(arg_grad_y.dim() == 2, "embedding_backward: argument 'grad_y' must be 2-D with shape [N, H], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "embedding_backward: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
   TORCH_CHECK(arg_weight.dim() == 2, "embedding_backward: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
@@ -430,7 +436,7 @@ void check_embedding_backward(const at::Tensor& arg_grad_y, const at::Tensor& ar
 }
 
 at::Tensor embedding_backward_rows_cpu(const at::Tensor& arg_grad_y, const at::Tensor& arg_ids, const at::Tensor& arg_weight, bool attr_out_fp32) {
-  check_embedding_backward(arg_grad_y, arg_ids, arg_weight);
+  check_embedding_backward(arg_grad_y, arg_ids, arg_weight, attr_out_fp32);
   const int64_t dim_N = arg_grad_y.size(0);
   const int64_t dim_H = arg_grad_y.size(1);
   const int64_t dim_V = arg_weight.size(0);
@@ -487,7 +493,15 @@ at::Tensor gelu_tanh_backward_elementwise_cpu(const at::Tensor& arg_grad_y, cons
 
 // ---------------------------------------------------------------- grpo_loss (specs/ops/grpo_loss.yaml)
 
-void check_grpo_loss(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards) {
+void check_grpo_loss(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX), "grpo_loss: attribute 'eps_low' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_low);
+  TORCH_CHECK(attr_eps_low >= 0.0, "grpo_loss: attribute 'eps_low' must be >= 0.0, got ", attr_eps_low);
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_eps_high) <= static_cast<double>(FLT_MAX), "grpo_loss: attribute 'eps_high' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_high);
+  TORCH_CHECK(attr_eps_high >= 0.0, "grpo_loss: attribute 'eps_high' must be >= 0.0, got ", attr_eps_high);
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_beta) <= static_cast<double>(FLT_MAX), "grpo_loss: attribute 'beta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_beta);
   TORCH_CHECK(arg_ratio.dim() == 3, "grpo_loss: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", arg_ratio.sizes());
   TORCH_CHECK(arg_kl.dim() == 3, "grpo_loss: argument 'kl' must be 3-D with shape [G, S, T], got shape ", arg_kl.sizes());
   TORCH_CHECK(arg_mask.dim() == 3, "grpo_loss: argument 'mask' must be 3-D with shape [G, S, T], got shape ", arg_mask.sizes());
@@ -529,7 +543,7 @@ void check_grpo_loss(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, cons
 }
 
 std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  check_grpo_loss(arg_ratio, arg_kl, arg_mask, arg_rewards);
+  check_grpo_loss(arg_ratio, arg_kl, arg_mask, arg_rewards, attr_eps_low, attr_eps_high, attr_beta);
   const int64_t dim_G = arg_ratio.size(0);
   const int64_t dim_S = arg_ratio.size(1);
   const int64_t dim_T = arg_ratio.size(2);
@@ -541,7 +555,15 @@ std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& arg_rat
 
 // ---------------------------------------------------------------- grpo_loss_backward (specs/ops/grpo_loss_backward.yaml)
 
-void check_grpo_loss_backward(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv) {
+void check_grpo_loss_backward(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX), "grpo_loss_backward: attribute 'eps_low' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_low);
+  TORCH_CHECK(attr_eps_low >= 0.0, "grpo_loss_backward: attribute 'eps_low' must be >= 0.0, got ", attr_eps_low);
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_eps_high) <= static_cast<double>(FLT_MAX), "grpo_loss_backward: attribute 'eps_high' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_high);
+  TORCH_CHECK(attr_eps_high >= 0.0, "grpo_loss_backward: attribute 'eps_high' must be >= 0.0, got ", attr_eps_high);
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_beta) <= static_cast<double>(FLT_MAX), "grpo_loss_backward: attribute 'beta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_beta);
   TORCH_CHECK(arg_grad_loss.dim() == 0, "grpo_loss_backward: argument 'grad_loss' must be 0-D with shape [], got shape ", arg_grad_loss.sizes());
   TORCH_CHECK(arg_ratio.dim() == 3, "grpo_loss_backward: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", arg_ratio.sizes());
   TORCH_CHECK(arg_mask.dim() == 3, "grpo_loss_backward: argument 'mask' must be 3-D with shape [G, S, T], got shape ", arg_mask.sizes());
@@ -577,7 +599,7 @@ void check_grpo_loss_backward(const at::Tensor& arg_grad_loss, const at::Tensor&
 }
 
 std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cpu(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  check_grpo_loss_backward(arg_grad_loss, arg_ratio, arg_mask, arg_adv);
+  check_grpo_loss_backward(arg_grad_loss, arg_ratio, arg_mask, arg_adv, attr_eps_low, attr_eps_high, attr_beta);
   const int64_t dim_G = arg_ratio.size(0);
   const int64_t dim_S = arg_ratio.size(1);
   const int64_t dim_T = arg_ratio.size(2);
@@ -589,7 +611,7 @@ std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cpu(const at::Tensor
 
 // ---------------------------------------------------------------- linear_logp (specs/ops/linear_logp.yaml)
 
-void check_linear_logp(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids) {
+void check_linear_logp(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
   TORCH_CHECK(arg_h.dim() == 2, "linear_logp: argument 'h' must be 2-D with shape [N, H], got shape ", arg_h.sizes());
   TORCH_CHECK(arg_weight.dim() == 2, "linear_logp: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "linear_logp: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
@@ -613,7 +635,7 @@ void check_linear_logp(const at::Tensor& arg_h, const at::Tensor& arg_weight, co
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cpu(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
-  check_linear_logp(arg_h, arg_weight, arg_ids);
+  check_linear_logp(arg_h, arg_weight, arg_ids, attr_ignore_index);
   const int64_t dim_N = arg_h.size(0);
   const int64_t dim_H = arg_h.size(1);
   const int64_t dim_V = arg_weight.size(0);
@@ -626,7 +648,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cpu(const at::Te
 
 // ---------------------------------------------------------------- linear_logp_backward (specs/ops/linear_logp_backward.yaml)
 
-void check_linear_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy) {
+void check_linear_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index) {
   TORCH_CHECK(arg_grad_lp.dim() == 1, "linear_logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", arg_grad_lp.sizes());
   TORCH_CHECK(arg_grad_entropy.dim() == 1, "linear_logp_backward: argument 'grad_entropy' must be 1-D with shape [N], got shape ", arg_grad_entropy.sizes());
   TORCH_CHECK(arg_h.dim() == 2, "linear_logp_backward: argument 'h' must be 2-D with shape [N, H], got shape ", arg_h.sizes());
@@ -682,7 +704,7 @@ void check_linear_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor&
 }
 
 std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index) {
-  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy);
+  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, attr_ignore_index);
   const int64_t dim_N = arg_grad_lp.size(0);
   const int64_t dim_H = arg_h.size(1);
   const int64_t dim_V = arg_weight.size(0);
@@ -694,7 +716,7 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cpu(const at::Tenso
 
 // ---------------------------------------------------------------- logp (specs/ops/logp.yaml)
 
-void check_logp(const at::Tensor& arg_logits, const at::Tensor& arg_ids) {
+void check_logp(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
   TORCH_CHECK(arg_logits.dim() == 2, "logp: argument 'logits' must be 2-D with shape [N, V], got shape ", arg_logits.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "logp: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
   TORCH_CHECK(dtype_in(arg_logits.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -710,7 +732,7 @@ void check_logp(const at::Tensor& arg_logits, const at::Tensor& arg_ids) {
 }
 
 std::tuple<at::Tensor, at::Tensor> logp_rows_cpu(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
-  check_logp(arg_logits, arg_ids);
+  check_logp(arg_logits, arg_ids, attr_ignore_index);
   const int64_t dim_N = arg_logits.size(0);
   const int64_t dim_V = arg_logits.size(1);
   at::Tensor out_lp = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
@@ -721,7 +743,7 @@ std::tuple<at::Tensor, at::Tensor> logp_rows_cpu(const at::Tensor& arg_logits, c
 
 // ---------------------------------------------------------------- logp_backward (specs/ops/logp_backward.yaml)
 
-void check_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse) {
+void check_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index) {
   TORCH_CHECK(arg_grad_lp.dim() == 1, "logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", arg_grad_lp.sizes());
   TORCH_CHECK(arg_logits.dim() == 2, "logp_backward: argument 'logits' must be 2-D with shape [N, V], got shape ", arg_logits.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "logp_backward: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
@@ -753,7 +775,7 @@ void check_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_lo
 }
 
 at::Tensor logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index) {
-  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse);
+  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse, attr_ignore_index);
   const int64_t dim_N = arg_grad_lp.size(0);
   const int64_t dim_V = arg_logits.size(1);
   at::Tensor out_grad_logits = at::empty({dim_N, dim_V}, arg_logits.options());
@@ -913,7 +935,10 @@ at::Tensor ratio_kl_backward_elementwise_cpu(const at::Tensor& arg_grad_ratio, c
 
 // ---------------------------------------------------------------- rms_norm (specs/ops/rms_norm.yaml)
 
-void check_rms_norm(const at::Tensor& arg_x, const at::Tensor& arg_w) {
+void check_rms_norm(const at::Tensor& arg_x, const at::Tensor& arg_w, double attr_eps) {
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_eps) <= static_cast<double>(FLT_MAX), "rms_norm: attribute 'eps' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps);
+  TORCH_CHECK(attr_eps >= 0.0, "rms_norm: attribute 'eps' must be >= 0.0, got ", attr_eps);
   TORCH_CHECK(arg_x.dim() == 2, "rms_norm: argument 'x' must be 2-D with shape [T, H], got shape ", arg_x.sizes());
   TORCH_CHECK(arg_w.dim() == 1, "rms_norm: argument 'w' must be 1-D with shape [H], got shape ", arg_w.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -929,7 +954,7 @@ void check_rms_norm(const at::Tensor& arg_x, const at::Tensor& arg_w) {
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_w, double attr_eps) {
-  check_rms_norm(arg_x, arg_w);
+  check_rms_norm(arg_x, arg_w, attr_eps);
   const int64_t dim_T = arg_x.size(0);
   const int64_t dim_H = arg_x.size(1);
   at::Tensor out_y = at::empty({dim_T, dim_H}, arg_x.options());
@@ -985,7 +1010,10 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_rows_cpu(const at::Tensor& 
 
 // ---------------------------------------------------------------- rope (specs/ops/rope.yaml)
 
-void check_rope(const at::Tensor& arg_x, const at::Tensor& arg_position_ids) {
+void check_rope(const at::Tensor& arg_x, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX), "rope: attribute 'theta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_theta);
+  TORCH_CHECK(attr_theta > 0.0, "rope: attribute 'theta' must be > 0.0, got ", attr_theta);
   TORCH_CHECK(arg_x.dim() == 3, "rope: argument 'x' must be 3-D with shape [N, H, D], got shape ", arg_x.sizes());
   TORCH_CHECK(arg_position_ids.dim() == 1, "rope: argument 'position_ids' must be 1-D with shape [N], got shape ", arg_position_ids.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1002,7 +1030,7 @@ void check_rope(const at::Tensor& arg_x, const at::Tensor& arg_position_ids) {
 }
 
 at::Tensor rope_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
-  check_rope(arg_x, arg_position_ids);
+  check_rope(arg_x, arg_position_ids, attr_theta, attr_interleaved);
   const int64_t dim_N = arg_x.size(0);
   const int64_t dim_H = arg_x.size(1);
   const int64_t dim_D = arg_x.size(2);
@@ -1013,7 +1041,10 @@ at::Tensor rope_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_position
 
 // ---------------------------------------------------------------- rope_backward (specs/ops/rope_backward.yaml)
 
-void check_rope_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids) {
+void check_rope_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  // NaN fails the comparison too.
+  TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX), "rope_backward: attribute 'theta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_theta);
+  TORCH_CHECK(attr_theta > 0.0, "rope_backward: attribute 'theta' must be > 0.0, got ", attr_theta);
   TORCH_CHECK(arg_grad_y.dim() == 3, "rope_backward: argument 'grad_y' must be 3-D with shape [N, H, D], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_position_ids.dim() == 1, "rope_backward: argument 'position_ids' must be 1-D with shape [N], got shape ", arg_position_ids.sizes());
   TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1030,7 +1061,7 @@ void check_rope_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_pos
 }
 
 at::Tensor rope_backward_rows_cpu(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
-  check_rope_backward(arg_grad_y, arg_position_ids);
+  check_rope_backward(arg_grad_y, arg_position_ids, attr_theta, attr_interleaved);
   const int64_t dim_N = arg_grad_y.size(0);
   const int64_t dim_H = arg_grad_y.size(1);
   const int64_t dim_D = arg_grad_y.size(2);

@@ -90,6 +90,9 @@ class Check:
     multiple_of: int = 1
     dim: str = ""
     """The dimension a shape check is about."""
+    relation: str = ">="
+    bound: float = 0
+    """A ``bound`` check's rule: the attribute must be ``<relation> <bound>``."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,8 @@ def _op(entry: dict[str, Any], backends: dict[str, list[str]]) -> Op:
         for o in entry["outputs"]
     )
     arg_index = {a.name: i for i, a in enumerate(args)}
+    # Checks name a tensor argument or, after them, an attribute: their position in a call's values.
+    param_index = {**arg_index, **{a["name"]: len(args) + i for i, a in enumerate(entry["attrs"])}}
     out_index = {o.name: i for i, o in enumerate(outputs)}
 
     def source(text: str) -> GradSource:
@@ -212,7 +217,7 @@ def _op(entry: dict[str, Any], backends: dict[str, list[str]]) -> Op:
     def check(c: dict[str, Any]) -> Check:
         return Check(
             kind=c["kind"],
-            arg=arg_index[c["arg"]],
+            arg=param_index[c["arg"]],
             message=c["message"],
             optional=c.get("optional", False),
             rank=c.get("rank", 0),
@@ -222,6 +227,8 @@ def _op(entry: dict[str, Any], backends: dict[str, list[str]]) -> Op:
             other_axis=c.get("other_axis", 0),
             multiple_of=c.get("multiple_of", 1),
             dim=c.get("dim", ""),
+            relation=c.get("relation", ">="),
+            bound=c.get("bound", 0),
         )
 
     reduction = entry.get("reduction")

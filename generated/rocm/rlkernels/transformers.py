@@ -5,11 +5,15 @@
     rlkt.patch(model)                            # every op of the model now runs on rlkernels
     lp = rlkt.token_logprobs(model, input_ids, attention_mask)
 
-``patch`` swaps the forward of each module it recognises by structure (linear layers,
-embeddings, RMS norms, the SiLU-gated MLP, rotary embedding, Llama-style attention) and sets
-the attention implementation to ``"rlkernels"``; parameters and state dict stay as
-they are, and ``unpatch`` restores the model exactly.  A module it cannot convert makes it
-refuse the whole model, naming the module, rather than leave a batch-variant op in place.
+``patch`` reads from the model's config what each layer computes (RoPE or none, full attention
+or a sliding window), swaps the forward of each module it recognises by structure (linear
+layers, embeddings, RMS norms, the SiLU-gated MLP, rotary embedding, Llama-style attention) and
+sets the attention implementation to ``"rlkernels"``; parameters and state dict stay as they
+are, and ``unpatch`` restores the model exactly.  It refuses the whole model, naming what it
+cannot follow, rather than compute something else: a model type outside ``SUPPORTED_CONFIG``,
+a config key outside that allow-list away from its default, a value of a key it implements only
+in part, tensors on a device the kernels cannot run on (the meta device among them), or a module
+it cannot convert.
 
 Importing this module registers the attention backend, so ``attn_implementation="rlkernels"``
 also works on its own (``from_pretrained(..., attn_implementation="rlkernels")``); it needs the
@@ -20,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
+import inspect
 import math
 import types
 from collections.abc import Callable, Iterator
@@ -31,11 +37,12 @@ import torch
 from torch import nn
 
 from . import _ops
-from ._registry import PACKAGE, TOLERANCES
+from ._registry import OPS, PACKAGE, TOLERANCES
+from ._runtime import UnsupportedError, platform_of, select_backend
 
 try:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import AttentionMaskInterface
+    from transformers.masking_utils import AttentionMaskInterface, create_causal_mask, create_sliding_window_causal_mask
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 except ImportError as exc:  # an optional extra: say which one, not only what failed
     raise ImportError(
@@ -48,6 +55,7 @@ ATTN_IMPLEMENTATION = PACKAGE
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
+    "SUPPORTED_CONFIG",
     "PatchError",
     "RotaryPositions",
     "attention_forward",
@@ -84,10 +92,11 @@ def _varlen_layout(
 ) -> _VarlenLayout:
     """The packed layout of a padded or packed batch, with shapes fixed by (batch, tq, tk) alone.
 
-    A sequence is the valid keys of a row (padding: the 2-D mask's zeros), or, with no mask and no
-    past keys, each run of positions counting up by one (packing: position_ids restart).  Its keys
-    are packed back to back in ascending position; every padding key is a sequence of its own,
-    so it is never seen by a real token.  Queries are the last ``tq`` keys of each row (of the
+    A sequence is the valid keys of a row (padding: the 2-D mask's zeros); with ``position_ids``
+    and no past keys, a new one also starts at each valid key whose position is not the previous
+    key's + 1 (packing: position_ids restart, with or without an all-ones mask), as
+    ``token_logprobs`` cuts its labels.  Its keys are packed back to back in ascending position;
+    every padding key is a sequence of its own, so it is never seen by a real token.  Queries are the last ``tq`` keys of each row (of the
     first ``mask.shape[1]`` ones, for a static cache), so the op's causal masking, aligned to the
     end of each sequence's keys, is the model's.  There is one sequence slot per key (most of them
     empty), which keeps every shape independent of the data: no host synchronisation, no
@@ -104,11 +113,15 @@ def _varlen_layout(
         else:  # a static cache: slots past the mask are unused
             key_valid = torch.cat([mask, mask.new_zeros(batch, tk - mask.shape[1])], dim=1)
             mask_len = mask.shape[1]
-    if mask is None and tq == tk and position_ids is not None:
-        # Packing, as transformers detects it: a sequence starts where a position is not the previous + 1.
+    if tq == tk and position_ids is not None:
+        # Packing: a sequence starts at a row's first valid key and at every valid key whose position
+        # is not the previous key's + 1.  The previous key may be padding: generate numbers a hole
+        # in the mask on (cumsum of the mask), so a hole alone does not split a sequence.
         pos = position_ids.to(device).expand(batch, tq)
-        starts = torch.ones(batch, tk, dtype=torch.bool, device=device)
-        starts[:, 1:] = pos[:, 1:] != pos[:, :-1] + 1
+        restart = torch.ones(batch, tk, dtype=torch.bool, device=device)
+        restart[:, 1:] = pos[:, 1:] != pos[:, :-1] + 1
+        valid_before = key_valid.to(torch.int32).cumsum(1) - key_valid.to(torch.int32)
+        starts = key_valid & (restart | (valid_before == 0))
         first = torch.cummax(torch.where(starts, positions, 0), dim=1).values
     else:
         first = key_valid.to(torch.int32).argmax(dim=1, keepdim=True).expand(batch, tk)
@@ -266,10 +279,11 @@ def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     return self.down_proj(_ops.swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
-def _make_attention_forward(theta: float, window: int | None) -> Callable[..., tuple[torch.Tensor, None]]:
+def _make_attention_forward(theta: float | None, window: int | None) -> Callable[..., tuple[torch.Tensor, None]]:
     """A Llama-style attention forward (q/k/v projections, optional per-head q/k RMS norm, RoPE,
-    KV cache, attention, output projection) on the batch-invariant ops; ``window``: the layer's
-    sliding window (transformers' count, the query included), None for full attention."""
+    KV cache, attention, output projection) on the batch-invariant ops; ``theta``: the layer's RoPE
+    base, None for a layer without positional rotation (NoPE); ``window``: the layer's sliding
+    window (transformers' count, the query included), None for full attention."""
 
     def forward(
         self: Any,  # a transformers attention module: its projections are found by name
@@ -294,10 +308,11 @@ def _make_attention_forward(theta: float, window: int | None) -> Callable[..., t
         if getattr(self, "q_norm", None) is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         positions = position_embeddings.position_ids.expand(batch, length)
-        flat = positions.reshape(-1).contiguous()
-        q = _ops.rope(q.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim).transpose(1, 2)
-        k = _ops.rope(k.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim).transpose(1, 2)
-        v = v.transpose(1, 2)
+        if theta is not None:
+            flat = positions.reshape(-1).contiguous()
+            q = _ops.rope(q.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim)
+            k = _ops.rope(k.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
         kwargs.pop("position_ids", None)
@@ -319,13 +334,245 @@ def _make_attention_forward(theta: float, window: int | None) -> Callable[..., t
 
 
 # --------------------------------------------------------------------------------------------
+# What a model's config asks for
+# --------------------------------------------------------------------------------------------
+
+
+class _LayerKind(NamedTuple):
+    """What one attention layer computes, as its config says."""
+
+    rope: bool  # q and k rotated by RoPE (False: a NoPE layer)
+    window: int | None  # sliding window in transformers' count (the query included); None: full attention
+
+
+class _Unimplemented(Exception):
+    """A config value patch does not implement: the key (``key[i]`` for one entry), the value, why."""
+
+    def __init__(self, key: str, value: Any, why: str) -> None:
+        super().__init__(key, value, why)
+        self.key, self.value, self.why = key, value, why
+
+
+def _window(config: Any) -> int:
+    value = config.sliding_window
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _Unimplemented("sliding_window", value, "a sliding layer needs a window of at least one key")
+    return value
+
+
+def _layer_types(config: Any) -> list[str]:
+    types, count = config.layer_types, config.num_hidden_layers
+    if not isinstance(types, (list, tuple)) or len(types) < count:
+        raise _Unimplemented("layer_types", types, f"expected a type for each of the {count} layers")
+    for i, kind in enumerate(types[:count]):
+        if kind not in ("full_attention", "sliding_attention"):
+            raise _Unimplemented(f"layer_types[{i}]", kind, "only full_attention and sliding_attention layers are implemented")
+    return list(types[:count])
+
+
+def _rope_layers(config: Any) -> list[_LayerKind]:
+    """Llama, Granite: RoPE and full attention on every layer."""
+    return [_LayerKind(True, None)] * config.num_hidden_layers
+
+
+def _mistral_layers(config: Any) -> list[_LayerKind]:
+    """Mistral: RoPE on every layer, and config.sliding_window on every layer (None: full attention)."""
+    window = None if config.sliding_window is None else _window(config)
+    return [_LayerKind(True, window)] * config.num_hidden_layers
+
+
+def _qwen_layers(config: Any) -> list[_LayerKind]:
+    """Qwen2, Qwen3: RoPE on every layer; config.layer_types (made from use_sliding_window and
+    max_window_layers where not given) says which layers slide, by config.sliding_window."""
+    return [_LayerKind(True, _window(config) if kind == "sliding_attention" else None) for kind in _layer_types(config)]
+
+
+def _smollm3_layers(config: Any) -> list[_LayerKind]:
+    """SmolLM3: config.no_rope_layers[i] (made from no_rope_layer_interval where not given) says
+    whether layer i rotates q and k; a sliding_attention layer slides by config.sliding_window."""
+    count, flags = config.num_hidden_layers, config.no_rope_layers
+    if not isinstance(flags, (list, tuple)) or len(flags) < count or any(flag not in (0, 1) for flag in flags[:count]):
+        raise _Unimplemented("no_rope_layers", flags, f"expected 1 (RoPE) or 0 (NoPE) for each of the {count} layers")
+    kinds = []
+    for i, kind in enumerate(_layer_types(config)):
+        window = None
+        if kind == "sliding_attention":
+            if not config.use_sliding_window:
+                # The model's sdpa and eager masks would slide, while the layer passes no window to other backends.
+                raise _Unimplemented(f"layer_types[{i}]", kind, "with use_sliding_window=False the layer's own backends disagree on it")
+            window = _window(config)
+        kinds.append(_LayerKind(bool(flags[i]), window))
+    return kinds
+
+
+_ValueCheck = Callable[[Any], "str | None"]
+"""Why a value of an implemented key is not implemented, or None."""
+
+
+def _only_silu(value: Any) -> str | None:
+    return None if value == "silu" else "only the SiLU-gated MLP (SwiGLU) has a batch-invariant op"
+
+
+def _plain_rope(value: Any) -> str | None:
+    if not isinstance(value, dict) or value.get("rope_type") != "default" or set(value) - {"rope_type", "rope_theta"}:
+        return "only the default, unscaled RoPE ({'rope_type': 'default', 'rope_theta': ...}) is implemented"
+    theta = value.get("rope_theta")
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+        return "rope_theta must be a positive number"
+    return None
+
+
+def _finite_nonzero(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value == 0:
+        return "the logits are divided by it: a finite, non-zero number"
+    return None
+
+
+# Keys that do not change what the model computes: names, token ids (the embedding's padding_idx
+# is the module's own, handled there), output and cache switches, dtype, initialisation, the
+# position limit (the rope op has no table).
+_INERT_KEYS = frozenset({
+    "_name_or_path", "architectures", "bos_token_id", "dtype", "eos_token_id", "id2label", "initializer_range",
+    "label2id", "max_position_embeddings", "model_type", "output_hidden_states", "pad_token_id", "problem_type",
+    "return_dict", "transformers_version", "use_cache",
+})
+
+# Keys every supported type implements.  Sizes, eps and biases: the patched forwards read them from
+# the modules (det_linear adds a bias).  tie_word_embeddings: the LM head's weight is read,
+# whichever tensor it is.  attention_dropout: 0 in eval; the attention refuses dropout in training.
+_LLAMA_KEYS: dict[str, _ValueCheck | None] = {
+    "attention_bias": None, "attention_dropout": None, "head_dim": None, "hidden_act": _only_silu, "hidden_size": None,
+    "intermediate_size": None, "mlp_bias": None, "num_attention_heads": None, "num_hidden_layers": None,
+    "num_key_value_heads": None, "rms_norm_eps": None, "rope_parameters": _plain_rope, "tie_word_embeddings": None,
+    "vocab_size": None,
+}
+_QWEN_WINDOW_KEYS: dict[str, _ValueCheck | None] = {
+    "layer_types": None, "max_window_layers": None, "sliding_window": None, "use_sliding_window": None,
+}
+
+
+@dataclass(frozen=True)
+class _ConfigSupport:
+    """What patch understands of one model type's config."""
+
+    layers: Callable[[Any], list[_LayerKind]]
+    """Each layer's kind, or _Unimplemented."""
+    implemented: dict[str, _ValueCheck | None]
+    """Keys whose value patch reads and implements, each with the check of its value (None: any)."""
+    unread: frozenset[str] = frozenset()
+    """Keys that published configs of the type carry but its modeling code never reads."""
+
+
+_SUPPORT: dict[str, _ConfigSupport] = {
+    "llama": _ConfigSupport(_rope_layers, _LLAMA_KEYS, unread=frozenset({"pretraining_tp"})),
+    # The embedding and residual multipliers are the model's own element-wise code between the
+    # patched modules; attention_multiplier is the attention's scaling, which the patched forward
+    # passes on; token_logprobs divides by logits_scaling as the model's forward does.
+    "granite": _ConfigSupport(
+        _rope_layers,
+        {**_LLAMA_KEYS, "attention_multiplier": None, "embedding_multiplier": None, "residual_multiplier": None, "logits_scaling": _finite_nonzero},
+    ),
+    "mistral": _ConfigSupport(_mistral_layers, {**_LLAMA_KEYS, "sliding_window": None}),
+    "qwen2": _ConfigSupport(_qwen_layers, {**_LLAMA_KEYS, **_QWEN_WINDOW_KEYS}, unread=frozenset({"use_mrope"})),
+    "qwen3": _ConfigSupport(_qwen_layers, {**_LLAMA_KEYS, **_QWEN_WINDOW_KEYS}),
+    "smollm3": _ConfigSupport(
+        _smollm3_layers,
+        {**_LLAMA_KEYS, "layer_types": None, "no_rope_layer_interval": None, "no_rope_layers": None, "sliding_window": None, "use_sliding_window": None},
+        unread=frozenset({"max_window_layers", "pretraining_tp"}),
+    ),
+}
+
+SUPPORTED_CONFIG: dict[str, frozenset[str]] = {
+    model_type: frozenset(_INERT_KEYS | support.implemented.keys() | support.unread) for model_type, support in _SUPPORT.items()
+}
+"""Per supported model type, the config keys that may take values other than their default: those
+``patch`` implements (some only for some values) and those that do not change the math."""
+
+# The defaults of keys that are no field of the config class but that transformers reads where it
+# finds them; any other key outside the class's fields is at its default only when None.
+_EXTRA_DEFAULTS: dict[str, Any] = {"output_attentions": False, "is_causal": True}
+
+
+def _default(config: Any, key: str) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else {}
+    field = fields.get(key)
+    if field is None:
+        return _EXTRA_DEFAULTS.get(key)
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None if field.default is dataclasses.MISSING else field.default
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 -- values that cannot be compared are not the same
+        return False
+
+
+def _read_config(config: Any) -> tuple[list[_LayerKind], list[str]]:
+    """Each layer's kind, as the config says, and every key of the config that patch does not
+    implement with its value (each a line of the refusal)."""
+    model_type = getattr(config, "model_type", None)
+    support = _SUPPORT.get(model_type)  # type: ignore[arg-type]
+    if support is None:
+        return [], [f"{PACKAGE}.transformers does not implement model_type={model_type!r}; it implements {', '.join(sorted(_SUPPORT))}"]
+    problems: list[str] = []
+
+    def refuse(key: str, value: Any, why: str) -> None:
+        problems.append(f"{PACKAGE}.transformers does not implement {key}={value!r} of {model_type}; {why}")
+
+    for key, value in config.to_dict().items():
+        if key in _INERT_KEYS or key in support.unread:
+            continue
+        if key in support.implemented:
+            check = support.implemented[key]
+            why = None if check is None else check(value)
+            if why is not None:
+                refuse(key, value, why)
+        elif not _same(value, default := _default(config, key)):
+            refuse(key, value, f"only its default, {default!r}, is known to leave the math as patch computes it (SUPPORTED_CONFIG[{model_type!r}] lists the keys that may differ)")
+    try:
+        kinds = support.layers(config)
+    except _Unimplemented as exc:
+        refuse(exc.key, exc.value, exc.why)
+        kinds = []
+    return kinds, problems
+
+
+# The catalog ops (or aliases) this module calls (specs/package.yaml's integrations.transformers).
+_OPS_CALLED = ("attention", "det_linear", "embedding", "linear_logp", "rms_norm", "rope", "silu", "swiglu")
+
+
+def _device_refusals(model: nn.Module) -> list[str]:
+    """Where the model's tensors lie on a device the kernels cannot run on (the meta device, or a
+    device this build carries no kernels for), one line per device."""
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    problems = []
+    for device in sorted({t.device for _, t in tensors}, key=str):
+        names = [name for name, t in tensors if t.device == device]
+        where = names[0] + (f" and {len(names) - 1} more" if len(names) > 1 else "")
+        if device.type == "meta":
+            problems.append(
+                f"{where} on the meta device: it holds no values (a model made under torch.device('meta') or "
+                "init_empty_weights); load the weights first, e.g. from_pretrained, or to_empty(device=...) then load_state_dict"
+            )
+            continue
+        try:
+            platform = platform_of(device)
+            for called in _OPS_CALLED:
+                select_backend(next(op for op, entry in OPS.items() if called in (op, *entry.aliases)), platform)
+        except UnsupportedError as exc:
+            problems.append(f"{where} on {device}, where the kernels cannot run: {exc}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
 # Recognising modules by structure, and checking them by behaviour
 # --------------------------------------------------------------------------------------------
 
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj", "act_fn")
-# Config settings that change what a Llama-style layer computes in ways the ops do not.
-_UNSUPPORTED_CONFIG = ("attn_logit_softcapping", "final_logit_softcapping", "logit_scale")
 
 
 def _probe(shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -406,7 +653,7 @@ def _is_attention(module: nn.Module) -> bool:
     return all(isinstance(getattr(module, part, None), nn.Linear) for part in _ATTENTION_PARTS)
 
 
-def _attention_refusal(module: nn.Module, theta: float | None, rotary: nn.Module | None) -> str | None:
+def _attention_refusal(module: nn.Module, kind: _LayerKind, theta: float | None, rotary: nn.Module | None) -> str | None:
     extra = sorted({name for name, _ in module.named_children()} - {*_ATTENTION_PARTS, "q_norm", "k_norm"})
     if extra:
         return f"attention with parts the patcher does not know: {', '.join(extra)}"
@@ -423,28 +670,68 @@ def _attention_refusal(module: nn.Module, theta: float | None, rotary: nn.Module
         return "only one of q_norm and k_norm"
     if theta is None or rotary is None:
         return "attention but no plain rotary embedding beside it in the model"
-    return _check_attention(module, theta, rotary)
+    return _check_attention(module, kind, theta, rotary)
 
 
 def _attention_window(module: Any) -> int | None:
     """The sliding window a layer passes to its attention: its own attribute where it has one
-    (Qwen2, Qwen3: None on full-attention layers), else its config's (Mistral)."""
+    (Qwen2, Qwen3, SmolLM3: None on full-attention layers), else its config's (Mistral)."""
     if "sliding_window" in vars(module):
         return module.sliding_window
-    return getattr(module.config, "sliding_window", None)
+    return getattr(getattr(module, "config", None), "sliding_window", None)
+
+
+def _layer_disagreement(module: Any, kind: _LayerKind) -> str | None:
+    """Whether the module itself does what its config says its layer does (every layer is asked;
+    the probe below runs one module per kind)."""
+    if _attention_window(module) != kind.window:
+        return f"its attention window {_attention_window(module)!r} is not the one its config gives layer {module.layer_idx} ({kind.window!r})"
+    uses_rope = getattr(module, "use_rope", None)  # SmolLM3's per-layer flag
+    if uses_rope is not None and bool(uses_rope) != kind.rope:
+        return f"its use_rope={uses_rope!r} is not what its config gives layer {module.layer_idx} (RoPE {'on' if kind.rope else 'off'})"
+    return None
 
 
 _PROBE_IMPLEMENTATION = f"{ATTN_IMPLEMENTATION}_probe"
+_PROBE_LENGTH = 7
+# A sliding window shorter than the probe, so that it hides keys: a layer's own window may be far
+# longer than any probe worth running, and what is probed is how the layer applies a window.
+_PROBE_WINDOW = 3
 
 
-def _check_attention(module: Any, theta: float, rotary: nn.Module) -> str | None:
-    """Run the module's own forward (sdpa, cos/sin from its rotary embedding) and the patched one
-    on a probe; they must agree, and the module must pass its attention no argument the op lacks,
-    or it computes something the patched forward does not."""
+def _probe_mask(config: Any, x: torch.Tensor, positions: torch.Tensor, window: int | None) -> Any:
+    """The mask the model's own code builds for sdpa on the probe: transformers' causal or sliding-
+    window causal mask for ``config``, so the window is applied as transformers applies it."""
+    mask_config = copy.deepcopy(config)
+    mask_config._attn_implementation_internal = "sdpa"
+    build = create_causal_mask if window is None else create_sliding_window_causal_mask
+    # Passed by name: transformers 5.x renamed the cache argument (past_key_values, then cache).
+    names = inspect.signature(build).parameters
+    kwargs: dict[str, Any] = {"config": mask_config, "attention_mask": None, "position_ids": positions}
+    kwargs["inputs_embeds" if "inputs_embeds" in names else "input_embeds"] = x
+    for name in ("cache", "past_key_values"):
+        if name in names:
+            kwargs[name] = None
+    if "cache_position" in names:
+        kwargs["cache_position"] = torch.arange(x.shape[1])
+    return build(**kwargs)
+
+
+def _check_attention(module: Any, kind: _LayerKind, theta: float, rotary: nn.Module) -> str | None:
+    """Run the module's own forward (sdpa, cos/sin from its rotary embedding, the model's mask for
+    its layer kind) and the patched one for that kind on a probe; they must agree, and the module
+    must pass its attention no argument the op lacks, or it computes something the patched
+    forward does not.  A sliding window is probed at ``_PROBE_WINDOW`` keys (or the layer's own
+    window where shorter), set where the module reads it."""
     probe = _cpu_float_copy(module)
     rot = _cpu_float_copy(rotary)
-    x = _probe((2, 7, probe.q_proj.in_features), 4)
-    positions = torch.arange(7).unsqueeze(0)
+    window = None if kind.window is None else min(kind.window, _PROBE_WINDOW)
+    if window is not None:
+        if "sliding_window" in vars(probe):
+            probe.sliding_window = window
+        probe.config.sliding_window = window  # the copy's config (Mistral's layers read it there)
+    x = _probe((2, _PROBE_LENGTH, probe.q_proj.in_features), 4)
+    positions = torch.arange(_PROBE_LENGTH).unsqueeze(0)
     passed: dict[str, Any] = {}
 
     def spy(mod: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any, **kwargs: Any) -> Any:
@@ -455,11 +742,12 @@ def _check_attention(module: Any, theta: float, rotary: nn.Module) -> str | None
     probe.config._attn_implementation_internal = _PROBE_IMPLEMENTATION  # the copy's config, not the model's
     try:
         with torch.no_grad():
+            mask = _probe_mask(probe.config, x, positions, window)
             cos_sin = type(rotary).forward(rot, x, positions)
             theirs = type(probe).forward(
-                probe, hidden_states=x, position_embeddings=cos_sin, attention_mask=None, position_ids=positions
+                probe, hidden_states=x, position_embeddings=cos_sin, attention_mask=mask, position_ids=positions
             )[0]
-            forward = _make_attention_forward(theta, _attention_window(module))
+            forward = _make_attention_forward(theta if kind.rope else None, window)
             ours = forward(probe, x, RotaryPositions(positions), None, position_ids=positions)[0]
     except Exception as exc:  # noqa: BLE001 -- a forward with another signature is another attention
         return f"its forward could not be compared with the patched one ({type(exc).__name__}: {exc})"
@@ -468,8 +756,8 @@ def _check_attention(module: Any, theta: float, rotary: nn.Module) -> str | None
     for name in ("softcap", "s_aux", "sinks", "position_bias"):
         if passed.get(name) is not None:
             return f"its attention takes '{name}', which the attention op does not apply"
-    if passed.get("sliding_window") != _attention_window(module):
-        return f"its attention window {passed.get('sliding_window')!r} is not the one read from the module ({_attention_window(module)!r})"
+    if passed.get("sliding_window") != window:
+        return f"its attention window {passed.get('sliding_window')!r} on the probe is not the one set there ({window!r})"
     if passed.get("scaling") != module.scaling:
         return f"its attention scale {passed.get('scaling')!r} is not the module's scaling ({module.scaling!r})"
     return _disagreement(ours, theirs)
@@ -517,14 +805,20 @@ def is_patched(model: nn.Module) -> bool:
     return _STATE in model.__dict__
 
 
+def _refusal(model: nn.Module, problems: list[str]) -> PatchError:
+    return PatchError(f"patch: cannot make {type(model).__name__} batch-invariant; nothing was changed:\n  " + "\n  ".join(problems))
+
+
 def _plan(model: nn.Module) -> list[_Swap]:
-    """Every forward to swap, or PatchError listing every module that cannot be converted."""
-    config = getattr(model, "config", None)
-    problems: list[str] = []
-    for name in _UNSUPPORTED_CONFIG:
-        value = getattr(config, name, None)
-        if value is not None and value != 1.0:
-            problems.append(f"config.{name} = {value!r}: the ops do not apply it")
+    """Every forward to swap, or PatchError listing every problem: the devices, then (on devices
+    the kernels run on, where the probes can run) the config, then (for a config patch implements)
+    every module that cannot be converted."""
+    problems = _device_refusals(model)
+    if problems:
+        raise _refusal(model, problems)
+    kinds, problems = _read_config(model.config)
+    if problems:
+        raise _refusal(model, problems)
 
     modules = dict(model.named_modules())
     rotaries = [(path, m) for path, m in modules.items() if _is_rotary(m)]
@@ -543,12 +837,12 @@ def _plan(model: nn.Module) -> list[_Swap]:
             swaps.append(_Swap(rotary, _rotary_forward))
         handled.add(path)
 
-    checked: dict[tuple[str, type], str | None] = {}  # one behaviour probe per (kind, class)
+    checked: dict[tuple[Any, type], str | None] = {}  # one behaviour probe per (what, class): modules alike
 
-    def once(kind: str, module: nn.Module, check: Callable[[], str | None]) -> str | None:
-        if (kind, type(module)) not in checked:
-            checked[(kind, type(module))] = check()
-        return checked[(kind, type(module))]
+    def once(what: Any, module: nn.Module, check: Callable[[], str | None]) -> str | None:
+        if (what, type(module)) not in checked:
+            checked[(what, type(module))] = check()
+        return checked[(what, type(module))]
 
     for path, module in modules.items():
         where = f"{path or '<model>'} ({type(module).__name__})"
@@ -571,13 +865,21 @@ def _plan(model: nn.Module) -> list[_Swap]:
             else:
                 problems.append(f"{where}: an RMS norm by its structure, but {why}")
         elif _is_attention(module):
-            why = once("attention", module, functools.partial(_attention_refusal, module, theta, rotary))
+            # Each layer gets the forward of its kind, as the config says; one module per kind and class is probed.
+            layer = getattr(module, "layer_idx", None)
+            if not isinstance(layer, int) or not 0 <= layer < len(kinds):
+                problems.append(f"{where}: attention whose layer_idx {layer!r} is not one of the config's {len(kinds)} layers")
+                continue
+            kind = kinds[layer]
+            why = _layer_disagreement(module, kind) or once(
+                ("attention", kind), module, functools.partial(_attention_refusal, module, kind, theta, rotary)
+            )
             if why is None:
-                swaps.append(_Swap(module, _make_attention_forward(theta, _attention_window(module))))  # type: ignore[arg-type]
+                swaps.append(_Swap(module, _make_attention_forward(theta if kind.rope else None, kind.window)))
             else:
                 problems.append(f"{where}: {why}")
         elif _is_gated_mlp(module):
-            why = once("mlp", module, functools.partial(_check_mlp, module))
+            why = once(("mlp", type(module.act_fn)), module, functools.partial(_check_mlp, module))  # act_fn is per instance
             handled.add(f"{path}.act_fn" if path else "act_fn")  # swiglu replaces it, or the MLP is refused whole
             if why is None:
                 swaps.append(_Swap(module, _mlp_forward))
@@ -592,9 +894,7 @@ def _plan(model: nn.Module) -> list[_Swap]:
         # Anything else is a container (decoder layer, model, ModuleList): its own forward only
         # routes tensors between the modules above and adds residuals, element by element.
     if problems:
-        raise PatchError(
-            f"patch: cannot make {type(model).__name__} batch-invariant; nothing was changed:\n  " + "\n  ".join(problems)
-        )
+        raise _refusal(model, problems)
     if not any(s.forward is _rotary_forward for s in swaps) and any(_is_attention(m) for m in modules.values()):
         raise PatchError(f"patch: {type(model).__name__} has attention layers but no rotary embedding the patcher recognises")
     return swaps
@@ -606,9 +906,12 @@ def patch(model: nn.Module) -> nn.Module:
     Swaps the forward of each linear layer (det_linear, bias included), embedding (embedding),
     RMS norm (rms_norm), SiLU-gated MLP (swiglu), rotary embedding and attention (rope, then the
     ``attention`` op on variable-length sequences), and sets ``attn_implementation`` to
-    ``"rlkernels"``.  Parameters, buffers and ``state_dict`` keys do not change.
-    Raises PatchError, naming each module path and class, when anything cannot be converted;
-    the model is then left as it was.
+    ``"rlkernels"``.  Each attention layer gets the forward of its kind as the config says
+    (with or without RoPE, its sliding window), and one module of each kind and class is first
+    run against its replacement on a float32 CPU probe.  Parameters, buffers and ``state_dict``
+    keys do not change.  Raises PatchError when anything cannot be converted, naming each device,
+    config key (with its value and the model type) or module (path and class) at fault; the model
+    is then left as it was.
     """
     if is_patched(model):
         raise PatchError(f"patch: {type(model).__name__} is already patched (call unpatch first)")
@@ -653,6 +956,32 @@ def batch_invariant(model: nn.Module) -> Iterator[nn.Module]:
 # --------------------------------------------------------------------------------------------
 
 
+# Config settings by which a model changes its logits beyond the LM head, each with the value that
+# changes nothing (None: absent).  token_logprobs applies logits_scaling where the model type is
+# one patch implements it for (Granite: the logits divided by it) and refuses the others.
+_LOGIT_SETTINGS: dict[str, float | None] = {
+    "attn_logit_softcapping": None, "final_logit_softcapping": None, "logit_scale": 1.0, "logits_scaling": 1.0,
+}
+
+
+def _logits_divisor(config: Any) -> float:
+    """What ``config``'s model divides its logits by; ValueError for a setting linear_logp cannot follow."""
+    model_type = getattr(config, "model_type", None)
+    divisor = 1.0
+    for name, neutral in _LOGIT_SETTINGS.items():
+        value = getattr(config, name, None)
+        if value is None or _same(value, neutral):
+            continue
+        support = _SUPPORT.get(model_type)  # type: ignore[arg-type]
+        if name == "logits_scaling" and support is not None and name in support.implemented:
+            if _finite_nonzero(value) is not None:
+                raise ValueError(f"token_logprobs: config.logits_scaling = {value!r} of {model_type}: {_finite_nonzero(value)}")
+            divisor = float(value)
+            continue
+        raise ValueError(f"token_logprobs: config.{name} = {value!r} of {model_type} changes the logits, and linear_logp does not apply it")
+    return divisor
+
+
 def token_logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -668,7 +997,10 @@ def token_logprobs(
     ``input_ids`` [B, T]; ``attention_mask`` [B, T] (or [B, past + T] with a cache), 1 for real
     tokens, padding left or right; ``labels`` [B, T]: the token scored at each position, by default
     the next input id, with ``ignore_index`` at the last position, wherever the label or the
-    position is padding, and where ``position_ids`` restart (the end of a packed sequence).
+    position is padding, and where ``position_ids`` restart (the end of a packed sequence, which
+    the patched attention keeps apart too, with or without an all-ones mask).  The logits are
+    divided by Granite's ``logits_scaling`` as its forward divides them; a config that changes the
+    logits otherwise (softcapping, ``logit_scale``) is refused with ValueError.
     Returns ``lp`` [B, T] float32 (0 where ignored), and ``(lp, entropy)`` with ``entropy=True``.
     With a mask and no ``position_ids``, positions count real tokens (left padding then starts
     each sequence at 0).  The ids of padding positions are not read.  Further keyword arguments
@@ -684,11 +1016,7 @@ def token_logprobs(
         raise ValueError(f"token_logprobs: expected a causal LM with a linear LM head over a base model, got {type(model).__name__}")
     if head.bias is not None:
         raise ValueError(f"token_logprobs: {type(model).__name__}'s LM head has a bias, which linear_logp does not add")
-    config = getattr(model, "config", None)
-    for name in _UNSUPPORTED_CONFIG:
-        value = getattr(config, name, None)
-        if value is not None and value != 1.0:
-            raise ValueError(f"token_logprobs: config.{name} = {value!r} changes the logits, and linear_logp does not apply it")
+    divisor = _logits_divisor(getattr(model, "config", None))
     batch, length = input_ids.shape
     real = torch.ones_like(input_ids, dtype=torch.bool)
     if attention_mask is not None:
@@ -718,6 +1046,10 @@ def token_logprobs(
     out = body(input_ids=input_ids, attention_mask=attention_mask, **model_kwargs)
     hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
     rows = hidden.reshape(batch * length, -1).contiguous()
+    if divisor != 1.0:
+        # (h / s) W^T is the model's (h W^T) / s, rounded at another point: exact where s is a
+        # power of two (as in Granite's published configs), within the logprob tolerance elsewhere.
+        rows = rows / divisor
     lp, ent, _ = _ops.linear_logp(rows, head.weight, labels.reshape(-1).contiguous(), ignore_index)
     if entropy:
         return lp.view(batch, length), ent.view(batch, length)

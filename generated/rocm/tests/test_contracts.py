@@ -13,6 +13,7 @@ runs one op's contracts (``-k NAME`` also matches the ops whose names contain NA
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -855,3 +856,97 @@ def test_wrong_attribute_type_is_an_input_error(case: OpCase, attr: str, value: 
     inputs = case.make_inputs(case.shapes[0], case.dtypes[0], "cpu", seed=18)
     with pytest.raises(package.InputTypeError, match=f"{case.name}: attribute '{attr}' must be .*, got {type(value).__name__}"):
         getattr(package, case.name)(*inputs, **{**case.attrs, attr: value})
+
+
+# ---------------------------------------------------------------------------- attribute values
+# A float attribute must be finite within float32's range (the kernels receive float32, and a NaN
+# passes no comparison a kernel makes); a spec's range bounds narrow it.  Both the public function
+# and the native op refuse a value outside, naming the attribute and the value.
+
+
+def _just_outside(relation: str, bound: float, integral: bool) -> float:
+    """The value nearest ``bound`` that breaks ``value <relation> bound``."""
+    if relation in (">", "<"):
+        return int(bound) if integral else float(bound)
+    step = -1 if relation == ">=" else 1
+    return int(bound) + step if integral else math.nextafter(float(bound), step * math.inf)
+
+
+def attribute_values_outside(case: OpCase) -> Iterator[Any]:
+    names = [a.name for a in case.op.args] + [a.name for a in case.op.attrs]
+    kinds = {a.name: a.type for a in case.op.attrs}
+    for check in case.op.checks:
+        attr = names[check.arg] if check.kind in ("finite", "bound") else None
+        if check.kind == "finite":
+            for value in (math.nan, math.inf, -math.inf, 1e39, -(10**39)):
+                yield f"{attr}-{value!r}", (attr, value, check.message), ()
+        elif check.kind == "bound":
+            value = _just_outside(check.relation, check.bound, kinds[attr] == "int")
+            yield f"{attr}-{check.relation}-{value!r}", (attr, value, check.message), ()
+
+
+@parametrize("case, attr, value, message, entry", attribute_values_outside, entries)
+def test_attribute_value_outside_its_range_is_refused(case: OpCase, attr: str, value: Any, message: str, entry: str) -> None:
+    inputs = case.make_inputs(case.shapes[0], case.dtypes[0], "cpu", seed=19)
+    call = getattr(package, case.name) if entry == "public" else case.overload("default")
+    if entry == "native" and isinstance(value, int) and abs(value) > 2**63:
+        value = float(value)  # the torch schema's double: an int this large does not reach the op's checks as one
+    with pytest.raises(package.InputError if entry == "public" else (ValueError, RuntimeError)) as caught:
+        call(*inputs, **{**case.attrs, attr: value})
+    assert message in str(caught.value), f"expected {message!r} in {str(caught.value)!r}"
+
+
+def attribute_values_at_the_edge(case: OpCase) -> Iterator[Any]:
+    """The edge values a range admits: an inclusive bound itself, the next float inside an
+    exclusive one."""
+    names = [a.name for a in case.op.args] + [a.name for a in case.op.attrs]
+    for check in case.op.checks:
+        if check.kind == "bound":
+            attr = names[check.arg]
+            value = float(check.bound) if check.relation in (">=", "<=") else math.nextafter(float(check.bound), math.inf if check.relation == ">" else -math.inf)
+            yield f"{attr}-{check.relation}-{value!r}", (attr, value), ()
+
+
+@parametrize("case, attr, value", attribute_values_at_the_edge)
+def test_attribute_value_at_the_edge_of_its_range_is_accepted(case: OpCase, attr: str, value: float) -> None:
+    inputs = case.make_inputs(case.shapes[0], case.dtypes[0], "cpu", seed=20)
+    getattr(package, case.name)(*inputs, **{**case.attrs, attr: value})
+
+
+# ---------------------------------------------------------------------------- the caller's floating-point mode
+# A process may flush subnormals to zero (torch.set_flush_denormal(True): x86's FTZ and DAZ, Arm's
+# FZ) or change the rounding mode; a host kernel computes in IEEE's default mode whatever the
+# caller set, so its bits never depend on it, and gives the caller's mode back.
+
+
+def _host_kernels(case: OpCase) -> Iterator[Any]:
+    for platform, device, kernel, marks in targets(case):
+        if device_type(platform) == "cpu":
+            yield f"{platform}-{kernel}", (device, kernel), marks
+
+
+def _with_subnormals(t: torch.Tensor) -> torch.Tensor:
+    """Every third element of a float tensor replaced by a subnormal of its dtype (of either sign)."""
+    if not t.is_floating_point() or t.numel() == 0:
+        return t
+    tiny = torch.finfo(t.dtype).tiny
+    flat = t.detach().clone().reshape(-1)
+    steps = torch.arange(flat.numel(), dtype=torch.float64)
+    subnormal = (tiny * ((steps % 7) + 1) / 8 * torch.where(steps % 2 == 0, 1.0, -1.0)).to(t.dtype)
+    flat[::3] = subnormal[::3]
+    return flat.reshape(t.shape)
+
+
+@parametrize("case, device, kernel, dtype", _host_kernels, dtypes())
+def test_the_callers_flush_to_zero_mode_changes_no_bit(case: OpCase, device: str, kernel: str, dtype: str) -> None:
+    inputs = [_with_subnormals(t) for t in case.make_inputs(case.shapes[0], dtype, device, seed=21)]
+    want = case.run_kernel(kernel, *inputs, **case.attrs)
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-to-zero mode torch can set (no SSE3 on x86)")
+    try:
+        got = case.run_kernel(kernel, *inputs, **case.attrs)
+        still_flushing = torch.tensor([torch.finfo(torch.float32).tiny]) / 2 == 0
+    finally:
+        torch.set_flush_denormal(False)
+    case.assert_bitwise_equal(got, want, f"{kernel} with the caller flushing subnormals vs without")
+    assert bool(still_flushing), "the kernel did not give the caller its flush-to-zero mode back"

@@ -19,7 +19,6 @@
 #include "rlk_numerics.h"
 #include "rlk_reduce.h"
 #include "rlk_parallel.h"
-
 #include <vector>
 
 namespace rlk {
@@ -199,6 +198,7 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
 }  // namespace
 
 void attention_blocks(const void* arg_q, const void* arg_k, const void* arg_v, const void* arg_cu_seqlens_q, const void* arg_cu_seqlens_k, void* out_o, void* out_lse, Dtype dtype_T, int64_t dim_TQ, int64_t dim_HQ, int64_t dim_D, int64_t dim_TK, int64_t dim_HK, int64_t dim_B1, float attr_scale, bool attr_causal, int64_t attr_window, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_TQ == 0 || dim_HQ == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

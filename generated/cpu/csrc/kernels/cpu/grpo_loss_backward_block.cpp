@@ -19,6 +19,7 @@
 #include "rlk_math.h"
 #include "rlk_numerics.h"
 #include "rlk_reduce.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -49,6 +50,7 @@ RLK_ARITH void element(bool keep, float ratio, float adv, float scale, float lo,
 }  // namespace
 
 void grpo_loss_backward_block(const void* arg_grad_loss, const void* arg_ratio, const void* arg_mask, const void* arg_adv, void* out_grad_ratio, void* out_grad_kl, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_G == 0 || dim_S == 0 || dim_T == 0) return;  // every output is empty: nothing to write
   (void)num_threads;  // one thread, as the device's one block: the lanes tree fixes the order anyway
   const bool* mask_b = static_cast<const bool*>(arg_mask);

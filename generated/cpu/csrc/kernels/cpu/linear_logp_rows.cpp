@@ -20,12 +20,12 @@
 #include "rlk_math.h"
 #include "rlk_numerics.h"
 #include "rlk_reduce.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <type_traits>
 
-#include "rlk_parallel.h"
 #include "rlk_scratch.h"
 
 namespace rlk {
@@ -487,6 +487,7 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
 }  // namespace
 
 void linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

@@ -80,6 +80,7 @@ void run(const void* g_ptr, const void* x_ptr, const void* w_ptr, const void* rs
 }  // namespace
 
 void rms_norm_backward_rows(const void* arg_grad_y, const void* arg_x, const void* arg_w, const void* arg_rstd, void* out_dx, void* out_dw, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_H == 0) return;  // every output is empty: nothing to write
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
     using D = float;

@@ -13,6 +13,7 @@
 
 #include "unpack_rows.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 
 namespace rlk {
@@ -38,6 +39,7 @@ void run(const void* packed_ptr, const void* mask_ptr, void* x_ptr, int64_t B, i
 }  // namespace
 
 void unpack_rows(const void* arg_packed, const void* arg_mask, void* out_x, Dtype dtype_T, int64_t dim_TOTAL, int64_t dim_H, int64_t dim_B, int64_t dim_S, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_H == 0 || dim_B == 0 || dim_S == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

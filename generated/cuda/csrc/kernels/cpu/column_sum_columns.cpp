@@ -10,9 +10,8 @@
 
 #include "column_sum_columns.h"
 #include "rlk_numerics.h"
-#include <algorithm>
-
 #include "rlk_parallel.h"
+#include <algorithm>
 
 namespace rlk {
 namespace cpu {
@@ -43,6 +42,7 @@ void run(const void* x_ptr, void* y_ptr, int64_t M, int64_t N, int64_t num_threa
 }  // namespace
 
 void column_sum_columns(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_M, int64_t dim_N, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

@@ -21,10 +21,9 @@
 #include "ratio_kl_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 #include <type_traits>
-
-#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -124,6 +123,7 @@ void run(const void* lp_ptr, const void* old_lp_ptr, const void* ref_lp_ptr, con
 }  // namespace
 
 void ratio_kl_elementwise(const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_ratio, void* out_kl, Dtype dtype_L, int64_t dim_B, int64_t dim_T, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_B == 0 || dim_T == 0) return;  // every output is empty: nothing to write
   switch (dtype_L) {
     case Dtype::float32: {

@@ -11,13 +11,13 @@
 
 #include "det_gemm_tn_simt.h"
 #include "rlk_math.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <type_traits>
 
-#include "rlk_parallel.h"
 #include "rlk_scratch.h"
 
 namespace rlk {
@@ -445,6 +445,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
 }  // namespace
 
 void det_gemm_tn_simt(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, Dtype dtype_out_c, int64_t dim_K, int64_t dim_M, int64_t dim_N, bool attr_out_fp32, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_M == 0 || dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

@@ -12,7 +12,6 @@
 #include "embedding_rows.h"
 #include "rlk_numerics.h"
 #include "rlk_parallel.h"
-
 #include <cstring>
 
 namespace rlk {
@@ -54,6 +53,7 @@ void run(const void* weight_ptr, const void* ids_ptr, void* y_ptr, int64_t V, in
 }  // namespace
 
 void embedding_rows(const void* arg_weight, const void* arg_ids, void* out_y, Dtype dtype_T, int64_t dim_V, int64_t dim_H, int64_t dim_N, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_H == 0 || dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

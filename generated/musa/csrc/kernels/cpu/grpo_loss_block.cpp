@@ -21,6 +21,7 @@
 #include "rlk_math.h"
 #include "rlk_numerics.h"
 #include "rlk_reduce.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -62,6 +63,7 @@ RLK_ARITH float token_loss(float ratio, float kl, float adv, float lo, float hi,
 }  // namespace
 
 void grpo_loss_block(const void* arg_ratio, const void* arg_kl, const void* arg_mask, const void* arg_rewards, void* out_loss, void* out_adv, Dtype dtype_R, int64_t dim_G, int64_t dim_S, int64_t dim_T, float attr_eps_low, float attr_eps_high, float attr_beta, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   (void)num_threads;  // one thread, as the device's one block: the lanes tree fixes the order anyway
   const bool* mask_b = static_cast<const bool*>(arg_mask);
   const float* rewards_f = static_cast<const float*>(arg_rewards);

@@ -20,13 +20,13 @@
 #include "linear_logp_backward_rows.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <type_traits>
 #include <vector>
 
-#include "rlk_parallel.h"
 #include "rlk_scratch.h"
 
 namespace rlk {
@@ -628,6 +628,7 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
 }  // namespace
 
 void linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if ((dim_N == 0 || dim_H == 0) && (dim_H == 0 || dim_V == 0)) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

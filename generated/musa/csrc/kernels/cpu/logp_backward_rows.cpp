@@ -48,6 +48,7 @@ void run(const void* grad_lp_ptr, const void* logits_ptr, const void* ids_ptr, c
 }  // namespace
 
 void logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0 || dim_V == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

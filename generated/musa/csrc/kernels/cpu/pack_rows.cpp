@@ -13,6 +13,7 @@
 
 #include "pack_rows.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 
 namespace rlk {
@@ -39,6 +40,7 @@ void run(const void* x_ptr, const void* mask_ptr, void* packed_ptr, void* cu_seq
 }  // namespace
 
 void pack_rows(const void* arg_x, const void* arg_mask, void* out_packed, void* out_cu_seqlens, Dtype dtype_T, int64_t dim_B, int64_t dim_S, int64_t dim_H, int64_t dim_TOTAL, int64_t dim_B1, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;

@@ -18,10 +18,9 @@
 #include "ratio_kl_backward_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 #include <type_traits>
-
-#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -119,6 +118,7 @@ void run(const void* grad_ratio_ptr, const void* grad_kl_ptr, const void* lp_ptr
 }  // namespace
 
 void ratio_kl_backward_elementwise(const void* arg_grad_ratio, const void* arg_grad_kl, const void* arg_lp, const void* arg_old_lp, const void* arg_ref_lp, const void* arg_mask, void* out_grad_lp, Dtype dtype_L, int64_t dim_B, int64_t dim_T, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_B == 0 || dim_T == 0) return;  // every output is empty: nothing to write
   switch (dtype_L) {
     case Dtype::float32: {

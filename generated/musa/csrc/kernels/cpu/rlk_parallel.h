@@ -37,8 +37,58 @@
 #include "../../rlk_abi.h"
 #include "rlk_lanes.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 namespace rlk {
 namespace cpu {
+
+// IEEE 754's default floating-point mode for the life of a launcher call: round to nearest,
+// subnormals kept as inputs and results.  The caller may have set another for its thread
+// (torch.set_flush_denormal(True) sets x86's FTZ and DAZ bits, Arm's FZ bit; fesetround the
+// rounding mode), which would change the bits of every kernel that meets a subnormal; each host
+// launcher sets this one and gives the caller's back when it returns, and parallel_for hands it
+// to every worker, so no kernel depends on the mode of the thread that called it.
+class DefaultFloatingPointMode {
+ public:
+  DefaultFloatingPointMode() {
+#if defined(__x86_64__) || defined(__i386__)
+    saved_ = _mm_getcsr();
+    // MXCSR: FTZ is bit 15, DAZ bit 6, the rounding mode bits 13-14 (00: to nearest).
+    constexpr unsigned kNotDefault = (1u << 15) | (1u << 6) | (3u << 13);
+    if (saved_ & kNotDefault) _mm_setcsr(saved_ & ~kNotDefault);
+#elif defined(__aarch64__)
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(saved_));
+    // FPCR: FZ is bit 24, FZ16 bit 19, the rounding mode bits 22-23 (00: to nearest).
+    constexpr uint64_t kNotDefault = (uint64_t{1} << 24) | (uint64_t{1} << 19) | (uint64_t{3} << 22);
+    if (saved_ & kNotDefault) __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_ & ~kNotDefault));
+#else
+    saved_ = std::fegetround();
+    std::fesetround(FE_TONEAREST);
+#endif
+  }
+  ~DefaultFloatingPointMode() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(saved_);
+#elif defined(__aarch64__)
+    __asm__ __volatile__("msr fpcr, %0" : : "r"(saved_));
+#else
+    std::fesetround(saved_);
+#endif
+  }
+  DefaultFloatingPointMode(const DefaultFloatingPointMode&) = delete;
+  DefaultFloatingPointMode& operator=(const DefaultFloatingPointMode&) = delete;
+
+ private:
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned saved_;
+#elif defined(__aarch64__)
+  uint64_t saved_;
+#else
+  int saved_;
+#endif
+};
 
 // `work` in units of which `min_work_per_thread` pay for waking one thread.
 inline int thread_count(int64_t work, int64_t min_work_per_thread, int64_t requested) {
@@ -70,8 +120,9 @@ void parallel_for(int64_t count, int threads, const Body& body) {
     shared.drain();
     return;
   }
-  // Every worker runs in the caller's floating-point environment (flush-to-zero, rounding
-  // mode), so each piece is computed alike; a pool thread gets its own back afterwards.
+  // Every worker runs in the caller's floating-point environment -- the default mode the
+  // launcher set (see DefaultFloatingPointMode) -- so each piece is computed alike; a pool
+  // thread gets its own back afterwards.
   std::fegetenv(&shared.env);
   const HostTask task = [](void* context, int64_t) {
     Shared& s = *static_cast<Shared*>(context);

@@ -56,6 +56,7 @@ void run(const void* x_ptr, const void* w_ptr, void* y_ptr, void* rstd_ptr, int6
 }  // namespace
 
 void rms_norm_rows(const void* arg_x, const void* arg_w, void* out_y, void* out_rstd, Dtype dtype_D, Dtype dtype_W, int64_t dim_T, int64_t dim_H, float attr_eps, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_T == 0) return;  // every output is empty: nothing to write
   if (dtype_D == Dtype::float32 && dtype_W == Dtype::float32) {
     using D = float;

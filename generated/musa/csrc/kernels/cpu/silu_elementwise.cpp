@@ -15,10 +15,9 @@
 #include "silu_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 #include <type_traits>
-
-#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -121,6 +120,7 @@ void run(const void* x_ptr, void* y_ptr, int64_t n, int64_t num_threads) {
 }  // namespace
 
 void silu_elementwise(const void* arg_x, void* out_y, Dtype dtype_T, int64_t dim_R, int64_t dim_C, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_R == 0 || dim_C == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

@@ -17,10 +17,9 @@
 #include "swiglu_backward_elementwise.h"
 #include "rlk_math.h"
 #include "rlk_numerics.h"
+#include "rlk_parallel.h"
 #include <algorithm>
 #include <type_traits>
-
-#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -140,6 +139,7 @@ void run(const void* dy_ptr, const void* g_ptr, const void* u_ptr, void* dg_ptr,
 }  // namespace
 
 void swiglu_backward_elementwise(const void* arg_grad_y, const void* arg_g, const void* arg_u, void* out_dg, void* out_du, Dtype dtype_T, int64_t dim_R, int64_t dim_C, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_R == 0 || dim_C == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

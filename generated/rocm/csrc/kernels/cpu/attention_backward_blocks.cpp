@@ -21,7 +21,6 @@
 #include "rlk_math.h"
 #include "rlk_numerics.h"
 #include "rlk_parallel.h"
-
 #include <algorithm>
 #include <vector>
 
@@ -420,6 +419,7 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
 }  // namespace
 
 void attention_backward_blocks(const void* arg_grad_o, const void* arg_q, const void* arg_k, const void* arg_v, const void* arg_o, const void* arg_lse, const void* arg_cu_seqlens_q, const void* arg_cu_seqlens_k, void* out_grad_q, void* out_grad_k, void* out_grad_v, Dtype dtype_T, int64_t dim_TQ, int64_t dim_HQ, int64_t dim_D, int64_t dim_TK, int64_t dim_HK, int64_t dim_B1, float attr_scale, bool attr_causal, int64_t attr_window, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if ((dim_TQ == 0 || dim_HQ == 0 || dim_D == 0) && (dim_D == 0 || dim_TK == 0 || dim_HK == 0)) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

@@ -10,6 +10,7 @@
 
 #include "det_gemm_ktree_tree.h"
 #include "rlk_math.h"
+#include "rlk_parallel.h"
 
 namespace rlk {
 namespace cpu {
@@ -72,6 +73,7 @@ void run(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N)
 }  // namespace
 
 void det_gemm_ktree_tree(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, int64_t dim_M, int64_t dim_K, int64_t dim_N, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_M == 0 || dim_N == 0) return;  // every output is empty: nothing to write
   (void)num_threads;  // one thread: the kernel is the portable reference order, not the fast path
   switch (dtype_T) {

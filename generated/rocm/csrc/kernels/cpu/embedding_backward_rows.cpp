@@ -15,7 +15,6 @@
 #include "embedding_backward_rows.h"
 #include "rlk_numerics.h"
 #include "rlk_parallel.h"
-
 #include <cstring>
 #include <vector>
 
@@ -65,6 +64,7 @@ void run(const void* grad_y_ptr, const void* ids_ptr, void* grad_weight_ptr, int
 }  // namespace
 
 void embedding_backward_rows(const void* arg_grad_y, const void* arg_ids, const void* arg_weight, void* out_grad_weight, Dtype dtype_T, Dtype dtype_out_grad_weight, int64_t dim_N, int64_t dim_H, int64_t dim_V, bool attr_out_fp32, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_H == 0 || dim_V == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

@@ -69,6 +69,7 @@ void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_pt
 }  // namespace
 
 void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {

@@ -15,7 +15,6 @@
 #include "rlk_math.h"
 #include "rlk_numerics.h"
 #include "rlk_parallel.h"
-
 #include <vector>
 
 namespace rlk {
@@ -142,6 +141,7 @@ void run(const void* x_ptr, const void* position_ids_ptr, void* y_ptr, int64_t N
 }  // namespace
 
 void rope_rows(const void* arg_x, const void* arg_position_ids, void* out_y, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_D, float attr_theta, bool attr_interleaved, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0 || dim_H == 0 || dim_D == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
