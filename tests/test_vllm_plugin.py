@@ -5,11 +5,16 @@ rollout script is) on tiny Llama and Qwen2 models built from configs and saved t
 folder, in float32 and bfloat16, one engine per model and dtype reused across every case: greedy
 and seeded temperature sampling, each prompt alone and batched with different prompts, the prefix
 cache reset before a run (caching off) and hit (caching on), a prompt longer than the token budget
-of a step (chunked prefill).  Every sampled token's and every prompt token's log-prob that vLLM
-reports must equal ``rlkernels.transformers.token_logprobs`` of the patched transformers model over
-prompt + completion, bit for bit (integer views), computed on 1 and on 2 threads (the float32
-engines run on one thread, the bfloat16 ones on two).  The same comparison fails for stock vLLM
-(RLKERNELS_VLLM unset), which shows it can fail.
+of a step (chunked prefill), every case on one and on two threads.  Every sampled token's and
+every prompt token's log-prob that vLLM reports must equal ``rlkernels.transformers.token_logprobs``
+of the patched transformers model over prompt + completion, bit for bit (integer views), computed
+on 1 and on 2 threads.  The same comparison fails for stock vLLM (RLKERNELS_VLLM unset), which
+shows it can fail.
+
+The four engines start one after another in one worker process, each engine's core and worker in
+that process (vLLM's uni executor): vLLM is imported once and an engine starts in seconds.  The
+refusal test starts its engine as vLLM starts one for a user's script, core and worker in processes
+of their own, which the switch reaches through the environment.
 """
 
 from __future__ import annotations
@@ -44,8 +49,7 @@ LONG = len(PROMPT_LENGTHS) - 1
 MAX_TOKENS = 8
 BUDGET = 80  # max_num_batched_tokens: the 300-token prompt takes four steps
 BLOCK = 16  # KV cache block size: prompts above it fill blocks the prefix cache can reuse
-# The float32 engines run on one thread, the bfloat16 ones on two (vLLM binds its worker's OpenMP threads).
-THREADS = {"float32": "0", "bfloat16": "0-1"}
+ENGINE_THREADS = (1, 2)  # every engine runs every case on one thread, then on two
 
 
 def make_model(family: str, dtype: str, folder: Path) -> Path:
@@ -74,8 +78,12 @@ CASES = {
 }
 
 
-def runs() -> list[dict]:
-    """Every case, in the order one engine runs them."""
+def runs(threads: tuple[int, ...] = ENGINE_THREADS) -> list[dict]:
+    """Every case, in the order one engine runs them, named "<threads>t/<mode>/..."."""
+    return [{**run, "name": f"{n}t/{run['name']}", "threads": n} for n in threads for run in cases()]
+
+
+def cases() -> list[dict]:
     ps = prompts()
     out = []
     for mode, case in CASES.items():
@@ -90,32 +98,49 @@ def runs() -> list[dict]:
         order = case["order"]  # batched with the others, in another order
         for cache in ("nocache", "cache"):
             batch = [ps[i] for i in order]
-            out.append({"name": f"{mode}/batch/{cache}", "prompts": batch, "seeds": seeds(order), "reset_prefix_cache": cache == "nocache", **common})
+            out.append(
+                {"name": f"{mode}/batch/{cache}", "prompts": batch, "seeds": seeds(order), "reset_prefix_cache": cache == "nocache",
+                 "prompt_logprobs": cache == "nocache", **common}
+            )
         for i in case["cached"]:  # alone again: its prompt's blocks now come from the prefix cache
-            out.append({"name": f"{mode}/alone/{i}/cache", "prompts": [ps[i]], "seeds": seeds([i]), "reset_prefix_cache": False, **common})
+            out.append(
+                {"name": f"{mode}/alone/{i}/cache", "prompts": [ps[i]], "seeds": seeds([i]), "reset_prefix_cache": False,
+                 "prompt_logprobs": False, **common}
+            )
     return out
 
 
-def run_engine(model: Path, dtype: str, job_runs: list[dict], tmp: Path, plugin: bool, package: Path, fails: bool = False) -> dict:
-    """The results of one engine over ``job_runs``; with ``fails``, {"output": what it printed} of an
-    engine that must not start."""
-    job = {
-        "model": str(model), "dtype": dtype, "runs": job_runs,
+def engine_spec(model: Path, dtype: str, job_runs: list[dict], plugin: bool) -> dict:
+    return {
+        "model": str(model), "dtype": dtype, "threads": ENGINE_THREADS[0], "runs": job_runs,
         # Stock vLLM's CPU attention takes blocks of a multiple of 32 tokens; the plugin's takes any.
-        "engine": {"enforce_eager": True, "max_model_len": 512, "max_num_batched_tokens": BUDGET, "block_size": BLOCK if plugin else 32, "enable_prefix_caching": True},
+        # A 64 MiB KV cache (1,000 blocks of 16 tokens here) is allocated in a blink; vLLM's default is GiBs.
+        "engine": {
+            "enforce_eager": True, "max_model_len": 512, "max_num_batched_tokens": BUDGET, "block_size": BLOCK if plugin else 32,
+            "enable_prefix_caching": True, "kv_cache_memory_bytes": 64 << 20,
+        },
     }
+
+
+def run_worker(engines: list[dict], tmp: Path, plugin: bool, package: Path, in_process: bool = True) -> dict:
+    """The results of the worker process that starts ``engines`` one after another (in its own
+    process, with vLLM's uni executor, unless ``in_process`` is false: then vLLM starts its engine
+    core and worker processes as it does for a user's script)."""
     job_path, result_path = tmp / "job.json", tmp / "result.json"
-    job_path.write_text(json.dumps(job))
-    env = {k: v for k, v in os.environ.items() if k != "RLKERNELS_VLLM"}
-    env.update(PYTHONPATH=os.pathsep.join([str(package), env.get("PYTHONPATH", "")]), VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND=THREADS[dtype])
+    job_path.write_text(json.dumps({"engines": engines}))
+    env = {k: v for k, v in os.environ.items() if k not in ("RLKERNELS_VLLM", "VLLM_ENABLE_V1_MULTIPROCESSING")}
+    env.update(PYTHONPATH=os.pathsep.join([str(package), env.get("PYTHONPATH", "")]), VLLM_CPU_OMP_THREADS_BIND="0")
+    if in_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if plugin:
         env["RLKERNELS_VLLM"] = "1"
     done = subprocess.run([sys.executable, str(WORKER), str(job_path), str(result_path)], env=env, capture_output=True, text=True, timeout=900)
-    if fails:
-        assert done.returncode != 0, "the engine started"
-        return {"output": done.stdout + done.stderr}
-    assert done.returncode == 0, f"the engine failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    return json.loads(result_path.read_text())
+    assert done.returncode == 0, f"the worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    result = json.loads(result_path.read_text())
+    result["output"] = done.stdout + done.stderr  # where a worker process vLLM started wrote its errors
+    print(f"vLLM worker: import {result['import_seconds']:.1f} s, engines started in "
+          + ", ".join(f"{e.get('startup_seconds', 0):.1f} s" for e in result["engines"]))
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -131,23 +156,26 @@ def package(request) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engines(package, tmp_path_factory) -> dict:
-    """(family, dtype) -> (model folder, the engine's results), one engine each, plus the stock engine's."""
+def models(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("vllm-models")
-    results = {}
-    for family in FAMILIES:
-        for dtype in DTYPES:
-            model = make_model(family, dtype, folder)
-            results[(family, dtype)] = (model, run_engine(model, dtype, runs(), tmp_path_factory.mktemp("job"), True, package))
-    return results
+    return {(family, dtype): make_model(family, dtype, folder) for family in FAMILIES for dtype in DTYPES}
 
 
 @pytest.fixture(scope="module")
-def stock(engines, package, tmp_path_factory) -> tuple:
+def engines(package, models, tmp_path_factory) -> dict:
+    """(family, dtype) -> (model folder, the engine's results): one engine each, all in one worker
+    process, one after another, with the plugin on."""
+    keys = list(models)
+    result = run_worker([engine_spec(models[k], k[1], runs(), True) for k in keys], tmp_path_factory.mktemp("job"), True, package)
+    return {k: (models[k], engine) for k, engine in zip(keys, result["engines"])}
+
+
+@pytest.fixture(scope="module")
+def stock(package, models, tmp_path_factory) -> tuple:
     """The qwen2 bfloat16 model's (folder, results) in stock vLLM: RLKERNELS_VLLM unset."""
-    model = engines[("qwen2", "bfloat16")][0]
-    stock_runs = [r for r in runs() if r["name"] in ("greedy/batch/nocache", "greedy/alone/3/nocache")]
-    return model, run_engine(model, "bfloat16", stock_runs, tmp_path_factory.mktemp("job"), False, package)
+    model = models[("qwen2", "bfloat16")]
+    stock_runs = [r for r in runs((2,)) if r["name"] in ("2t/greedy/batch/nocache", "2t/greedy/alone/3/nocache")]
+    return model, run_worker([engine_spec(model, "bfloat16", stock_runs, False)], tmp_path_factory.mktemp("job"), False, package)["engines"][0]
 
 
 def bits_f32(values: list[int]) -> list[float]:
@@ -181,8 +209,11 @@ def compare(model_dir: Path, dtype: str, result: dict, threads: int) -> tuple[in
     want = trainer_bits(model_dir, dtype, [o for _, o in outputs], threads)
     equal, failures = 0, []
     for (name, out), (prompt_bits, sampled_bits) in zip(outputs, want):
-        assert len(out["sampled_logprobs"]) == MAX_TOKENS and len(out["prompt_logprobs"]) == len(out["prompt"]) - 1, name
-        if out["prompt_logprobs"] == prompt_bits and out["sampled_logprobs"] == sampled_bits:
+        # A run on the prefix cache asks for the sampled tokens' log-probs only: vLLM reads no
+        # prefix cache for a request that asks for its prompt's (it computes them all).
+        asked_prompt = not name.endswith("/cache")
+        assert len(out["sampled_logprobs"]) == MAX_TOKENS and len(out["prompt_logprobs"]) == (len(out["prompt"]) - 1 if asked_prompt else 0), name
+        if out["prompt_logprobs"] == (prompt_bits if asked_prompt else []) and out["sampled_logprobs"] == sampled_bits:
             equal += 1
         else:
             failures.append(f"{name} ({len(out['prompt'])} prompt tokens): vLLM {bits_f32(out['sampled_logprobs'][:3])}, trainer {bits_f32(sampled_bits[:3])}")
@@ -197,15 +228,17 @@ def test_vllm_reports_the_trainers_log_probs_bit_for_bit(engines, family, dtype)
     for threads in (1, 2):
         equal, total, failures = compare(model, dtype, result, threads)
         assert not failures, f"{family} {dtype}, trainer on {threads} thread(s): {total - equal} of {total} differ:\n" + "\n".join(failures)
+    assert sorted({run["threads"] for run in result["runs"]}) == list(ENGINE_THREADS)
     by_name = {run["name"]: run["outputs"] for run in result["runs"]}
-    for mode in ("greedy", "seeded"):
+    for mode in (f"{n}t/{m}" for n in ENGINE_THREADS for m in CASES):
         # The cases the comparison covers did happen: the prefix cache was hit, the long prompt was
         # prefilled in chunks, and a request's completion did not depend on the rest of the batch.
         assert by_name[f"{mode}/batch/nocache"][0]["cached_tokens"] == 0
         assert all(out["cached_tokens"] >= BLOCK for out in by_name[f"{mode}/batch/cache"] if len(out["prompt"]) > BLOCK)
-        for i in CASES[mode]["cached"]:
+        case = CASES[mode.split("/")[1]]
+        for i in case["cached"]:
             assert by_name[f"{mode}/alone/{i}/cache"][0]["cached_tokens"] >= BLOCK
-        for place, i in enumerate(CASES[mode]["order"]):
+        for place, i in enumerate(case["order"]):
             alone = by_name[f"{mode}/alone/{i}/nocache"][0]["completion"]
             for cache in ("nocache", "cache"):
                 assert by_name[f"{mode}/batch/{cache}"][place]["completion"] == alone, (mode, cache, i)
@@ -220,14 +253,19 @@ def test_stock_vllm_fails_the_same_comparison(stock):
 
 def test_unsupported_model_is_refused_naming_the_module(package, tmp_path):
     """A Llama with Llama 3 RoPE scaling: vLLM builds Llama3RotaryEmbedding, which the plugin does not
-    route; the engine does not start, and the error names the module (vLLM's kernels never run it)."""
+    route; the engine does not start, and the error names the module (vLLM's kernels never run it).
+    The engine runs as vLLM starts it for a user's script, its core and worker in processes of their
+    own: the switch reaches them through the environment, and the worker that builds the model refuses."""
     config = transformers.LlamaConfig(
         **SIZES, rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
     )
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).eval().save_pretrained(tmp_path / "llama3")
-    output = run_engine(tmp_path / "llama3", "float32", [], tmp_path, True, package, fails=True)["output"]
+    spec = {**engine_spec(tmp_path / "llama3", "float32", [], True), "fails": True}
+    result = run_worker([spec], tmp_path, True, package, in_process=False)
+    assert result["engines"][0]["failed"], "the engine started"
+    output = result["output"]
     assert "RefusedError: RLKERNELS_VLLM=1: rlkernels.vllm cannot route every module of this LlamaForCausalLM" in output, output[-4000:]
     assert "rotary_emb (Llama3RotaryEmbedding): no kernel of the package runs it" in output, output[-4000:]
 
