@@ -12,7 +12,7 @@ from typing import Literal
 from .model import FLOAT32_MAX
 from .signature import Signature
 
-CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "count_nonzero", "contiguous", "finite", "bound"]
+CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "equals_dim", "count_nonzero", "contiguous", "finite", "bound"]
 Relation = Literal[">", ">=", "<", "<="]
 
 ATTRIBUTE_KINDS: frozenset[CheckKind] = frozenset({"finite", "bound"})
@@ -38,6 +38,8 @@ class Check:
     relation: Relation = ">="
     bound: int | float = 0
     """``bound`` checks: the value must be ``<relation> <bound>``."""
+    plus: int = 0
+    """equals_dim: what is added to the other dimension's size."""
 
 
 def _words(items: tuple[str, ...]) -> str:
@@ -96,6 +98,11 @@ def input_checks(sig: Signature) -> tuple[Check, ...]:
         if constraint.count_nonzero_of is not None:
             message = f"{op}: {where} must equal the number of nonzero entries of argument '{constraint.count_nonzero_of}'"
             out.append(Check("count_nonzero", b.arg, message, axis=b.axis, other=constraint.count_nonzero_of, dim=constraint.dim))
+        elif constraint.equals_dim is not None:
+            d = bound[constraint.equals_dim]
+            plus = f" {'plus' if constraint.plus >= 0 else 'minus'} {abs(constraint.plus)}" if constraint.plus else ""
+            message = f"{op}: {where} must equal dimension {d.dim} (axis {d.axis} of argument '{d.arg}'){plus}"
+            out.append(Check("equals_dim", b.arg, message, axis=b.axis, other=d.arg, other_axis=d.axis, dim=constraint.dim, plus=constraint.plus))
         elif constraint.multiple_of_dim is not None:
             d = bound[constraint.multiple_of_dim]
             message = f"{op}: {where} must be a multiple of dimension {d.dim} (axis {d.axis} of argument '{d.arg}')"

@@ -1,4 +1,8 @@
-"""``python -m generator generate | check | diff | explain | schema | evidence``."""
+"""``python -m generator generate | check | diff | explain | schema | evidence``.
+
+A ``generate`` that changes nothing is answered from digests (``noop``) before the models, the
+loader or the renderer are imported, so this module imports them only where a command needs them.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +16,17 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from . import evidence, noop, readme, record, semantic_diff
+from . import noop
 from .errors import ContractError, GeneratorError, SpecError, one_line
-from .explain import explain
 from .files import MAX_JSON_BYTES, FileProblem, read_json, read_regular
-from .load import PARALLEL_MIN_OPS, load_catalog
-from .pipeline import Layout, Output, load_checked, produce_all
-from .render import PARALLEL_MIN_JOBS
-from .schema import schema_files
-from .source_hash import package_files
-from .write import MANIFEST, Changes, compute_changes, exclusive, manifest_bytes, recover, write_files, write_tree
+from .paths import EVIDENCE_DIR, MANIFEST, README, Layout
+from .write import Changes, compute_changes, exclusive, manifest_bytes, recover, write_files, write_tree
+
+if TYPE_CHECKING:
+    from .evidence import Evidence
+    from .pipeline import Output
 
 EXIT_OK, EXIT_DIFFERS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
@@ -33,12 +37,16 @@ MAX_SHOWN_BYTES = 16 * 1024 * 1024
 
 
 def _expected(layout: Layout, workers: int | None = None) -> Output:
+    from .pipeline import Output, produce_all
+
     output = produce_all(layout, workers)
     return Output({**output.files, MANIFEST: manifest_bytes(output.files)}, output.extras, output.evidence)
 
 
 def _report_evidence(output: Output, command: str) -> None:
     """Stale and orphaned evidence records: shown, never a failure (CI has no GPU to refresh device records)."""
+    from . import evidence
+
     if output.evidence is None:
         return
     out, err = evidence.report_lines(output.evidence, command)
@@ -75,6 +83,9 @@ def cmd_generate(layout: Layout, args: argparse.Namespace) -> int:
             for line in state.report_err:
                 print(line, file=sys.stderr)
             return EXIT_OK
+    from . import evidence
+    from .pipeline import produce_all
+
     output = produce_all(layout, args.jobs)
     changes = write_tree(layout.generated, output.files, output.extras)
     elapsed = time.perf_counter() - start
@@ -116,7 +127,7 @@ def cmd_check(layout: Layout, args: argparse.Namespace) -> int:
         print(f"stale: generated/{rel} is no longer produced and should be removed", file=sys.stderr)
     for rel in changes.extra:
         state = "is missing" if not (layout.root / rel).exists() else "differs from what the specs produce"
-        if rel == readme.README:
+        if rel == README:
             state = "has an operator table or a verification table (between GENERATED markers) that differs from what the specs and evidence/ produce"
         print(f"stale: {rel} {state}", file=sys.stderr)
     print("check: generated files are stale; run `make generate` and commit the result", file=sys.stderr)
@@ -152,6 +163,8 @@ def _base_registry(layout: Layout, rev: str) -> bytes:
 
 
 def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> list[str]:
+    from . import semantic_diff
+
     if args.base is not None:
         source, old_bytes = f"{_shown_value(args.base)}:generated/{REGISTRY}", _base_registry(layout, args.base)
     else:
@@ -194,9 +207,11 @@ def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
     return EXIT_DIFFERS if not changes.empty or semantic_changed else EXIT_OK
 
 
-def _evidence_for_explain(layout: Layout) -> evidence.Evidence | str:
+def _evidence_for_explain(layout: Layout) -> Evidence | str:
     """The ledger judged against the sources as rendered now, or why that cannot be had (explain also
     serves specs that ``generate`` refuses)."""
+    from .pipeline import produce_all
+
     try:
         judged = produce_all(layout).evidence
     except GeneratorError as exc:
@@ -206,6 +221,9 @@ def _evidence_for_explain(layout: Layout) -> evidence.Evidence | str:
 
 
 def cmd_explain(layout: Layout, args: argparse.Namespace) -> int:
+    from .explain import explain
+    from .load import load_catalog
+
     catalog = load_catalog(layout.specs, layout.root)
     lines = explain(catalog, args.op, args.platform)
     print("\n".join(lines))
@@ -214,7 +232,7 @@ def cmd_explain(layout: Layout, args: argparse.Namespace) -> int:
     if isinstance(judged, str):
         print(f"evidence: {judged}")
         return EXIT_OK
-    print(f"evidence for {args.op} (from {evidence.DIR}/, judged against the sources as rendered now):")
+    print(f"evidence for {args.op} (from {EVIDENCE_DIR}/, judged against the sources as rendered now):")
     for platform in catalog.platforms:
         if args.platform in (None, platform.name):
             found = judged.explain_lines(args.op, platform.name)
@@ -226,6 +244,10 @@ def cmd_explain(layout: Layout, args: argparse.Namespace) -> int:
 
 def cmd_evidence(layout: Layout, args: argparse.Namespace) -> int:
     """``evidence record-executed RESULTS``: the generated tests' results (``$RLK_EVIDENCE_OUT``) into executed records."""
+    from . import evidence, record
+    from .pipeline import load_checked
+    from .source_hash import package_files
+
     shown = str(args.results)
     try:
         results = read_json(args.results)
@@ -249,6 +271,8 @@ def cmd_evidence(layout: Layout, args: argparse.Namespace) -> int:
 
 def cmd_schema(layout: Layout, args: argparse.Namespace) -> int:
     """Only the schemas: works while the specs themselves are broken, which is when an editor needs them."""
+    from .schema import schema_files
+
     files = schema_files()
     written = write_files(layout.root, files)
     for rel in written:
@@ -289,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         type=_jobs,
         metavar="N",
         help=(
-            f"render in N processes, 1 to {MAX_JOBS} (default: one per CPU for {PARALLEL_MIN_JOBS:,} files to render or more, else 1), "
-            f"and read the op specs in at most N (one per CPU for {PARALLEL_MIN_OPS} specs or more); the output is the same"
+            f"render in N processes, 1 to {MAX_JOBS}, and read the op specs in at most N (default: one per CPU for a catalog "
+            "large enough to gain from it, else 1); the output is the same"
         ),
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -105,6 +105,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
             if attr not in {a.name for a in op.attrs} or attr not in {a.name for a in target.attrs}:
                 problems.append(src.problem(("backward", index, "attrs", attr_index), f"attribute {attr} is not shared by {op.name} and {step.op}"))
     problems += _backward_problems(catalog, src, op)
+    problems += _packed_equivalent_problems(catalog, src, op)
     problems += _autocast_problems(src, op)
     problems += _layout_problems(src, op)
     # Batch invariance is defined on the outputs that carry the batch dimension; without one
@@ -113,12 +114,14 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
     batch_dim = op.tests.batch_dim
     row_batched = batch_dim is not None and any(batch_dim in out.shape for out in op.outputs)
     packed = op.tests.sequences is not None and any(out.shape[:1] and out.shape[0] in op.tests.sequences.offsets for out in op.outputs)
-    batched = row_batched or packed
+    # A paged op's model holds an output led by its queries' dimension.
+    paged = op.tests.paged is not None
+    batched = row_batched or packed or paged
     if not batched:
         if batch_dim is not None:
             why = f"no output has the batch dimension {batch_dim}"
         elif op.tests.sequences is None:
-            why = "the op names no batch dimension (tests.batch_dim) or packed sequences (tests.sequences)"
+            why = "the op names no batch dimension (tests.batch_dim), packed sequences (tests.sequences) or paged ones (tests.paged)"
         else:
             why = f"no output's first dimension is one of the packed dimensions {', '.join(op.tests.sequences.offsets)}"
         problems += _undefined_claims(src, op, Guarantee.batch_invariant, f"{why}, so nothing defines or tests it")
@@ -198,6 +201,59 @@ def _backward_problems(catalog: Catalog, src: SourceMap, op: OpSpec) -> list[Spe
                 problems.append(
                     src.problem(("backward", index, "gives", position), f"{described} has shape [{', '.join(mapped)}], not {name}'s [{', '.join(expected)}]")
                 )
+    return problems
+
+
+def _packed_equivalent_problems(catalog: Catalog, src: SourceMap, op: OpSpec) -> list[SpecProblem]:
+    """A paged op's ``tests.paged.packed``: an op of packed sequences (a queries' and a keys'
+    dimension), called with the paged op's arguments in its own order, each of the role its place
+    there asks for -- a cache where the packed keys' rows go (the same row shape), the lengths
+    where the keys' offsets go, the queries' offsets where its queries' offsets go, any other
+    argument where an argument of the same shape goes -- and giving outputs of the same shapes."""
+    paged = op.tests.paged
+    if paged is None or paged.packed is None:
+        return []
+    where = ("tests", "paged", "packed")
+    target = next((o for o in catalog.ops if o.name == paged.packed.op), None)
+    if target is None:
+        return [src.problem((*where, "op"), _one_of("op", paged.packed.op, [o.name for o in catalog.ops]))]
+    sequences = target.tests.sequences
+    if target.name == op.name or sequences is None or len(sequences.offsets) != 2:
+        return [src.problem((*where, "op"), f"{target.name} is not an op of packed sequences with a queries' and a keys' dimension (tests.sequences.offsets)")]
+    (queries, query_offsets), (keys, key_offsets) = sequences.offsets.items()
+    required = sum(1 for a in target.args if not a.optional)
+    if not required <= len(paged.packed.args) <= len(target.args):
+        takes = f"{len(target.args)}" if required == len(target.args) else f"{required} to {len(target.args)}"
+        return [src.problem((*where, "args"), f"{target.name} takes {takes} tensor arguments, got {len(paged.packed.args)}")]
+    ours = {a.name: a for a in op.args}
+    binding: dict[str, str] = {queries: paged.queries, keys: keys}  # the packed keys have no dimension of ours
+    problems: list[SpecProblem] = []
+    for index, name in enumerate(paged.packed.args):
+        arg, param = ours.get(name), target.args[index]
+        if arg is None:
+            continue  # the model reported it
+        described = f"argument {index} of {target.name}, its {param.name}, given {name},"
+        if name in paged.caches:
+            mismatch = None if param.shape[:1] == (keys,) else f"is not one of its keys' rows [{keys}, ...]"
+            mismatch = mismatch or _bind_dims(binding, arg.shape[2:], param.shape[1:], target.name)
+        elif name == paged.lengths:
+            mismatch = None if param.name == key_offsets else f"is the lengths of the keys, which go where its keys' offsets ({key_offsets}) go"
+        elif name == paged.query_offsets:
+            mismatch = None if param.name == query_offsets else f"is the queries' offsets, which go where its queries' offsets ({query_offsets}) go"
+        else:
+            mismatch = _bind_dims(binding, arg.shape, param.shape, target.name)
+            if mismatch is None and _is_integer(arg.dtype) != _is_integer(param.dtype):
+                mismatch = f"takes {'an integer' if _is_integer(param.dtype) else 'a floating'} tensor, and {name} is not one"
+        if mismatch:
+            problems.append(src.problem((*where, "args", index), f"{described} {mismatch}"))
+    if problems:
+        return problems
+    if len(target.outputs) != len(op.outputs):
+        return [src.problem(where, f"{target.name} returns {len(target.outputs)} outputs, {op.name} {len(op.outputs)}")]
+    for mine, theirs in zip(op.outputs, target.outputs, strict=True):
+        mapped = tuple(binding.get(d, "?") for d in theirs.shape)
+        if mapped != mine.shape:
+            problems.append(src.problem(where, f"{target.name}'s output {theirs.name} has shape [{', '.join(mapped)}], {op.name}'s {mine.name} [{', '.join(mine.shape)}]"))
     return problems
 
 

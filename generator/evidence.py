@@ -37,10 +37,11 @@ from .errors import GeneratorError, one_line, unprintable
 from .files import MAX_JSON_BYTES, MAX_JSON_DEPTH, FileProblem, json_depth, read_regular
 from .load import Catalog
 from .model import NativeKernel
+from .paths import EVIDENCE_DIR
 from .source_hash import Memo, source_sha256
 from .views import OpView
 
-DIR = "evidence"
+DIR = EVIDENCE_DIR
 Level = Literal["executed", "emulated", "compiled"]
 LEVELS: tuple[Level, ...] = ("executed", "emulated", "compiled")
 """Strongest first."""

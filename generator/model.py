@@ -572,8 +572,9 @@ class Output(StrictModel):
 
 
 class DimConstraint(StrictModel):
-    """A rule on one dimension: a divisor, or equality with the number of true/nonzero
-    entries of an argument (checked on the data, so it waits for the device)."""
+    """A rule on one dimension: a divisor, equality with another dimension plus a number, or
+    equality with the number of true/nonzero entries of an argument (checked on the data, so it
+    waits for the device)."""
 
     dim: DimName
     multiple_of: StrictInt | None = Field(default=None, ge=2, le=1 << 20)
@@ -581,11 +582,17 @@ class DimConstraint(StrictModel):
     multiple_of_dim: DimName | None = None
     """Another dimension (query heads a multiple of key/value heads); a size 0 divides only 0."""
     count_nonzero_of: Identifier | None = None
+    equals_dim: DimName | None = None
+    """Another dimension this one equals, plus ``plus`` (offsets of B sequences: B1 = B + 1)."""
+    plus: StrictInt = Field(default=0, ge=-64, le=64)
+    """Added to ``equals_dim``'s size; only with ``equals_dim``."""
 
     @model_validator(mode="after")
     def _one_rule(self) -> DimConstraint:
-        if sum(rule is not None for rule in (self.multiple_of, self.multiple_of_dim, self.count_nonzero_of)) != 1:
-            raise ValueError("give exactly one of multiple_of, multiple_of_dim and count_nonzero_of")
+        if sum(rule is not None for rule in (self.multiple_of, self.multiple_of_dim, self.count_nonzero_of, self.equals_dim)) != 1:
+            raise ValueError("give exactly one of multiple_of, multiple_of_dim, count_nonzero_of and equals_dim")
+        if self.plus != 0 and self.equals_dim is None:
+            raise ValueError("plus is added to equals_dim's size: give it only with equals_dim")
         return self
 
 
@@ -775,6 +782,44 @@ class Sequences(StrictModel):
     """A bool attribute under which alone ``prefix`` holds (attention's ``causal``)."""
 
 
+class PackedEquivalent(StrictModel):
+    """The op of packed sequences (``tests.sequences`` with a queries' and a keys' dimension) whose
+    bits a paged op gives on the same keys: ``args`` are the paged op's arguments, in the order
+    of the packed op's.  A cache becomes the packed keys' rows (each sequence's keys in order,
+    the sequences back to back), the lengths become the keys' offsets, and every other argument
+    (the queries, their offsets) is passed as it is; attributes go by name."""
+
+    op: Identifier
+    args: tuple[Identifier, ...] = Field(min_length=1, max_length=16)
+
+
+class Paged(StrictModel):
+    """Sequences whose keys lie in a paged cache (vLLM's layout): key j of sequence b is row
+    j % BS of block block_table[b, j / BS] of each cache [NB, BS, ...], and its queries are
+    packed rows of ``queries``, aligned to the end of its ``lengths[b]`` keys.
+
+    The generated tests hold a sequence's rows, bit for bit, to the same whatever the placement
+    of its blocks (shuffled, other sequences' blocks and unused ones among them), the block size
+    (on either side of the kernel's reduction block), and the other sequences of the step; with
+    ``prefix`` (under ``prefix_if``), its queries in one pass, in chunks against their prefix and
+    one at a time (decode) give the same bits; with ``packed``, they are the packed op's bits."""
+
+    queries: DimName
+    """The packed queries' dimension: the first of the outputs whose rows the sequences own."""
+    query_offsets: Identifier
+    """The argument of shape [sequences + 1] holding the queries' offsets (query_start_loc)."""
+    lengths: Identifier
+    """The argument of shape [sequences] holding each sequence's number of keys (seq_lens)."""
+    block_table: Identifier
+    """The argument of shape [sequences, blocks per sequence] holding each key block's cache block."""
+    caches: tuple[Identifier, ...] = Field(min_length=1, max_length=4)
+    """The arguments of shape [cache blocks, block size, ...] holding the keys' rows."""
+    prefix: StrictBool = True
+    prefix_if: Identifier | None = None
+    """A bool attribute under which alone ``prefix`` holds (attention's ``causal``)."""
+    packed: PackedEquivalent | None = None
+
+
 class TestPlan(StrictModel):
     """Shapes the generated contract tests use, scaled to run on a CPU in seconds."""
 
@@ -784,6 +829,7 @@ class TestPlan(StrictModel):
     """The dimension whose size must not change any row's bits; null when the op has none.
     The batch sizes, chunk and pad splits come from each kernel's ``tiles``."""
     sequences: Sequences | None = None
+    paged: Paged | None = None
     variants: tuple[dict[Identifier, StrictBool | StrictInt | FiniteFloat], ...] = Field(default=(), max_length=4)
     """Attribute settings the contract tests also run under (e.g. a sliding window)."""
 
@@ -1013,6 +1059,8 @@ class OpSpec(StrictModel):
                 raise ValueError(f"constraint on {c.dim}: multiple_of_dim {c.multiple_of_dim} is not another dimension of a required argument")
             if c.count_nonzero_of is not None and c.count_nonzero_of not in {a.name for a in self.args if not a.optional}:
                 raise ValueError(f"constraint on {c.dim}: {c.count_nonzero_of} is not a required argument")
+            if c.equals_dim is not None and (c.equals_dim not in bound or c.equals_dim == c.dim):
+                raise ValueError(f"constraint on {c.dim}: equals_dim {c.equals_dim} is not another dimension of a required argument")
         reduction = self.reduction
         while reduction is not None:
             if reduction.dim not in bound:
@@ -1038,6 +1086,8 @@ class OpSpec(StrictModel):
             condition = self.tests.sequences.prefix_if
             if condition is not None and (not self.tests.sequences.prefix or condition not in {a.name for a in self.attrs if a.type == "bool"}):
                 raise ValueError(f"tests.sequences.prefix_if: {condition} is not a bool attribute, or prefix is not set")
+        if self.tests.paged is not None:
+            self._check_paged(bound)
         attrs_by_name = {a.name: a for a in self.attrs}
         for index, variant in enumerate(self.tests.variants):
             for name, value in variant.items():
@@ -1050,12 +1100,69 @@ class OpSpec(StrictModel):
                     raise ValueError(f"tests.variants[{index}]: {name} = {value!r} does not fit int64, which the kernels receive")
                 if attr.type == "float" and abs(value) > FLOAT32_MAX:
                     raise ValueError(f"tests.variants[{index}]: {name} = {value!r} overflows float32, which the kernels receive")
-        for shape in self.tests.shapes:
+        for index, shape in enumerate(self.tests.shapes):
             if set(shape) != bound:
                 raise ValueError(f"tests.shapes entries must give exactly the dimensions {', '.join(sorted(bound))}")
+            for c in self.constraints:
+                if c.equals_dim is not None and shape[c.dim] != shape[c.equals_dim] + c.plus:
+                    raise ValueError(
+                        f"tests.shapes[{index}]: {c.dim} = {shape[c.dim]}, but the constraint says {c.dim} = {c.equals_dim} {'+' if c.plus >= 0 else '-'} "
+                        f"{abs(c.plus)} = {shape[c.equals_dim] + c.plus}"
+                    )
         small = sorted(d for d, size in self.tests.shapes[0].items() if size < 2)
         if small:
             # The bad-input tests start from the first shape: a size-1 dimension cannot be made
             # non-contiguous, and shrinking it leaves nothing.
             raise ValueError(f"tests.shapes: the first shape must have every dimension at least 2 (it builds the bad-input cases); {', '.join(small)} is 1")
         return self
+
+    def _check_paged(self, bound: set[str]) -> None:
+        """tests.paged names arguments of the roles it gives them, of the shapes those roles have."""
+        paged = self.tests.paged
+        assert paged is not None
+        if self.tests.batch_dim is not None or self.tests.sequences is not None:
+            raise ValueError("tests: give paged, or batch_dim or sequences, not several (a paged op's rows belong to its sequences)")
+        args = {a.name: a for a in self.args if not a.optional}
+
+        def arg(role: str, name: str, rank: int | None, integer: bool) -> TensorArg:
+            found = args.get(name)
+            if found is None:
+                raise ValueError(f"tests.paged.{role}: {name} is not a required argument")
+            if rank is not None and len(found.shape) != rank:
+                raise ValueError(f"tests.paged.{role}: {name} must be {rank}-D, it has shape [{', '.join(found.shape)}]")
+            if integer != (found.dtype in ("int32", "int64")):
+                raise ValueError(f"tests.paged.{role}: {name} must be {'an int32 or int64' if integer else 'a floating'} tensor")
+            return found
+
+        if paged.queries not in bound:
+            raise ValueError(f"tests.paged.queries: {paged.queries} is not a dimension of a required argument")
+        offsets = arg("query_offsets", paged.query_offsets, 1, True)
+        lengths = arg("lengths", paged.lengths, 1, True)
+        table = arg("block_table", paged.block_table, 2, True)
+        if table.shape[0] != lengths.shape[0]:
+            raise ValueError(f"tests.paged.block_table: {table.name}'s first dimension must be {lengths.name}'s, the sequences ({lengths.shape[0]})")
+        follows = [c for c in self.constraints if c.dim == offsets.shape[0] and c.equals_dim == lengths.shape[0] and c.plus == 1]
+        if not follows:
+            raise ValueError(
+                f"tests.paged.query_offsets: {offsets.name} holds one offset more than there are sequences: constrain it "
+                f"({{dim: {offsets.shape[0]}, equals_dim: {lengths.shape[0]}, plus: 1}})"
+            )
+        caches = [arg("caches", name, None, False) for name in paged.caches]
+        for cache in caches:
+            if len(cache.shape) < 2 or cache.shape[:2] != caches[0].shape[:2]:
+                raise ValueError(f"tests.paged.caches: {cache.name} must have the blocks and the block size as its first two dimensions, as {caches[0].name}")
+        if len(set(paged.caches)) != len(paged.caches):
+            raise ValueError("tests.paged.caches: a cache is named twice")
+        roles = [paged.query_offsets, paged.lengths, paged.block_table, *paged.caches]
+        if len(set(roles)) != len(roles):
+            raise ValueError("tests.paged: one argument is given two roles")
+        if not any(out.shape[:1] == (paged.queries,) for out in self.outputs):
+            raise ValueError(f"tests.paged.queries: no output has {paged.queries} as its first dimension")
+        if paged.prefix_if is not None and (not paged.prefix or paged.prefix_if not in {a.name for a in self.attrs if a.type == "bool"}):
+            raise ValueError(f"tests.paged.prefix_if: {paged.prefix_if} is not a bool attribute, or prefix is not set")
+        if paged.packed is not None:
+            for index, name in enumerate(paged.packed.args):
+                if name not in args:
+                    raise ValueError(f"tests.paged.packed.args[{index}]: {name} is not a required argument")
+                if name == paged.block_table:
+                    raise ValueError(f"tests.paged.packed.args[{index}]: the block table has no place among packed sequences' arguments")

@@ -42,18 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import evidence, readme
-from .runtime_tree import RUNTIME_DIR
-from .schema import MODELS, schema_path
-from .spec_doc import SPEC_DOC
-from .write import JOURNAL, NEW_SUFFIX
+from .paths import BUILD_DIR, EVIDENCE_DIR, GENERATED_DIR, JOURNAL, NEW_SUFFIX, RUNTIME_DIR, SPECS_DIR, TEMPLATES_DIR, extra_paths
 
-STATE_DIR = ".build"
+STATE_DIR = BUILD_DIR
 STATE = f"{STATE_DIR}/generate-state.json"
-FORMAT = 1
+FORMAT = 2
 MAX_STATE_BYTES = 4 * 1024 * 1024
 MAX_FILE_BYTES = 16 * 1024 * 1024
-INPUT_DIRS = ("specs", "templates", evidence.DIR)
+INPUT_DIRS = (SPECS_DIR, TEMPLATES_DIR, EVIDENCE_DIR)
 PACKAGE_DIR = Path(__file__).resolve().parent
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -159,23 +155,53 @@ def _tree(
 
 
 # The distributions whose code renders or validates (pyproject.toml pins the first three).
-DISTRIBUTIONS = ("Jinja2", "pydantic", "PyYAML", "MarkupSafe", "pydantic_core")
+DISTRIBUTIONS = ("jinja2", "pydantic", "pyyaml", "markupsafe", "pydantic_core")
+
+
+def _installed_versions() -> dict[str, str]:
+    """Distribution (normalised name) → version, from the ``<name>-<version>.dist-info`` folders
+    on sys.path (the wheel format's naming), the first found winning as it does for imports.
+    importlib.metadata would parse every METADATA file with the email package: a third of a
+    no-op generate's time, for five version strings."""
+    found: dict[str, str] = {}
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                dist, _, version = name.removesuffix(".dist-info").partition("-")
+                found.setdefault(dist.lower().replace("-", "_").replace(".", "_"), version)
+    return found
+
+
+def _has_libyaml() -> bool:
+    """Whether PyYAML's C extension is installed (the loader reads with CSafeLoader when it
+    imports), found without importing PyYAML."""
+    import importlib.machinery
+    import importlib.util
+
+    spec = importlib.util.find_spec("yaml")
+    folders = (spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        if any(name.startswith("_yaml.") and name.endswith(suffix) for name in names for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=1)
 def _versions() -> bytes:
     """What besides the sources decides the rendered bytes: the interpreter and the libraries
     (installed versions, as a different version may render or validate differently)."""
-    from importlib import metadata
-
-    from .load import _HAVE_LIBYAML
-
-    parts = {"format": str(FORMAT), "python": sys.version, "implementation": sys.implementation.name, "libyaml": str(_HAVE_LIBYAML)}
+    parts = {"format": str(FORMAT), "python": sys.version, "implementation": sys.implementation.name, "libyaml": str(_has_libyaml())}
+    installed = _installed_versions()
     for name in DISTRIBUTIONS:
-        try:
-            parts[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            parts[name] = "not installed"
+        parts[name] = installed.get(name, "not installed")
     return json.dumps(parts, sort_keys=True).encode()
 
 
@@ -195,16 +221,11 @@ def inputs_digest(root: Path, generator_dir: Path | None = None) -> str | None:
     return digest.hexdigest()
 
 
-def extra_paths() -> tuple[str, ...]:
-    """The files outside generated/ that a ``generate`` writes, by name only (no schema is computed)."""
-    return (readme.README, *(schema_path(kind) for kind in MODELS), SPEC_DOC)
-
-
 def _outputs(root: Path, files: dict[str, bytes] | None = None, rendered: Mapping[str, bytes] | None = None) -> str:
     """sha256 over generated/ and the extras as they are on disk; raises ``_Unknown``.
     ``rendered``: as for ``_walk`` (paths relative to the root)."""
     digest = hashlib.sha256(b"rlkernels generate outputs\0")
-    _tree(digest, root, "generated", files=files, rendered=rendered)
+    _tree(digest, root, GENERATED_DIR, files=files, rendered=rendered)
     for rel in extra_paths():
         if os.path.lexists(root / (rel + NEW_SUFFIX)):
             raise _Unknown(rel + NEW_SUFFIX)  # a killed staging's leftover, which a full run removes
@@ -340,7 +361,7 @@ def record(
     except _Unknown:
         forget(root)
         return False
-    if any(on_disk.get(rel) != data for rel, data in expected.items()) or os.path.lexists(root / "generated" / JOURNAL):
+    if any(on_disk.get(rel) != data for rel, data in expected.items()) or os.path.lexists(root / GENERATED_DIR / JOURNAL):
         forget(root)
         return False
     state = State(inputs, outputs, len(files), len(extras), tuple(report[0]), tuple(report[1]))

@@ -76,6 +76,7 @@ def _check(check: Any) -> dict[str, Any]:
         "dim": ("axis", "other", "other_axis", "dim"),
         "multiple_of": ("axis", "multiple_of", "dim"),
         "multiple_of_dim": ("axis", "other", "other_axis", "dim"),
+        "equals_dim": ("axis", "other", "other_axis", "dim", "plus"),
         "count_nonzero": ("axis", "other", "dim"),
         "contiguous": ("rank",),
         "finite": (),
@@ -222,6 +223,7 @@ def _sizes(view: OpView, platform: str) -> dict[str, Any]:
             "pad_by": s.pad_by,
             "extents": dict(sorted(s.extents.items())),
             "lengths": list(s.lengths),
+            "block_sizes": list(s.block_sizes),
         }
         for name, s in sorted(view.kernel_sizes(platform).items())
     }
@@ -237,14 +239,31 @@ def _cases(view: OpView, targets: tuple[PlatformSpec, ...]) -> dict[str, Any]:
         # written with sorted keys).
         offsets = [[dim, arg] for dim, arg in tests.sequences.offsets.items()]
         sequences = {"offsets": offsets, "prefix": tests.sequences.prefix, "prefix_if": tests.sequences.prefix_if}
+    paged = None
+    if tests.paged is not None:
+        p = tests.paged
+        packed = {"op": p.packed.op, "args": list(p.packed.args)} if p.packed is not None else None
+        paged = {
+            "queries": p.queries,
+            "query_offsets": p.query_offsets,
+            "lengths": p.lengths,
+            "block_table": p.block_table,
+            "caches": list(p.caches),
+            "prefix": p.prefix,
+            "prefix_if": p.prefix_if,
+            "packed": packed,
+        }
     return {
         "shapes": [dict(shape) for shape in tests.shapes],
         "batch_dim": tests.batch_dim,
         "sequences": sequences,
+        "paged": paged,
         "variants": [dict(v) for v in tests.variants],
         "values": values,
         "counted": {c.dim: c.count_nonzero_of for c in spec.constraints if c.count_nonzero_of is not None},
         "divides": {c.multiple_of_dim: c.dim for c in spec.constraints if c.multiple_of_dim is not None},
+        # Dimensions another one's size gives (B1 = B + 1): dimension -> [that one, what is added].
+        "follows": {c.dim: [c.equals_dim, c.plus] for c in spec.constraints if c.equals_dim is not None},
         "dtype_cases": list(view.signature.dtype_cases),
         "kernels": {t.name: _sizes(view, t.name) for t in targets},
     }

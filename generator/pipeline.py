@@ -3,55 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from . import contracts, evidence, readme
 from .errors import GeneratorError
 from .load import Catalog, load_catalog
-from .noop import STATE_DIR
+from .paths import README, Layout
 from .plan import REGISTRY_MD, make_plan
 from .render import render_all, render_text
-from .runtime_tree import RUNTIME_DIR, package_names, runtime_files
+from .runtime_tree import package_names, runtime_files
 from .schema import schema_files
 from .spec_doc import spec_doc_files
 
-
-@dataclass(frozen=True)
-class Layout:
-    """Where a project keeps its specs, templates and output."""
-
-    root: Path
-
-    @property
-    def specs(self) -> Path:
-        return self.root / "specs"
-
-    @property
-    def templates(self) -> Path:
-        return self.root / "templates"
-
-    @property
-    def generated(self) -> Path:
-        return self.root / "generated"
-
-    @property
-    def runtime(self) -> Path:
-        """The package's hand-written Python, copied into every package."""
-        return self.root / RUNTIME_DIR
-
-    @property
-    def template_cache(self) -> Path:
-        """Compiled templates, kept between runs (ignored by git, like the rest of .build/)."""
-        return self.root / STATE_DIR / "jinja"
-
-    @property
-    def evidence(self) -> Path:
-        return self.root / evidence.DIR
-
-    @property
-    def extras(self) -> tuple[str, ...]:
-        """Every file outside generated/ that a run may write (relative to the root)."""
-        return (readme.README, *schema_files(), *spec_doc_files())
+__all__ = ["Layout", "Output", "load_checked", "produce_all", "runtime_files"]
+"""Layout (paths.py) and runtime_files (runtime_tree.py) too: what a caller of the pipeline needs."""
 
 
 @dataclass(frozen=True)
@@ -87,19 +51,19 @@ def produce_all(layout: Layout, workers: int | None = None) -> Output:
     files.update(render_all(late, layout.templates, layout.template_cache, 1))
     files = dict(sorted(files.items()))
     extras = {**schema_files(), **spec_doc_files()}
-    readme_path = layout.root / readme.README
+    readme_path = layout.root / README
     if readme_path.is_file():
         try:
             text = readme_path.read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise GeneratorError(f"{readme.README}: cannot read it ({exc})") from None
+            raise GeneratorError(f"{README}: cannot read it ({exc})") from None
         context = {"package": catalog.package, "ops": catalog.views, "platforms": catalog.platforms, "evidence": judged, "writers": evidence.WRITERS}
         spliced_any = False
         for block in readme.BLOCKS:
-            rendered = render_text(layout.templates, block.template, context, f"{block.what} of {readme.README}", layout.template_cache)
+            rendered = render_text(layout.templates, block.template, context, f"{block.what} of {README}", layout.template_cache)
             spliced = readme.splice(text, rendered, block)
             if spliced is not None:
                 text, spliced_any = spliced, True
         if spliced_any:
-            extras[readme.README] = text.encode("utf-8")
+            extras[README] = text.encode("utf-8")
     return Output(files, extras, judged)

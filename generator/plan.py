@@ -14,6 +14,7 @@ from typing import Any
 from . import package_data, review, runtime_tree
 from .load import Catalog
 from .model import NativeKernel, PlatformSpec
+from .paths import RUNTIME_DIR
 from .views import OpView
 
 REGISTRY_MD = "REGISTRY.md"
@@ -132,7 +133,7 @@ def make_plan(catalog: Catalog, runtime_files: tuple[str, ...] = ()) -> list[Ren
         destination = runtime_tree.destination(rel, name)
         if destination is not None:
             path, copies = everywhere(destination)
-            jobs.append(RenderJob(path, f"{runtime_tree.RUNTIME_DIR}/{rel}", {}, (), copies=copies, static=True))
+            jobs.append(RenderJob(path, f"{RUNTIME_DIR}/{rel}", {}, (), copies=copies, static=True))
 
     # A kernel platform's files are the same in every package that carries them (their templates see
     # the kernel platform, never the package's): each is rendered once and written into each package,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import GeneratorError
+from .paths import README
 
-README = "README.md"
 BEGIN = "<!-- BEGIN GENERATED: operators -->"
 END = "<!-- END GENERATED: operators -->"
 TEMPLATE = "review/operators.md.j2"

@@ -21,10 +21,10 @@ from .errors import GeneratorError
 from .evidence import How, Record
 from .load import Catalog
 from .pipeline import Layout, produce_all
-from .source_hash import commit_of, source_sha256
+from .source_hash import COMMIT_ENV, UNKNOWN_COMMIT, commit_of, source_sha256
 from .write import compute_changes, exclusive, manifest_bytes, write_tree
 
-__all__ = ["Recorded", "commit_of", "executed_records", "record", "records_for_kernels", "tree_files"]
+__all__ = ["Recorded", "checked_commit", "commit_of", "executed_records", "record", "records_for_kernels", "tree_files"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,18 @@ def default_check(package_platform: str) -> str:
     return f"make gpu-check: the {package_platform} package's generated contract tests (tools/gpu_check.py)"
 
 
+def checked_commit(commit: str, shown: str) -> str:
+    """``commit`` when it is a full commit hash (a record names the commit it ran at), else a
+    ``GeneratorError`` that says what is wrong with it."""
+    if commit == UNKNOWN_COMMIT:
+        raise GeneratorError(
+            f"{shown}: the commit these sources came from is unknown (not a git checkout); set ${COMMIT_ENV} to it"
+        )
+    if not re.fullmatch(evidence.COMMIT, commit):
+        raise GeneratorError(f"{shown}: commit must be a full commit hash (40 hex digits, optionally +dirty), got {commit[:60]!r}")
+    return commit
+
+
 def executed_records(
     results: Any,
     catalog: Catalog,
@@ -135,9 +147,7 @@ def executed_records(
         error = exc.errors(include_url=False)[0]
         field = {"where": "device_name", "toolchain": "toolkit"}.get(str(error["loc"][0]), str(error["loc"][0]))
         raise GeneratorError(f"{shown}: {field} ({error['loc'][0]}): {error['msg']}") from None
-    commit = _text(results, "commit", shown) or commit
-    if not re.fullmatch(evidence.COMMIT, commit):
-        raise GeneratorError(f"{shown}: commit must be a full commit hash (40 hex digits, optionally +dirty), got {commit[:60]!r}")
+    commit = checked_commit(_text(results, "commit", shown) or commit, shown)
     known = _contracts(catalog)
     records: list[Record] = []
     skipped: list[str] = []
@@ -187,6 +197,7 @@ def records_for_kernels(
     """Records of ``level`` for the dtypes that ``passed(op, kernel, platform, dtypes of the op)``
     returns for each native backend (none: no record), hashed from ``files``; ``how(op, kernel,
     platform)`` says what ran."""
+    checked_commit(commit, f"{level} records")
     records = []
     for (op, kernel, platform), dtypes in sorted(_contracts(catalog).items()):
         ok = [d for d in passed(op, kernel, platform, dtypes) if d in dtypes]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from .errors import GeneratorError
 from .files import FileProblem, read_regular
+from .paths import RUNTIME_DIR
 
-RUNTIME_DIR = "runtime"
 PACKAGE_DIR = "rlkernels"
 """The folder of ``runtime/`` that becomes the package's Python folder (named as the package spec says)."""
 TESTS_DIR = "tests"

@@ -8,22 +8,19 @@ cross-file rules and contracts, which a schema cannot express).
 
 from __future__ import annotations
 
+import functools
 import json
+from typing import Any
 
 from pydantic import BaseModel
 
 from .model import OpSpec, PackageSpec, PlatformSpec
+from .paths import schema_path
 
-SCHEMA_DIR = "schema"
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 MODELS: dict[str, type[BaseModel]] = {"package": PackageSpec, "platform": PlatformSpec, "op": OpSpec}
 """Schema kind → model; ``schema/<kind>.schema.json``."""
-
-
-def schema_path(kind: str) -> str:
-    """Where the schema of ``kind`` lives, relative to the project root."""
-    return f"{SCHEMA_DIR}/{kind}.schema.json"
 
 
 def spec_kind(spec_rel: str) -> str:
@@ -37,10 +34,17 @@ def schema_header(spec_rel: str) -> str:
     return f"# yaml-language-server: $schema={'../' * depth}{schema_path(spec_kind(spec_rel))}"
 
 
+@functools.cache
+def json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema of a spec model, computed once per process (the schema files and the
+    spec-language page both read it; read it, never change it)."""
+    return model.model_json_schema()
+
+
 def schema_files() -> dict[str, bytes]:
     """Every schema file, relative to the project root, byte-stable."""
     out: dict[str, bytes] = {}
     for kind, model in MODELS.items():
-        body = {"$schema": DIALECT, **model.model_json_schema()}
+        body = {"$schema": DIALECT, **json_schema(model)}
         out[schema_path(kind)] = (json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
     return out

@@ -131,6 +131,7 @@ def package_files(package_dir: Path, platform: str) -> dict[str, bytes]:
 
 
 COMMIT_ENV = "RLK_EVIDENCE_COMMIT"
+UNKNOWN_COMMIT = "unknown"
 _RENDERED_FROM_LEDGER = ("evidence", "generated/REGISTRY.md", "generated/manifest.json", "README.md")
 
 
@@ -146,12 +147,12 @@ def commit_of(root: Path) -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=30, check=False)
         if head.returncode != 0:
-            return "unknown"
+            return UNKNOWN_COMMIT
         status = subprocess.run(
             ["git", "status", "--porcelain", "--", ".", *(f":(exclude){path}" for path in _RENDERED_FROM_LEDGER)],
             cwd=root, capture_output=True, text=True, timeout=60, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
+        return UNKNOWN_COMMIT
     dirty = status.returncode != 0 or bool(status.stdout.strip())
     return head.stdout.strip() + ("+dirty" if dirty else "")

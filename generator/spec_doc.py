@@ -23,9 +23,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from . import model
-from .schema import MODELS, schema_path
-
-SPEC_DOC = "docs/spec-language.md"
+from .paths import SPEC_DOC, schema_path
+from .schema import MODELS, json_schema
 
 FILES = {"package": "specs/package.yaml", "platform": "specs/platforms/<name>.yaml", "op": "specs/ops/<op>.yaml"}
 """Schema kind → where such spec files live."""
@@ -271,7 +270,7 @@ def _prose(text: str) -> list[str]:
 
 def render() -> str:
     page = _Page()
-    schemas = {kind: cls.model_json_schema() for kind, cls in MODELS.items()}
+    schemas = {kind: json_schema(cls) for kind, cls in MODELS.items()}
     lines = [
         "# Spec language",
         "",

@@ -3,8 +3,9 @@
 Batch sizes 1, t-1, t and t+1 for each row tile t, then at least 2*t+3 and 256 rows; chunk
 splits on either side of a tile boundary; padding past the next boundary; a reduction extent
 that runs more than stages + 1 steps with a ragged tail; for packed sequences, lengths on either
-side of the reduction's block.  A kernel whose work changed shape past one of its tiles, between
-calls or between platforms therefore fails its tests.
+side of the reduction's block, and for a paged cache, block sizes on either side of it.  A kernel
+whose work changed shape past one of its tiles, between calls or between platforms therefore
+fails its tests.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ class KernelSizes:
     extents: dict[str, int]
     """Reduction dimension -> the extent its tests run (empty for packed sequences, whose lengths carry it)."""
     lengths: tuple[int, ...]
-    """Sequence lengths of a packed-sequence op's tests (empty otherwise)."""
+    """Sequence lengths of a packed-sequence or paged op's tests (empty otherwise)."""
+    block_sizes: tuple[int, ...] = ()
+    """Cache block sizes of a paged op's tests, on either side of its reduction block (empty otherwise)."""
 
 
 def tile_values(kernel: NativeKernel, values: tuple[int | str, ...]) -> list[int]:
@@ -52,12 +55,18 @@ def kernel_sizes(op: OpSpec, kernel: NativeKernel) -> KernelSizes:
     if op.reduction is not None and steps and kernel.tiles is not None:
         extents[op.reduction.dim] = ragged_extent(op, max(steps), tile_values(kernel, (kernel.tiles.stages,))[0])
     lengths: tuple[int, ...] = ()
-    if op.tests.sequences is not None:
+    block_sizes: tuple[int, ...] = ()
+    if op.tests.sequences is not None or op.tests.paged is not None:
         # Packed sequences cross the reduction's block: the extents go into the sequences'
         # lengths (their offsets must add up), not into the packed dimension.
         block = max(steps, default=1)
         lengths = tuple(sorted({1, 2 * block + 3} | {n for n in (block - 1, block, block + 1) if n >= 1}))
         extents = {}
+    if op.tests.paged is not None:
+        # A paged cache's blocks smaller and larger than the reduction's block, and one that is
+        # not a multiple of it: a sequence's bits may depend on none of them.
+        block = max(steps, default=1)
+        block_sizes = tuple(sorted({n for n in (1, block // 4, block + block // 2, 2 * block) if n >= 1}))
     return KernelSizes(
         guarantees=tuple(sorted(g.value for g in kernel.guarantees)),
         batch_sizes=tuple(sorted(sizes | {total})) if rows else (),
@@ -65,4 +74,5 @@ def kernel_sizes(op: OpSpec, kernel: NativeKernel) -> KernelSizes:
         pad_by=max(rows, default=1) + 1,
         extents=extents,
         lengths=lengths,
+        block_sizes=block_sizes,
     )

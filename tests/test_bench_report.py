@@ -50,6 +50,17 @@ def test_each_code_path_keeps_its_last_table():
     assert sorted(again.runs) == ["2026-01-01 00:00", "2026-03-03 00:00"], "a run no table comes from any more is dropped"
 
 
+def test_a_cpu_whose_torch_has_amx_keeps_a_table_of_its_own():
+    """torch's bfloat16 matmul on AMX is another baseline: its run does not replace the same code path's table without it."""
+    sections = [GemmSection()]
+    amx = {**facts(AVX512, "2026-02-02 00:00"), "Matrix instructions": "AMX (amx_bf16, amx_tile): torch's bfloat16 matmul may use them"}
+    store = report.record(report.Store(), facts(AVX512, "2026-01-01 00:00"), [(sections[0], [gemm(0.5)])])
+    store = report.record(store, amx, [(sections[0], [gemm(0.1)])])
+    text = report.render(store, sections)
+    assert f"### Code path: {AVX512}, torch with AMX" in text and f"### Code path: {AVX512}\n" in text
+    assert "**0.50**" in text and "**0.10**" in text
+
+
 def test_a_section_this_run_did_not_measure_keeps_its_table_marked_with_its_run():
     sections = [GemmSection(), OpsSection()]
     first = report.record(report.Store(), facts(AVX512, "2026-01-01 00:00", cpu="Old CPU"), [(sections[1], [op(3.5)])])

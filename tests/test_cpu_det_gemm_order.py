@@ -9,14 +9,27 @@ rounds exactly once (`fma_f32`).  The kernel's tiling, vector width
 row computed alone must equal the same row computed in a batch.  det_linear's bias
 is one float32 add to that accumulator before the rounding, and its gradient,
 column_sum, adds the rows of each column in ascending order in float32.
+
+det_gemm_ktree's leaves are that sequence over 32 values of k each, from 0.0, rounded to
+bfloat16, and the leaves are added by the mid-split tree in bfloat16: checked against the same
+emulation, and against the package's Python reference (rlkernels._references.det_gemm_ktree) on
+inputs whose leaf sums are exact in float32, so that the reference's own float32 product has one
+answer.  Shapes, code paths and thread counts are drawn by hypothesis.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 np = pytest.importorskip("numpy", reason="the emulation needs numpy (make test installs it)")
+hypothesis = pytest.importorskip("hypothesis", reason="the K-tree's property tests need hypothesis (make test installs it)")
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from package_build import import_built
 
@@ -274,3 +287,157 @@ def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monk
         assert same_bits(got["det_gemm"], want), f"{case}: differs from the ascending-k emulation"
         if ea + eb < -112:
             assert (got["det_gemm"] != 0).any(), f"{case}: the case no longer has nonzero results to lose"
+
+
+# ---------------------------------------------------------------- det_gemm_ktree
+
+KTREE_LEAF = 32
+# Every host code path the kernel has (RLK_CPU_SIMD; "native" is the CPU's own: the AVX512-BF16
+# pairs path where the operands allow it), on one thread and on two.
+HOST_SIMD = ["native", "avx512", "avx2", "generic"]
+HOST_THREADS = [1, 2]
+CI = os.environ.get("CI") == "true"
+# Deterministic in CI (a red build must be reproducible); fresh examples on developers' runs.
+KTREE_EXAMPLES = settings(max_examples=30, deadline=None, derandomize=CI, database=None if CI else settings.default.database)
+
+
+@contextlib.contextmanager
+def host_settings(simd: str, threads: int) -> Iterator[None]:
+    """The code path and thread count the kernels read from the environment on every call."""
+    saved = {name: os.environ.get(name) for name in ("RLK_CPU_SIMD", "RLK_NUM_THREADS")}
+    os.environ["RLK_NUM_THREADS"] = str(threads)
+    if simd == "native":
+        os.environ.pop("RLK_CPU_SIMD", None)
+    else:
+        os.environ["RLK_CPU_SIMD"] = simd
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def ktree_emulated(a: torch.Tensor, b: torch.Tensor, mid=lambda lo, hi: lo + (hi - lo) // 2) -> torch.Tensor:
+    """det_gemm_ktree's order written out: each leaf of 32 values of k the ascending-k fma sequence
+    from 0.0 (``emulate``), rounded to bfloat16; leaves [lo, hi) combined as [lo, mid) + [mid, hi),
+    a bfloat16 add (the float32 sum rounded to bfloat16)."""
+    leaves = [emulate(a[:, k : k + KTREE_LEAF], b[k : k + KTREE_LEAF]) for k in range(0, a.shape[1], KTREE_LEAF)]
+
+    def combine(lo: int, hi: int) -> torch.Tensor:
+        if hi == lo:  # K = 0: an empty sum
+            return torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16)
+        if hi - lo == 1:
+            return leaves[lo]
+        m = mid(lo, hi)
+        return combine(lo, m) + combine(m, hi)
+
+    return combine(0, len(leaves))
+
+
+# (exponent, spread) of spread_inputs: normal values, and values whose products are subnormal.
+NORMAL, SUBNORMAL = (0, 8), (-66, 0)
+
+
+def spread_inputs(m: int, k: int, n: int, scale: tuple[int, int], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """bfloat16 normals times 2^e, e drawn from exponent - spread .. exponent + spread: with NORMAL a
+    leaf's sum loses different bits in different orders; with SUBNORMAL every product and leaf sum
+    is subnormal (about 2^-132), which the AVX512-BF16 pairs path would flush to zero (it must fall
+    back to the fma path) and the bfloat16 roundings must keep."""
+    exponent, spread = scale
+    g = torch.Generator().manual_seed(seed)
+
+    def make(rows: int, cols: int) -> torch.Tensor:
+        scale = torch.exp2(torch.randint(exponent - spread, exponent + spread + 1, (rows, cols), generator=g).float())
+        return (torch.randn(rows, cols, generator=g) * scale).to(torch.bfloat16)
+
+    return make(m, k), make(k, n)
+
+
+def exact_leaf_inputs(m: int, k: int, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """bfloat16 values i * 2^e, |i| <= 15 and e in [-3, 2]: every product is a multiple of 2^-6 below
+    2^12, so every partial sum of a leaf (at most 32 products, below 2^17: 23 bits) is a float32
+    exactly, in any order, fused or not.  The leaves' roundings to bfloat16 and the tree's adds
+    still round (a leaf holds up to 23 significant bits, a bfloat16 8)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def make(rows: int, cols: int) -> torch.Tensor:
+        integers = torch.randint(-15, 16, (rows, cols), generator=g).float()
+        return (integers * torch.exp2(torch.randint(-3, 3, (rows, cols), generator=g).float())).to(torch.bfloat16)
+
+    return make(m, k), make(k, n)
+
+
+def bits16(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(torch.int16)
+
+
+def differing(got: torch.Tensor, want: torch.Tensor) -> int:
+    return int((bits16(got) != bits16(want)).sum())
+
+
+# M and N on either side of the register tiles (3, 6 and 12 rows by 16 and 32 columns) and of a
+# work item's 8 strips; K in whole leaves (the op's constraint), across the k-blocks of 256 and
+# up to 3072, where the tree is 7 levels deep; hypothesis shrinks a failure to its smallest shape.
+ROWS = st.integers(1, 130)
+COLUMNS = st.integers(1, 130)
+
+
+@KTREE_EXAMPLES
+@given(m=ROWS, leaves=st.integers(0, 96), n=COLUMNS, simd=st.sampled_from(HOST_SIMD), threads=st.sampled_from(HOST_THREADS), seed=st.integers(0, 2**16))
+def test_ktree_equals_the_python_reference_bitwise(rlkernels, m, leaves, n, simd, threads, seed):
+    from rlkernels import _references
+
+    a, b = exact_leaf_inputs(m, leaves * KTREE_LEAF, n, seed)
+    with host_settings(simd, threads):
+        got = rlkernels.det_gemm_ktree(a, b)
+    want = _references.det_gemm_ktree(a, b).to(torch.bfloat16)  # bfloat16 values, held in float32
+    assert got.dtype == torch.bfloat16 and got.shape == want.shape
+    assert differing(got, want) == 0, f"{m}x{leaves * KTREE_LEAF}x{n} ({simd}, {threads} threads): {differing(got, want)} elements differ from the reference"
+
+
+@KTREE_EXAMPLES
+@given(
+    m=ROWS, leaves=st.integers(0, 40), n=COLUMNS, simd=st.sampled_from(HOST_SIMD), threads=st.sampled_from(HOST_THREADS),
+    scale=st.sampled_from([NORMAL, SUBNORMAL]), seed=st.integers(0, 2**16),
+)
+def test_ktree_is_fma_leaves_and_a_bfloat16_tree(rlkernels, m, leaves, n, simd, threads, scale, seed):
+    a, b = spread_inputs(m, leaves * KTREE_LEAF, n, scale, seed)
+    with host_settings(simd, threads):
+        got = rlkernels.det_gemm_ktree(a, b)
+    want = ktree_emulated(a, b)
+    assert differing(got, want) == 0, f"{m}x{leaves * KTREE_LEAF}x{n} ({simd}, {threads} threads, scale {scale}): {differing(got, want)} elements differ from the emulation"
+
+
+def test_ktree_emulation_and_inputs_can_tell_orders_apart():
+    """Guards the two tests above: on their inputs another split of the tree, or one float32
+    accumulator over all of K, gives other bits; the subnormal inputs give nonzero results; and the
+    exact-leaf inputs still round (their tree differs from one exact float32 sum)."""
+    a, b = spread_inputs(37, 21 * KTREE_LEAF, 45, NORMAL, 1)
+    tree = ktree_emulated(a, b)
+    assert differing(ktree_emulated(a, b, mid=lambda lo, hi: lo + (hi - lo + 1) // 2), tree) > 0
+    assert differing(emulate(a, b), tree) > 0
+    tiny = ktree_emulated(*spread_inputs(37, 4 * KTREE_LEAF, 45, SUBNORMAL, 1)).float()
+    assert ((tiny != 0) & (tiny.abs() < 2.0**-126)).float().mean() > 0.5, "the subnormal case no longer has subnormal results to lose"
+    exact = exact_leaf_inputs(37, 21 * KTREE_LEAF, 45, 1)
+    assert differing(ktree_emulated(*exact), emulate(*exact)) > 0
+
+
+@pytest.mark.parametrize("threads", HOST_THREADS)
+def test_ktree_special_values_agree_on_every_code_path(rlkernels, threads):
+    """Infinities, NaNs and overflows give the same bits on every code path (the pairs path refuses
+    such operands), each NaN the canonical one, and a row alone the bits it has in the batch."""
+    a, b = spread_inputs(29, 9 * KTREE_LEAF, 45, NORMAL, 5)
+    a[3, 7], a[4, 40], a[5] = float("inf"), float("nan"), 2.0**120  # row 5's products overflow to infinities of both signs
+    outputs = {}
+    for simd in HOST_SIMD:
+        with host_settings(simd, threads):
+            outputs[simd] = rlkernels.det_gemm_ktree(a, b)
+            assert differing(rlkernels.det_gemm_ktree(a[5:6], b), outputs[simd][5:6]) == 0, f"{simd}: row 5 alone"
+    for simd in HOST_SIMD[1:]:
+        assert differing(outputs[simd], outputs["native"]) == 0, f"{simd} differs from the CPU's own path"
+    nan = outputs["native"].isnan()
+    assert nan[4].all() and nan[5].any() and (bits16(outputs["native"])[nan] == 0x7FC0).all()
+    assert outputs["native"][3].isinf().any()

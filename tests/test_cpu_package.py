@@ -331,6 +331,52 @@ def test_attention_backward_fused_pass_gives_the_bits_of_the_two_passes(rlkernel
         assert torch.equal(fused.view(bits), separate.view(bits)), f"{name}: the bits differ"
 
 
+# (what is wrong, block table, seq_lens, query_start_loc, window, rows of the 10 queries that are NaN)
+PAGED_INVALID = [
+    ("nothing", [[0, 1, 2], [3, 4, 5]], [40, 20], [0, 4, 10], -1, []),
+    ("a block id of -1 every query of sequence 0 sees", [[0, -1, 2], [3, 4, 5]], [40, 20], [0, 4, 10], -1, [0, 1, 2, 3]),
+    ("block ids 2^31 - 1 and -2^31, the latter past sequence 1's keys", [[0, 1, 2**31 - 1], [3, 4, -(2**31)]], [40, 20], [0, 4, 10], -1, [0, 1, 2, 3]),
+    ("a block id past NB that a window keeps out of sight", [[0, 12, 2], [3, 4, 5]], [40, 20], [0, 4, 10], 3, []),
+    ("fewer keys than queries", [[0, 1, 2], [3, 4, 5]], [3, 20], [0, 4, 10], -1, [0, 1, 2, 3]),
+    ("more keys than the table's row holds", [[0, 1, 2], [3, 4, 5]], [49, 20], [0, 4, 10], -1, [0, 1, 2, 3]),
+    ("a negative number of keys", [[0, 1, 2], [3, 4, 5]], [40, -5], [0, 4, 10], -1, [4, 5, 6, 7, 8, 9]),
+    ("offsets out of order", [[0, 1, 2], [3, 4, 5]], [40, 20], [0, 6, 4], -1, list(range(10))),
+    ("offsets past the queries", [[0, 1, 2], [3, 4, 5]], [40, 20], [0, 4, 12], -1, [4, 5, 6, 7, 8, 9]),
+    ("rows before the first sequence and after the last", [[0, 1, 2], [3, 4, 5]], [40, 20], [2, 4, 8], -1, [0, 1, 8, 9]),
+]
+
+
+@pytest.mark.parametrize(("what", "table", "seq_lens", "starts", "window", "nan_rows"), PAGED_INVALID, ids=[case[0] for case in PAGED_INVALID])
+@pytest.mark.parametrize("simd", ["generic", "native"])
+def test_paged_attention_invalid_input_gives_nan_rows_only(rlkernels, monkeypatch, what, table, seq_lens, starts, window, nan_rows, simd):
+    """The spec's rules for invalid paged input: exactly the rows it names are NaN (o and lse), every
+    other row is the reference's and, for a sequence left valid, the bits it has in a valid step;
+    no block id is read through (ids far outside the cache would fault), nothing raises."""
+    from rlkernels import _references
+
+    if simd == "native":
+        monkeypatch.delenv("RLK_CPU_SIMD", raising=False)
+    else:
+        monkeypatch.setenv("RLK_CPU_SIMD", simd)
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(10, 4, 16, generator=g)
+    k_cache, v_cache = torch.randn(12, 16, 2, 16, generator=g), torch.randn(12, 16, 2, 16, generator=g)
+    args = [torch.tensor(x, dtype=torch.int32) for x in (table, seq_lens, starts)]
+    o, lse = rlkernels.paged_attention(q, k_cache, v_cache, *args, window=window)
+    want_o, want_lse = _references.paged_attention(q, k_cache, v_cache, *args, window=window)
+    expected = torch.zeros(10, dtype=torch.bool)
+    expected[nan_rows] = True
+    assert torch.equal(torch.isnan(lse).all(1), expected) and torch.equal(torch.isnan(lse).any(1), expected), what
+    assert torch.equal(torch.isnan(o).flatten(1).all(1), expected) and not torch.isnan(o[~expected]).any(), what
+    assert (o[expected].view(torch.int32) == 0x7FC00000).all() and (lse[expected].view(torch.int32) == 0x7FC00000).all(), "canonical NaN"
+    torch.testing.assert_close(o, want_o, equal_nan=True, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, want_lse, equal_nan=True, atol=1e-4, rtol=1e-4)
+    valid_o, valid_lse = rlkernels.paged_attention(q, k_cache, v_cache, *(torch.tensor(x, dtype=torch.int32) for x in PAGED_INVALID[0][1:4]), window=window)
+    if starts == PAGED_INVALID[0][3]:  # the same sequences: the rows left valid keep their bits
+        assert torch.equal(o[~expected].view(torch.int32), valid_o[~expected].view(torch.int32)), what
+        assert torch.equal(lse[~expected].view(torch.int32), valid_lse[~expected].view(torch.int32)), what
+
+
 def _thread_cpu_ticks() -> dict[int, int]:
     """User plus system CPU time of each thread of this process, in clock ticks (Linux /proc)."""
     ticks = {}

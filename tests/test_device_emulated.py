@@ -5,7 +5,9 @@ emulator (tests/emulator), with the vendor's runtime, half/bfloat16 and torch-in
 headers replaced by the emulator's.  Each kernel, called through the package's device dispatch
 key, is compared with the package's CPU kernels on the inputs of the op's generated contract
 tests: bit for bit where both declare `portable` (NaN and infinities included), within the op's
-tolerance otherwise (the tensor-core kernels).
+tolerance otherwise (the tensor-core kernels).  Identities between ops the rollout engine relies
+on run there as well (tests/emulator/identities.py): logp of det_linear's float32 logits is
+linear_logp, and paged_attention is attention on the same keys packed.
 
 The packages are generated with the device grid limit lowered to 3 blocks, so that the
 kernels' grid-striding loops run on these small shapes.  What this shows for ROCm and MUSA:
@@ -28,6 +30,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import BUILDS, REPO, copy_project
 from emulation import EMULATOR, PASSED, emulated_records, emulated_source
@@ -38,6 +41,10 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found: the emulated packages are compiled with the host C++ compiler"),
 ]
 OPS = sorted(p.stem for p in (REPO / "specs/ops").glob("*.yaml"))
+# Ops on packed sequences (tests.sequences) or a paged cache (tests.paged): they take offsets.
+SEQUENCE_OPS = {
+    p.stem for p in (REPO / "specs/ops").glob("*.yaml") if {"sequences", "paged"} & set(yaml.safe_load(p.read_text()).get("tests") or {})
+}
 DEVICES = ("cuda", "rocm", "musa")
 SUFFIXES = {"cuda": ".cu", "rocm": ".hip", "musa": ".mu"}
 
@@ -103,6 +110,8 @@ def test_emulated_device_kernels_match_the_cpu_kernels(results, op: str):
     portable = {c["kernel"] for c in results[op] if c["verdict"] == "identical"}
     nonfinite = {c["kernel"] for c in results[op] if c["inputs"] == "nan/inf"}
     assert portable == nonfinite, "every portable kernel is also compared on NaN and infinities"
+    scrambled = {c["kernel"] for c in results[op] if c["inputs"] == "offsets out of order"}
+    assert scrambled == (portable if op in SEQUENCE_OPS else set()), "every portable kernel with offsets is also run with them out of order"
     empty = {c["kernel"] for c in results[op] if c["inputs"] == "empty"}
     assert empty == {c["kernel"] for c in results[op]}, "every kernel is also run with each dimension 0"
 
@@ -131,16 +140,73 @@ def test_emulated_evidence_is_recorded(request: pytest.FixtureRequest, results, 
     print(f"{platform}: {len(records)} emulated records, {len(outcome.changed)} new or changed; {outcome.note}")
 
 
+_IDENTITIES: dict[str, dict[str, list[dict[str, str]]]] = {}
+
+
+@pytest.fixture
+def identities(request: pytest.FixtureRequest, results) -> dict[str, list[dict[str, str]]]:
+    """tests/emulator/identities.py on the emulated package the comparisons above built (once per
+    platform): identities between the device kernels of different ops, every call on the emulated
+    device."""
+    platform = request.node.callspec.params["results"]
+    if platform not in _IDENTITIES:
+        root = BUILDS / f"emulated-{platform}"
+        done = subprocess.run(
+            [sys.executable, str(EMULATOR / "identities.py"), str(root / "package"), str(root / "identities.json")], capture_output=True, text=True, timeout=1500
+        )
+        assert done.returncode == 0, f"{platform} identities failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        _IDENTITIES[platform] = json.loads((root / "identities.json").read_text())
+    return _IDENTITIES[platform]
+
+
+def test_emulated_logp_of_det_linear_logits_is_linear_logp(identities):
+    """On each device, logp of the float32 logits det_linear's simt kernel gives is linear_logp's lp
+    and lse, bit for bit (what a rollout engine that materialises the logits reports is what the
+    trainer computes), every dtype, ignore_index and ids outside the vocabulary among the rows."""
+    cases = identities["logp_of_det_linear_is_linear_logp"]
+    assert {c["dtype"] for c in cases} == {"float32", "float16", "bfloat16"}
+    assert [c for c in cases if c["verdict"] != "identical"] == []
+
+
+def test_emulated_paged_attention_gives_the_bits_of_attention(identities):
+    """On each device, paged_attention over caches of blocks of 1, 16, 96 and 128 keys, placed at
+    random among unused NaN-filled blocks, gives attention's bits on the same keys packed, causal,
+    with a window and not causal."""
+    cases = identities["paged_attention_is_attention"]
+    assert {c["shape"] for c in cases} == {"BS1", "BS16", "BS96", "BS128"}
+    assert [c for c in cases if c["verdict"] != "identical"] == []
+
+
 def _mutate_once(text: str, old: str, new: str) -> str:
     assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times, not once (did the template change?)"
     return text.replace(old, new)
 
 
 def broken_kernels(stem: str, text: str) -> str:
-    """Three mutants of the CUDA package, each in a kernel of its own, so that one emulated build
+    """Five mutants of the CUDA package, each in a kernel of its own, so that one emulated build
     (minutes) serves the tests below: silu's grid-stride loop skips an element; swiglu stores
     its result one ulp up (the storage bits plus one); pack leaves cu_seqlens unwritten when
-    there are no sequences."""
+    there are no sequences; paged_attention sums a key's score over d descending where the key
+    lies in an odd-numbered cache block; attention takes offsets out of order for in order."""
+    if stem == "paged_attention_blocks":
+        text = _mutate_once(
+            text,
+            "RLK_ARITH float rescale(float* m, float block_max_score) {",
+            "template <typename T>\n"
+            "RLK_ARITH float dot_descending(const T* a, const T* b, int64_t D) {\n"
+            "  float acc = 0.0f;\n"
+            "  for (int64_t d = D - 1; d >= 0; --d) acc = add_rn(acc, mul_rn(to_float(a[d]), to_float(b[d])));\n"
+            "  return acc;\n"
+            "}\n\n"
+            "RLK_ARITH float rescale(float* m, float block_max_score) {",
+        )
+        return _mutate_once(
+            text,
+            "mul_rn(dot(query, k_cache + (row * HK + g) * D, D), scale)",
+            "mul_rn((row / BS) % 2 == 1 ? dot_descending(query, k_cache + (row * HK + g) * D, D) : dot(query, k_cache + (row * HK + g) * D, D), scale)",
+        )
+    if stem == "attention_blocks":
+        return _mutate_once(text, "const bool ordered = out_of_order == 0;", "const bool ordered = true;")
     if stem == "pack_rows":
         return _mutate_once(text, "if (tid == 0) cu_seqlens[B] = 0;", "if (tid == 0) {}")
     if stem == "silu_elementwise":
@@ -192,3 +258,24 @@ def test_an_output_left_unwritten_on_empty_input_is_caught(broken):
     no_sequences = [c for c in pack if c["shape"].startswith("B0")]
     assert no_sequences and all(c["verdict"].startswith("DIFFERS from cpu/rows in output 1") for c in no_sequences), pack
     assert all(c["verdict"] == "identical" for c in pack if c not in no_sequences), pack
+
+
+def test_a_paged_kernel_whose_order_follows_the_cache_block_is_caught(broken):
+    """paged_attention's CUDA kernel summing a key's score over d in another order where the key
+    lies in an odd-numbered cache block (an order that follows the physical block) differs from
+    the CPU kernel on the inputs of its contract tests, whose block tables hold odd and even ids;
+    the other ops of the same build stay identical."""
+    paged = [c for c in broken["paged_attention"] if c["inputs"] == "random" and c["dtype"] == "float32"]
+    assert paged and all(c["verdict"].startswith("DIFFERS from cpu/blocks") for c in paged), broken["paged_attention"]
+    in_order = [c for c in broken["attention"] if c["inputs"] != "offsets out of order"]
+    assert in_order and all(c["verdict"] == "identical" for c in in_order), broken["attention"]
+
+
+def test_an_attention_kernel_that_trusts_offsets_out_of_order_is_caught(broken):
+    """attention's CUDA kernel taking offsets out of order for in order hands rows a sequence where
+    the CPU kernel gives NaN rows: its out-of-order cases differ, its other cases stay identical
+    (above), and so does the backward, left alone."""
+    scrambled = [c for c in broken["attention"] if c["inputs"] == "offsets out of order"]
+    assert scrambled and all(c["verdict"].startswith("DIFFERS from cpu/blocks") for c in scrambled), broken["attention"]
+    backward = [c for c in broken["attention_backward"] if c["inputs"] == "offsets out of order"]
+    assert backward and all(c["verdict"] == "identical" for c in backward), broken["attention_backward"]

@@ -6,7 +6,10 @@ of one launch of 4 spawned processes on this machine, gloo), its linears column-
 the entropy, the loss and every weight's gradient (the parts gathered back into whole weights)
 must have the same bits at every world size: the integer views of the bits are compared.  The
 same layers with torch.distributed's all_reduce in place of the fixed-order combine give other
-bits at 4 ranks, which shows the comparison can fail.  Every launch is bounded: a hang fails.
+bits at 4 ranks, which shows the comparison can fail.  Ranks 0 and 1, as a group of two, then
+hold what no rank can see is wrong alone -- parts of other sizes, other bits of a replicated input,
+parts of other full weights -- and every rank must refuse it, naming what differs where.  Every
+launch is bounded: a hang fails.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ def runs(tmp_path_factory) -> dict[str, object]:
     for world in LAYOUTS:
         results[(world, "helpers")] = [torch.load(out / f"tp{world}-helpers-rank{rank}.pt") for rank in range(world)]
     results["refusals"] = torch.load(out / "refusals.pt")
+    results["disagreements"] = [torch.load(out / f"tp2-disagreements-rank{rank}.pt") for rank in range(2)]
     results["single"] = torch.load(out / "single.pt")
     return results
 
@@ -149,16 +153,79 @@ def test_scatter_and_gather_move_parts_and_gradients(runs, world):
     "case, message",
     [
         ("float32", "LayoutError: x: expected dtype torch.bfloat16"),
-        ("ragged", "LayoutError: weight: this rank's columns (in / world) must be a positive multiple of 32 (whole leaves of the tree), got 48"),
+        ("ragged", ("LayoutError: weight: expected the columns of each rank's part (in / world) to be the same on every rank and a positive "
+                   "multiple of 32 (whole leaves of the tree), got 48 on rank 0 (rank 0 holds no whole number of leaves)")),
         ("features", "LayoutError: x: expected a last dimension of 96, got shape (4, 64)"),
         ("reduce", "ValueError: reduce: expected 'tree' or 'all_reduce', got 'ring'"),
-        ("vocab", "LayoutError: weight: this rank's rows (V / world) must be a positive multiple of 32 (whole leaves of the tree), got 40"),
+        ("vocab", ("LayoutError: weight: expected the rows of each rank's part (V / world) to be the same on every rank and a positive "
+                  "multiple of 32 (whole leaves of the tree), got 40 on rank 0 (rank 0 holds no whole number of leaves)")),
         ("group", "LayoutError: group: expected a power-of-two number of ranks (1, 2, 4, 8, ...: the K-tree's pairwise combine), got 3"),
         ("ids", "LayoutError: ids: expected an int64 tensor, got torch.int32"),
     ],
 )
 def test_bad_input_is_refused_naming_the_argument(runs, case, message):
     assert runs["refusals"][case].startswith(message), runs["refusals"][case]
+
+
+WHOLE_LEAVES = "to be the same on every rank and a positive multiple of 32 (whole leaves of the tree), got"
+BF16 = "(the K-tree product is bf16 in and out; no float32 product here is layout-invariant), got torch.float32"
+SAME_BITS = "LayoutError: {}: expected the same bits on every rank ({}), got bits on rank 1 that differ from rank 0's (checksums"
+# Per case of tp_worker.disagreements: the start of what ranks 0 and 1 raise (one string: both).
+REFUSED = {
+    "uneven vocabulary": f"LayoutError: weight: expected the rows of each rank's part (V / world) {WHOLE_LEAVES} 512 on rank 0, 384 on rank 1 "
+                         "(rank 1 differs from rank 0)",
+    "partial leaves on one rank": f"LayoutError: weight: expected the rows of each rank's part (V / world) {WHOLE_LEAVES} 48 on rank 0, 64 on "
+                                  "rank 1 (rank 1 differs from rank 0; rank 0 holds no whole number of leaves)",
+    "uneven column-parallel": f"LayoutError: weight: expected the rows of each rank's part (out / world) {WHOLE_LEAVES} 160 on rank 0, 96 on rank 1",
+    "uneven row-parallel": f"LayoutError: weight: expected the columns of each rank's part (in / world) {WHOLE_LEAVES} 160 on rank 0, 96 on rank 1",
+    "uneven modules": f"LayoutError: weight: expected the rows of each rank's part (out / world) {WHOLE_LEAVES} 160 on rank 0, 96 on rank 1",
+    "uneven gather": "LayoutError: x: expected its last dimension to be the same on every rank, got 160 on rank 0, 96 on rank 1",
+    "other reduce": "LayoutError: reduce: expected the combine to be the same on every rank, got 'tree' on rank 0, 'all_reduce' on rank 1",
+    "other ignore_index": "LayoutError: ignore_index: expected its value to be the same on every rank, got -100 on rank 0, -200 on rank 1",
+    "one rank's float32": ("LayoutError: row_parallel_linear: rank 1 refused its own inputs (see the error raised there); every rank stops",
+                           f"LayoutError: x: expected dtype torch.bfloat16 {BF16}"),
+    "bad check": "ValueError: check: expected one of 'first', 'every', 'layout', got 'sometimes'",
+    "other check": "LayoutError: check: expected the check mode to be the same on every rank, got 'first' on rank 0, 'layout' on rank 1",
+    "other call": tuple(f"LayoutError: {call}: expected every rank in the same call, got column_parallel_linear on rank 0, row_parallel_linear on rank 1"
+                        for call in ("column_parallel_linear", "row_parallel_linear")),
+    "other x": SAME_BITS.format("x", "a column-parallel layer's input is replicated"),
+    "other h": SAME_BITS.format("h", "the hidden states of a vocabulary-parallel head are replicated"),
+    "other ids": SAME_BITS.format("ids", "every rank scores the same tokens"),
+    "other scattered x": SAME_BITS.format("x", "scatter_last_dim cuts a replicated tensor"),
+    "other full weights": "LayoutError: weight: expected every rank's part cut from the same full weight, got parts of another full weight on "
+                          "rank 1 than on rank 0 (checksums of the full weights:",
+    "other full weights loaded": "LayoutError: weight: expected every rank's part cut from the same full weight, got parts of another full "
+                                 "weight on rank 1 than on rank 0",
+    "parts of another group": "LayoutError: weight: expected rank r to hold part r of 2 along dim 0 (cut by shard in this group), got part 0 of 4 "
+                              "along dim 0 on rank 0, part 1 of 4 along dim 0 on rank 1",
+    "own part on one rank": "LayoutError: weight: expected every rank's part cut the same way, got parts cut by shard or load_full on rank 0 and "
+                            "parts of their own on rank 1",
+    "load_full float32": f"LayoutError: weight: expected dtype torch.bfloat16 {BF16}",
+    "load_full shape": "LayoutError: weight: expected the full weight's shape (64, 256) [out_features, in_features], got (256, 64)",
+    "other x on a second call, check=every": SAME_BITS.format("x", "a column-parallel layer's input is replicated"),
+}
+# Cases the check switch lets through: the comparison is off, or only on a layer's first call.
+ACCEPTED = ("other x, check=layout", "other x, CHECK=layout", "other x on a second call, check=first")
+
+
+def test_every_disagreement_case_is_tested(runs):
+    assert sorted(runs["disagreements"][0]) == sorted([*REFUSED, *ACCEPTED])
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_ranks_that_disagree_all_refuse_naming_what_differs_where(runs, case):
+    """Each rank alone sees nothing wrong, or only its own input: every rank of the group must raise
+    (none left waiting in a collective), naming the argument and what each rank holds."""
+    expected = REFUSED[case] if isinstance(REFUSED[case], tuple) else (REFUSED[case],) * 2
+    for rank in (0, 1):
+        got = runs["disagreements"][rank][case]
+        assert got.startswith(expected[rank]), f"rank {rank}: {got}"
+
+
+@pytest.mark.parametrize("case", ACCEPTED)
+def test_the_check_switch_lets_replicated_inputs_go_unchecked(runs, case):
+    for rank in (0, 1):
+        assert runs["disagreements"][rank][case] == "accepted", f"rank {rank}: {runs['disagreements'][rank][case]}"
 
 
 def test_launch_times(runs, capsys):

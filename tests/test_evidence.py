@@ -292,7 +292,7 @@ def test_explain_still_explains_a_mapping_generate_refuses(ledgerless: Project, 
 
 def results_file(tmp_path: Path, package: str, outcomes: list[dict], **extra: object) -> Path:
     path = tmp_path / "results.json"
-    body = {"package_platform": package, "torch": "2.13.0", "device_name": "test machine", "toolkit": None, "outcomes": outcomes, **extra}
+    body = {"package_platform": package, "torch": "2.13.0", "device_name": "test machine", "toolkit": None, "commit": "c0ffee" * 6 + "c0ff", "outcomes": outcomes, **extra}
     path.write_text(json.dumps(body))
     return path
 
@@ -422,7 +422,7 @@ def test_compile_check_records_only_kernels_whose_every_compile_passed(ledgerles
     # An arch the compiler lacks is SKIPPED on every kernel: it neither blocks a record nor counts as compiled.
     results = [compile_check.Result(job, "SKIPPED" if job.skip else status.get(job.source.name, lambda job: "OK")(job), "") for job in jobs]
     versions = {"nvcc": "nvcc 13.0 (V13.0.88)", "hipcc": "hipcc (HIP 5.2.21153-0)"}
-    records = compile_check.evidence_records(catalog, ledgerless.generated, results, versions, "c0ffee")
+    records = compile_check.evidence_records(catalog, ledgerless.generated, results, versions, "c0ffee" * 6 + "c0ff")
     kernels = {(r.platform, r.op, r.kernel) for r in records}
     assert kernels == {
         ("rocm", "det_gemm_tn", "simt"),
@@ -456,7 +456,8 @@ def test_compile_check_of_another_tree_writes_no_evidence(tmp_path: Path):
     assert before == after
 
 
-def test_emulated_records_carry_the_hash_of_the_real_sources(ledgerless: Project, tmp_path: Path):
+def test_emulated_records_carry_the_hash_of_the_real_sources(ledgerless: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(COMMIT_ENV, "feedface" * 5)  # the test project is not a git checkout
     lowered = copy_project(tmp_path / "lowered", with_generated=False, ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum"))
     lowered.edit("specs/platforms/rocm.yaml", "max_grid_blocks: 65535", "max_grid_blocks: 3")
     assert lowered.run("generate") == 0
@@ -564,4 +565,18 @@ def test_record_texts_are_bounded_printable_lines(ledgerless: Project, tmp_path:
     err = capsys.readouterr().err
     assert field in err and message in err and "Traceback" not in err
     assert sorted(p.relative_to(ledgerless.root) for p in ledgerless.root.rglob("*")) == before
+    assert not (ledgerless.root / "evidence").exists()
+
+
+def test_a_run_whose_commit_is_unknown_is_not_recorded(ledgerless: Project, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch):
+    """A copy without .git (and no $RLK_EVIDENCE_COMMIT) cannot say which commit ran: the writer
+    says so and how to fix it, and writes nothing."""
+    monkeypatch.delenv(COMMIT_ENV, raising=False)
+    path = results_file(tmp_path, "cpu", [outcome("det_gemm", "simt", "cpu", "float32", 3)])
+    body = json.loads(path.read_text())
+    del body["commit"]
+    path.write_text(json.dumps(body))
+    assert ledgerless.run("evidence", "record-executed", str(path)) == 2
+    err = capsys.readouterr().err
+    assert "the commit these sources came from is unknown (not a git checkout); set $RLK_EVIDENCE_COMMIT" in err
     assert not (ledgerless.root / "evidence").exists()

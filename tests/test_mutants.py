@@ -114,6 +114,7 @@ LOGP_FLIPS_A_BIT_EVERY_OTHER_LARGE_CALL = [
     (
         """\
 void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
         """\
@@ -132,6 +133,7 @@ void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* 
 }
 
 static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+  const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
     ),
@@ -234,6 +236,79 @@ ATTENTION_DECODE_DOTS_DESCENDING = [
           const float qd = query[d];""",
     ),
 ]
+
+
+# ---------------------------------------------------------------------------- paged_attention
+
+PAGED_SELECT = "test_accuracy or test_deterministic or test_paged"
+PAGED_DOT = """\
+          for (int64_t d = 0; d < D; ++d) {
+            const float qd = query[d];
+            const float* column = keys.data() + d * kBlock;"""
+
+PAGED_ATTENTION_ORDER_FOLLOWS_THE_PHYSICAL_BLOCK = [
+    (
+        PAGED_DOT,
+        """\
+          // MUTANT: each score's sum over d starts at the cache block that holds the logical block's first key.
+          const int64_t physical = table[start / BS] < 0 ? 0 : table[start / BS];
+          for (int64_t step = 0; step < D; ++step) {
+            const int64_t d = (step + physical) % D;
+            const float qd = query[d];
+            const float* column = keys.data() + d * kBlock;""",
+    ),
+]
+
+PAGED_ATTENTION_ORDER_DEPENDS_ON_THE_BLOCK_SIZE = [
+    (
+        PAGED_DOT,
+        """\
+          for (int64_t step = 0; step < D; ++step) {
+            const int64_t d = BS > kBlock ? D - 1 - step : step;  // MUTANT: blocks larger than the reduction's sum d descending
+            const float qd = query[d];
+            const float* column = keys.data() + d * kBlock;""",
+    ),
+]
+
+
+def assert_paged_caught(mutant: Mutant, caught_by: set[str], tmp_path: Path) -> None:
+    assert "paged_attention_blocks.cpp" in mutant.compiled, f"ninja compiled {mutant.compiled}"
+    outcomes = run_generated_tests(mutant.root, ["paged_attention"], PAGED_SELECT, tmp_path / "junit.xml")
+    assert outcomes.failing == caught_by, f"failing: {sorted(outcomes.failing)}, expected {sorted(caught_by)}:\n{outcomes.output}"
+    for function in caught_by:
+        for dtype in ("float32", "float16"):
+            ran = [outcome for test, outcome in outcomes.of(function).items() if f"-{dtype}-" in test and outcome != "skipped"]
+            assert ran and "failed" in ran, f"{function} on {dtype}: {outcomes.of(function)}"
+    assert set(outcomes.of("test_accuracy").values()) == {"passed"}
+    assert set(outcomes.of("test_deterministic").values()) == {"passed"}
+
+
+def test_paged_attention_whose_order_follows_the_physical_block_is_caught(built, tmp_path):
+    """Mutant: paged_attention's CPU kernel starts each score's sum over d at the cache block that
+    holds the logical block's first key (mod D), as a kernel that walks the cache rather than the
+    sequence would: deterministic and accurate, but a sequence's bits now follow where its blocks
+    lie.  Caught by every paged contract test -- the blocks shuffled, the block size changed, the
+    sequence alone, its queries in chunks and one at a time (each call placing its blocks anew),
+    and the packed attention op on the same keys -- and not by accuracy or determinism."""
+    mutant = build_mutant("paged_attention_blocks.cpp", PAGED_ATTENTION_ORDER_FOLLOWS_THE_PHYSICAL_BLOCK)
+    caught = {
+        "test_paged_sequence_does_not_depend_on_block_placement",
+        "test_paged_sequence_does_not_depend_on_block_size",
+        "test_paged_sequence_does_not_depend_on_the_other_sequences",
+        "test_paged_decode_and_chunked_prefill_give_the_bits_of_prefill",
+        "test_paged_gives_the_bits_of_the_packed_op",
+    }
+    assert_paged_caught(mutant, caught, tmp_path)
+
+
+def test_paged_attention_whose_order_depends_on_the_block_size_is_caught(built, tmp_path):
+    """Mutant: with cache blocks larger than the reduction's block of 64 keys, paged_attention's CPU
+    kernel sums each score's products over d in descending order, as a kernel tuned per block
+    size would.  Only the tests that change the block size across 64 can see it: the block-size
+    test (blocks of 1, 16, 96 and 128) and the comparison with packed attention at each of them;
+    the placement, other-sequences and decode tests keep one block size below 64."""
+    mutant = build_mutant("paged_attention_blocks.cpp", PAGED_ATTENTION_ORDER_DEPENDS_ON_THE_BLOCK_SIZE)
+    assert_paged_caught(mutant, {"test_paged_sequence_does_not_depend_on_block_size", "test_paged_gives_the_bits_of_the_packed_op"}, tmp_path)
 
 
 # ---------------------------------------------------------------------------- embedding_backward
@@ -459,6 +534,16 @@ def test_the_real_kernels_pass(built, tmp_path):
     outcomes = run_generated_tests(built, ops, SELECT, tmp_path / "junit.xml")
     attention = run_generated_tests(built, ["attention"], ATTENTION_SELECT, tmp_path / "attention.xml")
     assert attention.returncode == 0 and not attention.failing, attention.output
+    paged = run_generated_tests(built, ["paged_attention"], PAGED_SELECT, tmp_path / "paged.xml")
+    assert paged.returncode == 0 and not paged.failing, paged.output
+    for function in (
+        "test_paged_sequence_does_not_depend_on_block_placement",
+        "test_paged_sequence_does_not_depend_on_block_size",
+        "test_paged_sequence_does_not_depend_on_the_other_sequences",
+        "test_paged_decode_and_chunked_prefill_give_the_bits_of_prefill",
+        "test_paged_gives_the_bits_of_the_packed_op",
+    ):
+        assert "passed" in paged.of(function).values(), f"paged_attention: {function} did not run"
     for function in ("test_sequence_does_not_depend_on_what_is_packed_with_it", "test_chunked_prefill_gives_the_bits_of_one_pass", "test_decode_gives_the_bits_of_prefill"):
         assert "passed" in attention.of(function).values(), f"attention: {function} did not run"
     assert outcomes.returncode == 0 and not outcomes.failing, outcomes.output

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Project
-from generator import cli, noop, write
+from conftest import REPO, Project
+from generator import cli, noop, pipeline, write
 from generator.readme import BEGIN, END
 
 SKIPPED = "so nothing was rendered"
@@ -30,13 +30,13 @@ class Renders:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
-        real = cli.produce_all
+        real = pipeline.produce_all
 
         def counting(layout, workers=None):  # type: ignore[no-untyped-def]
             self.count += 1
             return real(layout, workers)
 
-        monkeypatch.setattr(cli, "produce_all", counting)
+        monkeypatch.setattr(pipeline, "produce_all", counting)
 
 
 @pytest.fixture
@@ -122,9 +122,11 @@ def add_stray_spec(project: Project) -> None:
 
 def change_versions(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     # what another Jinja, pydantic or PyYAML (or Python) would look like to the digest
-    real = noop._versions()
-    assert b'"Jinja2": "' in real
-    monkeypatch.setattr(noop, "_versions", lambda: real.replace(b'"Jinja2": "', b'"Jinja2": "0.'))
+    real = noop._installed_versions()
+    assert "jinja2" in real
+    monkeypatch.setattr(noop, "_installed_versions", lambda: {**real, "jinja2": "0." + real["jinja2"]})
+    noop._versions.cache_clear()
+    monkeypatch.setattr(noop, "_versions", noop._versions.__wrapped__)
 
 
 INPUT_CHANGES = {
@@ -167,13 +169,13 @@ def test_a_changed_generator_renders(project: Project, renders: Renders, capsys,
 
 def test_an_input_edited_while_rendering_renders_next_time(project: Project, renders: Renders, capsys, monkeypatch):
     """The inputs are digested before they are read: the stored digest is the one before the edit."""
-    real = cli.produce_all
+    real = pipeline.produce_all
 
     def edited_meanwhile(layout, workers=None):  # type: ignore[no-untyped-def]
         edit_spec(project)
         return real(layout, workers)
 
-    monkeypatch.setattr(cli, "produce_all", edited_meanwhile)
+    monkeypatch.setattr(pipeline, "produce_all", edited_meanwhile)
     assert SKIPPED not in generate(project, capsys, "--full")
     monkeypatch.undo()
     counted = Renders(monkeypatch)
@@ -187,14 +189,14 @@ def test_an_input_edited_while_rendering_and_reverted_after_renders_next_time(pr
     spec = project.spec("ops/det_gemm.yaml")
     original = spec.read_bytes()
     expected = everything(project)
-    real = cli.produce_all
+    real = pipeline.produce_all
 
     def edited_meanwhile(layout, workers=None):  # type: ignore[no-untyped-def]
         edit_spec(project)
         return real(layout, workers)
 
     with monkeypatch.context() as patched:
-        patched.setattr(cli, "produce_all", edited_meanwhile)
+        patched.setattr(pipeline, "produce_all", edited_meanwhile)
         assert SKIPPED not in generate(project, capsys, "--full")
     spec.write_bytes(original)
     assert noop.read_state(project.root) is None
@@ -558,3 +560,38 @@ def test_an_unreadable_state_renders(project: Project, renders: Renders, capsys,
     assert SKIPPED not in generate(project, capsys)
     assert renders.count == 1
     assert outputs(project) == expected
+
+
+def test_the_versions_digested_are_those_importlib_metadata_reads():
+    """The no-op check reads the libraries' versions from dist-info folder names and looks for
+    libyaml without importing anything; both must say what the libraries themselves say."""
+    from importlib import metadata
+
+    from generator import load
+
+    installed = noop._installed_versions()
+    for name in noop.DISTRIBUTIONS:
+        assert installed[name] == metadata.version(name), name
+    assert noop._has_libyaml() == load._HAVE_LIBYAML
+
+
+def test_the_extra_paths_are_the_files_generate_writes_outside_generated():
+    from generator import paths, readme, schema, spec_doc
+
+    assert paths.extra_paths() == (readme.README, *schema.schema_files(), *spec_doc.spec_doc_files())
+    assert paths.SCHEMA_KINDS == tuple(schema.MODELS)
+
+
+def test_a_noop_generate_imports_neither_the_models_nor_the_renderer(project):
+    """What keeps a no-op generate fast from the command line: it answers from digests alone."""
+    import subprocess
+    import sys
+
+    assert project.run("generate") == 0
+    probe = (
+        "import sys; from generator.cli import run; code = run(['--root', sys.argv[1], 'generate']); "
+        "heavy = sorted(m for m in ('pydantic', 'jinja2', 'yaml', 'generator.model', 'generator.render', 'generator.load') if m in sys.modules); "
+        "print(code, heavy)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe, str(project.root)], capture_output=True, text=True, check=True, cwd=REPO)
+    assert result.stdout.strip().splitlines()[-1] == "0 []", result.stdout + result.stderr

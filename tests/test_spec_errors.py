@@ -210,7 +210,7 @@ ATTENTION = "specs/ops/attention.yaml"
         ("    - {window: 70}", "    - {windows: 70}", "tests.variants[0]: windows is not an attribute"),
         ("    - {window: 70}", "    - {window: true}", "tests.variants[0]: window = True is not a int"),
         ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HX}", "multiple_of_dim HX is not another dimension of a required argument"),
-        ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HK, multiple_of: 2}", "give exactly one of multiple_of, multiple_of_dim and count_nonzero_of"),
+        ("  - {dim: HQ, multiple_of_dim: HK}", "  - {dim: HQ, multiple_of_dim: HK, multiple_of: 2}", "give exactly one of multiple_of, multiple_of_dim, count_nonzero_of and equals_dim"),
         ("reduction: {dim: TK, order: online_blocks, block: 64", "reduction: {dim: TK, order: online_blocks, block: 48", "block must be a power of two, got 48"),
         ("  sequences:\n", "  batch_dim: TQ\n  sequences:\n", "give batch_dim or sequences, not both"),
     ],
@@ -220,6 +220,38 @@ def test_packed_sequence_specs_that_mean_nothing_are_refused(bare_project: Proje
     bare_project.edit(ATTENTION, old, new)
     err = errors_of(bare_project, capsys)
     assert f"{ATTENTION}:" in err and message in err, err
+
+
+PAGED = "specs/ops/paged_attention.yaml"
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("  - {dim: B1, equals_dim: B, plus: 1}", "  - {dim: B1, equals_dim: BX, plus: 1}", "equals_dim BX is not another dimension of a required argument"),
+        ("  - {dim: B1, equals_dim: B, plus: 1}", "  - {dim: B1, multiple_of: 2, plus: 1}", "plus is added to equals_dim's size: give it only with equals_dim"),
+        ("HK: 1, B: 2, MB: 80, B1: 3}", "HK: 1, B: 2, MB: 80, B1: 2}", "tests.shapes[2]: B1 = 2, but the constraint says B1 = B + 1 = 3"),
+        ("  - {dim: B1, equals_dim: B, plus: 1}\n", "", "query_start_loc holds one offset more than there are sequences: constrain it ({dim: B1, equals_dim: B, plus: 1})"),
+        ("    lengths: seq_lens", "    lengths: q", "tests.paged.lengths: q must be 1-D"),
+        ("    block_table: block_table", "    block_table: seq_lens", "tests.paged.block_table: seq_lens must be 2-D"),
+        ("    caches: [k_cache, v_cache]", "    caches: [k_cache, q]", "tests.paged.caches: q must have the blocks and the block size as its first two dimensions"),
+        ("    caches: [k_cache, v_cache]", "    caches: [k_cache, block_table]", "tests.paged.caches: block_table must be a floating tensor"),
+        ("    queries: TQ", "    queries: HQ", "tests.paged.queries: no output has HQ as its first dimension"),
+        ("    prefix_if: causal", "    prefix_if: window", "tests.paged.prefix_if: window is not a bool attribute"),
+        ("  paged:\n", "  batch_dim: TQ\n  paged:\n", "give paged, or batch_dim or sequences, not several"),
+        ("args: [q, k_cache, v_cache, query_start_loc, seq_lens]", "args: [q, k_cache, v_cache, block_table, seq_lens]", "the block table has no place among packed sequences' arguments"),
+        ("args: [q, k_cache, v_cache, query_start_loc, seq_lens]", "args: [q, v_cache, k_cache, seq_lens, query_start_loc]", "its cu_seqlens_q, given seq_lens, is the lengths of the keys, which go where its keys' offsets (cu_seqlens_k) go"),
+        ("args: [q, k_cache, v_cache, query_start_loc, seq_lens]", "args: [k_cache, q, v_cache, query_start_loc, seq_lens]", "argument 0 of attention, its q, given k_cache, is not one of its keys' rows [TK, ...]"),
+        ("args: [q, k_cache, v_cache, query_start_loc, seq_lens]", "args: [q, k_cache, v_cache, query_start_loc]", "attention takes 5 tensor arguments, got 4"),
+        ("{op: attention, args:", "{op: logp, args:", "logp is not an op of packed sequences with a queries' and a keys' dimension"),
+        ("{op: attention, args:", "{op: attentions, args:", "Unknown op attentions. Expected one of"),
+    ],
+)
+def test_paged_specs_that_mean_nothing_are_refused(bare_project: Project, capsys, old, new, message):
+    """equals_dim and tests.paged: each rule names what is wrong, at the spec's line."""
+    bare_project.edit(PAGED, old, new)
+    err = errors_of(bare_project, capsys)
+    assert f"{PAGED}:" in err and message in err, err
 
 
 # --------------------------------------------------------------------------- the two YAML readers

@@ -42,9 +42,14 @@ def test_simt_tiles_are_the_templates_tiles(op: str):
 
 @pytest.mark.parametrize("op, kernel", [(o.name, k) for o in CATALOG.ops for k, spec in o.kernels.items() if o.reduction is not None and o.reduction.lanes is not None and isinstance(spec, NativeKernel)])
 def test_row_kernels_reduce_in_steps_of_their_lanes(op: str, kernel: str):
-    """lanes_tree kernels consume one element per lane per step, on the device and on the host."""
-    for path in (GENERATED / "cuda" / f"{op}_{kernel}.cu", GENERATED / "cpu" / f"{op}_{kernel}.cpp"):
-        assert tiles(op, kernel).reduction == (constant(path, "kLanes"),), path.name
+    """lanes_tree kernels consume one element per lane per step, on the device and on the host; a
+    device block that computes its terms a batch at a time (kBatch per thread, logp's) steps
+    through kThreads x kBatch of them too."""
+    device, host = GENERATED / "cuda" / f"{op}_{kernel}.cu", GENERATED / "cpu" / f"{op}_{kernel}.cpp"
+    steps = {constant(device, "kLanes"), constant(host, "kLanes")}
+    if "kBatch" in device.read_text():
+        steps.add(constant(device, "kThreads") * constant(device, "kBatch"))
+    assert len(steps) == len(tiles(op, kernel).reduction) and set(tiles(op, kernel).reduction) == steps
 
 
 def test_embedding_backward_reads_ids_in_steps_of_its_tile():

@@ -7,7 +7,9 @@ step runs on the package's ops: embedding → (RMSNorm → q/k/v → RoPE → at
 gate/up → SwiGLU → down) x layers → RMSNorm → linear_logp → ratio_kl → grpo_loss → backward.
 One launch of 4 processes holds the layouts as process groups of 1, 2 and 4 ranks (ranks 0, 0-1,
 0-3), so each process imports torch and the package once; each rank writes its log-probs, loss
-and gradients to ``out/tp<size>-<reduce>-rank<r>.pt``.
+and gradients to ``out/tp<size>-<reduce>-rank<r>.pt``.  Ranks 0 and 1 then run, as a group of 2,
+calls whose ranks disagree (``disagreements``) and write what each raised to
+``out/tp2-disagreements-rank<r>.pt``.
 Kept free of pytest: spawned processes import it.
 """
 
@@ -118,6 +120,104 @@ def refusals(torch: Any, rlkd: Any, group: Any, three: Any) -> dict[str, str]:
     return out
 
 
+def disagreements(torch: Any, rlkd: Any, groups: dict[int, Any], rank: int) -> dict[str, Any]:
+    """Calls on ranks 0 and 1 (a group of 2) whose ranks hold what no rank can see is wrong alone:
+    parts of other sizes, other bits of a replicated input, parts of other full weights.  Each
+    case is a function of its own; ``outcomes`` runs them."""
+    group = groups[2]
+    gen = torch.Generator().manual_seed(3)
+
+    def randn(*shape: int, seed: int | None = None) -> Any:
+        g = gen if seed is None else torch.Generator().manual_seed(seed)
+        return (torch.randn(*shape, generator=g) * 0.3).to(torch.bfloat16)
+
+    h, x, ffn = randn(8, HIDDEN), randn(8, HIDDEN), randn(8, FFN)
+    ids = torch.randint(0, VOCAB, (8,), generator=gen)
+    head, up, down = randn(VOCAB, HIDDEN), randn(FFN, HIDDEN), randn(HIDDEN, FFN)
+    own = 1 + rank  # something that differs by rank
+
+    def uneven(full: Any, dim: int, first: int) -> Any:
+        """The user's own split: rank 0 the first ``first`` entries along ``dim``, rank 1 the rest."""
+        return full.narrow(dim, 0, first).clone() if rank == 0 else full.narrow(dim, first, full.shape[dim] - first).clone()
+
+    def modules_with_parts(first: int) -> Any:
+        column, row = rlkd.ColumnParallelLinear(HIDDEN, FFN, group=group), rlkd.RowParallelLinear(FFN, HIDDEN, group=group)
+        column.weight = torch.nn.Parameter(uneven(up, 0, first))
+        row.weight = torch.nn.Parameter(uneven(down, 1, first))
+        return row(column(x))
+
+    def loaded(layer: Any, full: Any) -> Any:
+        layer.load_full(full)
+        return layer
+
+    def twice(check: str) -> Any:
+        """The same layer called twice; only the second call's input differs on rank 1."""
+        weight = rlkd.shard(up, 0, group=group)
+        rlkd.column_parallel_linear(x, weight, group=group, check=check)
+        return rlkd.column_parallel_linear(x + rank, weight, group=group, check=check)
+
+    def with_module_check(value: str, call: Any) -> Any:
+        saved, rlkd.CHECK = rlkd.CHECK, value
+        try:
+            return call()
+        finally:
+            rlkd.CHECK = saved
+
+    def mixed_sources() -> Any:
+        weight = rlkd.shard(up, 0, group=group) if rank == 0 else up.narrow(0, FFN // 2, FFN // 2).clone()
+        return rlkd.column_parallel_linear(x, weight, group=group)
+
+    big = randn(VOCAB + 384, HIDDEN)
+    return {
+        # parts of other sizes, or of no whole number of leaves
+        "uneven vocabulary": lambda: rlkd.linear_logp(h, uneven(big, 0, VOCAB), ids, group=group),
+        "partial leaves on one rank": lambda: rlkd.linear_logp(h, uneven(randn(112, HIDDEN), 0, 48), ids, group=group),
+        "uneven column-parallel": lambda: rlkd.column_parallel_linear(x, uneven(up, 0, 160), group=group),
+        "uneven row-parallel": lambda: rlkd.row_parallel_linear(uneven(ffn, 1, 160), uneven(down, 1, 160), group=group),
+        "uneven modules": lambda: modules_with_parts(160),
+        "uneven gather": lambda: rlkd.gather_last_dim(uneven(ffn, 1, 160), group=group),
+        # settings, and one rank's own refusal
+        "other reduce": lambda: rlkd.row_parallel_linear(ffn[:, :128], rlkd.shard(down, 1, group=group), group=group, reduce=("tree", "all_reduce")[rank]),
+        "other ignore_index": lambda: rlkd.linear_logp(h, rlkd.shard(head, 0, group=group), ids, group=group, ignore_index=-100 * own),
+        "one rank's float32": lambda: rlkd.row_parallel_linear(ffn[:, :128].to((torch.bfloat16, torch.float32)[rank]), rlkd.shard(down, 1, group=group), group=group),
+        "bad check": lambda: rlkd.column_parallel_linear(x, rlkd.shard(up, 0, group=group), group=group, check="sometimes"),
+        "other check": lambda: rlkd.column_parallel_linear(x, rlkd.shard(up, 0, group=group), group=group, check=("first", "layout")[rank]),
+        "other call": lambda: rlkd.column_parallel_linear(x, rlkd.shard(up, 0, group=group), group=group) if rank == 0 else
+            rlkd.row_parallel_linear(ffn[:, :128], rlkd.shard(down, 1, group=group), group=group),
+        # replicated inputs with other bits
+        "other x": lambda: rlkd.column_parallel_linear(x * own, rlkd.shard(up, 0, group=group), group=group),
+        "other h": lambda: rlkd.linear_logp(h * own, rlkd.shard(head, 0, group=group), ids, group=group),
+        "other ids": lambda: rlkd.linear_logp(h, rlkd.shard(head, 0, group=group), (ids + rank) % VOCAB, group=group),
+        "other scattered x": lambda: rlkd.scatter_last_dim(ffn * own, group=group),  # a last dimension the helpers did not scatter
+        # parts of other full weights, or not at their rank's place
+        "other full weights": lambda: rlkd.column_parallel_linear(x, rlkd.shard(randn(FFN, HIDDEN, seed=10 + rank), 0, group=group), group=group),
+        "other full weights loaded": lambda: loaded(rlkd.RowParallelLinear(FFN, HIDDEN, group=group), randn(HIDDEN, FFN, seed=20 + rank))(ffn[:, :128]),
+        "parts of another group": lambda: rlkd.linear_logp(h, rlkd.shard(head, 0, group=groups[4]), ids, group=group),
+        "own part on one rank": mixed_sources,
+        # load_full takes the layer's dtype and shape only
+        "load_full float32": lambda: loaded(rlkd.ColumnParallelLinear(HIDDEN, FFN, group=group), up.float()),
+        "load_full shape": lambda: loaded(rlkd.RowParallelLinear(FFN, HIDDEN, group=group), down.t()),
+        # the switch
+        "other x, check=layout": lambda: rlkd.column_parallel_linear(x * own, rlkd.shard(up, 0, group=group), group=group, check="layout"),
+        "other x, CHECK=layout": lambda: with_module_check("layout", lambda: rlkd.column_parallel_linear(x * own, rlkd.shard(up, 0, group=group), group=group)),
+        "other x on a second call, check=first": lambda: twice("first"),
+        "other x on a second call, check=every": lambda: twice("every"),
+    }
+
+
+def outcomes(cases: dict[str, Any]) -> dict[str, str]:
+    """Each case's outcome on this rank: ``accepted``, or the error's type and message."""
+    out = {}
+    for name, call in cases.items():
+        try:
+            call()
+        except (ValueError, TypeError, RuntimeError) as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+        else:
+            out[name] = "accepted"
+    return out
+
+
 def against_single_device(torch: Any, rlk: Any, rlkd: Any, group: Any) -> dict[str, Any]:
     """linear_logp at world size 1 and the single-device op on the same inputs: values and gradients."""
     gen = torch.Generator().manual_seed(2)
@@ -167,6 +267,8 @@ def main(rank: int, world: int, init_file: str, package: str, out: str, layouts:
                     step = time.monotonic()
                     torch.save(grpo_step(torch, rlk, rlkd, params, reduce, group), Path(out) / f"tp{size}-{reduce}-rank{rank}.pt")
                     timings[f"tp{size} {reduce}"] = time.monotonic() - step
+            if 2 in groups and rank < 2:
+                torch.save(outcomes(disagreements(torch, rlkd, groups, rank)), Path(out) / f"tp2-disagreements-rank{rank}.pt")
             if rank == 0:
                 torch.save(refusals(torch, rlkd, groups[min(layouts)], three), Path(out) / "refusals.pt")
                 torch.save(against_single_device(torch, rlk, rlkd, groups[min(layouts)]), Path(out) / "single.pt")

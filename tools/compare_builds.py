@@ -56,6 +56,7 @@ TIMED = [
     ("det_gemm bf16 512x1024x1024", "det_gemm", "simt", {"M": 512, "K": 1024, "N": 1024}, "bfloat16", {}),
     ("det_gemm f32 512x1024x1024", "det_gemm", "simt", {"M": 512, "K": 1024, "N": 1024}, "float32", {}),
     ("det_gemm_nt bf16 12x1024x32000", "det_gemm_nt", "simt", {"M": 12, "K": 1024, "N": 32000}, "bfloat16", {}),
+    ("det_gemm_ktree bf16 64x512x1024", "det_gemm_ktree", "tree", {"M": 64, "K": 512, "N": 1024}, "bfloat16", {}),
     ("linear_logp bf16 12x1024x32000", "linear_logp", "rows", {"N": 12, "H": 1024, "V": 32000}, "bfloat16", {}),
     ("linear_logp f32 12x1024x32000", "linear_logp", "rows", {"N": 12, "H": 1024, "V": 32000}, "float32", {}),
     ("silu f32 512x1024", "silu", "elementwise", {"R": 512, "C": 1024}, "float32", {}),

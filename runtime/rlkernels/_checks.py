@@ -172,6 +172,9 @@ def _value_rule(code: _Source, c: Check) -> None:
         size, divisor = f"{t}.shape[{c.axis}]", f"{o}.shape[{c.other_axis}]"
         # A size 0 divides only 0.
         code.add(f"({divisor} == 0 and {size} != 0) or ({divisor} != 0 and {size} % {divisor} != 0)", f'InputError(f"{{{m}}}, got {{{size}}} and {{{divisor}}}")')
+    elif c.kind == "equals_dim":
+        size, other = f"{t}.shape[{c.axis}]", f"{o}.shape[{c.other_axis}]"
+        code.add(f"{given}{size} != {other} + {int(c.plus)}", f'InputError(f"{{{m}}}, got {{{size}}} and {{{other}}}")')
     elif c.kind == "count_nonzero":
         size = f"{t}.shape[{c.axis}]"
         # Traced and meta tensors have no values to count (the native op checks again when it runs).

@@ -3,13 +3,23 @@ against.  Plain PyTorch in float32; never a backend (they make no guarantees).""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 import torch.nn.functional as F
 
 
+def _in_order(offsets: list[int]) -> bool:
+    """Whether offsets never decrease: out of order, a row may lie in two sequences, so no row has one."""
+    return all(a <= b for a, b in pairwise(offsets))
+
+
 def _sequences(cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, total_q: int, total_k: int) -> list[tuple[int, int, int, int]]:
-    """(q0, q1, k0, k1) of every sequence whose ranges lie in order inside the packed tensors."""
+    """(q0, q1, k0, k1) of every sequence whose ranges lie in order inside the packed tensors; none
+    while either offsets array is out of order."""
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    if not (_in_order(cq) and _in_order(ck)):
+        return []
     return [
         (cq[b], cq[b + 1], ck[b], ck[b + 1])
         for b in range(len(cq) - 1)
@@ -91,6 +101,60 @@ def attention_backward(
         dk[k0:k1] = per_head_k.reshape(k1 - k0, kv_heads, group, head_dim).sum(2)
         dv[k0:k1] = per_head_v.reshape(k1 - k0, kv_heads, group, head_dim).sum(2)
     return dq.float(), dk.float(), dv.float()
+
+def _owner(starts: list[int], row: int) -> int | None:
+    """The sequence of query row ``row``: the last b with starts[b] <= row, found by the kernels'
+    bisection (for offsets in order, the one sequence whose range holds the row)."""
+    if len(starts) < 2 or starts[0] > row:
+        return None
+    lo, hi = 0, len(starts) - 2
+    while lo < hi:
+        mid = lo + (hi - lo + 1) // 2
+        if starts[mid] <= row:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def paged_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor, scale: float = 0.0, causal: bool = True, window: int = -1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """attention over each sequence's keys gathered from the paged caches, key j of sequence b
+    being row j % BS of block block_table[b, j / BS], in float64.  A query row belongs to the
+    sequence the bisection over query_start_loc finds (``_owner``); NaN rows (o and lse) where that
+    sequence is invalid (its queries out of order or past TQ, fewer keys than queries, more keys
+    than its row of the block table holds) or does not hold the row, and where a key the query
+    sees lies in a block outside [0, NB); every row NaN while query_start_loc is out of order."""
+    total_q, heads = q.shape[0], q.shape[1]
+    blocks, block_size = k_cache.shape[0], k_cache.shape[1]
+    o = torch.full(q.shape, float("nan"))
+    lse = torch.full((total_q, heads), float("nan"))
+    starts, lengths, table = query_start_loc.tolist(), seq_lens.tolist(), block_table.tolist()
+    if not _in_order(starts[: len(lengths) + 1]):  # the kernels read B + 1 offsets
+        return o, lse.detach()
+    done: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}
+    for b in range(len(starts) - 1):
+        q0, q1, keys = starts[b], starts[b + 1], lengths[b]
+        if not (0 <= q0 <= q1 <= total_q and q1 - q0 <= keys <= block_table.shape[1] * block_size):
+            continue
+        ids = torch.tensor([table[b][j // block_size] for j in range(keys)], dtype=torch.int64)
+        bad = (ids < 0) | (ids >= blocks)
+        rows = torch.where(bad, 0, ids) * block_size + torch.arange(keys) % block_size
+        k, v = (
+            cache.reshape(blocks * block_size, *cache.shape[2:])[rows] if blocks else cache.new_zeros((keys, *cache.shape[2:])) for cache in (k_cache, v_cache)
+        )
+        seq_o, seq_lse = attention(q[q0:q1], k, v, torch.tensor([0, q1 - q0]), torch.tensor([0, keys]), scale, causal, window)
+        poisoned = (_visible(q1 - q0, keys, causal, window) & bad[None, :]).any(-1)
+        done[b] = (q0, torch.where(poisoned[:, None, None], float("nan"), seq_o), torch.where(poisoned[:, None], float("nan"), seq_lse))
+    for row in range(total_q):
+        owner = _owner(starts, row)
+        if owner is not None and owner in done and row < starts[owner + 1]:
+            q0, seq_o, seq_lse = done[owner]
+            o[row], lse[row] = seq_o[row - q0], seq_lse[row - q0]
+    return o, lse.detach()
+
 
 def column_sum(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=0)

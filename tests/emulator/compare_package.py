@@ -93,6 +93,26 @@ def _with_nonfinite(inputs):
     return out
 
 
+def _offsets_arguments(tests) -> list[str]:
+    """The arguments holding packed sequences' offsets: the packed ones, and a paged cache's queries'."""
+    return [*tests.offsets.values(), *([tests.paged["query_offsets"]] if tests.paged is not None else [])]
+
+
+def _with_offsets_out_of_order(tests, inputs):
+    """The inputs with two neighbouring entries of each offsets argument swapped where they differ
+    (the first such pair): no row has a sequence, and every packed row must be NaN on both sides."""
+    names = [name for name, *_ in tests.args]
+    out = list(inputs)
+    for arg in _offsets_arguments(tests):
+        t = out[names.index(arg)].clone()
+        pairs = [i for i in range(t.numel() - 1) if int(t[i]) != int(t[i + 1])]
+        if not pairs:
+            raise ValueError(f"{arg} = {t.tolist()}: no two neighbouring entries differ, nothing to put out of order")
+        t[[pairs[0], pairs[0] + 1]] = t[[pairs[0] + 1, pairs[0]]]
+        out[names.index(arg)] = t
+    return out
+
+
 def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
     import torch
 
@@ -124,6 +144,8 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
                 cases += [(dtype, shape, seed, "random", flag.values[0]) for seed, shape in enumerate(tests.shapes) for dtype in tests.dtypes]
             if portable:
                 cases += [(dtype, tests.shapes[0], 0, "nan/inf", {}) for dtype in tests.dtypes]
+            if portable and _offsets_arguments(tests):
+                cases += [(dtype, tests.shapes[0], 0, "offsets out of order", {}) for dtype in tests.dtypes]
             # Zero-size dimensions and masks with no true entry: every output element must be written.
             for _, (dims, none_kept), _ in suite.empty_cases(tests):
                 cases += [(dtype, dims, 16, "none kept" if none_kept else "empty", {}) for dtype in tests.dtypes]
@@ -138,6 +160,8 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
                         inputs = tests.make_inputs(shape, dtype, "cpu", seed=seed)
                     if kind == "nan/inf":
                         inputs = _with_nonfinite(inputs)
+                    if kind == "offsets out of order":
+                        inputs = _with_offsets_out_of_order(tests, inputs)
                     got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **{**tests.attrs, **attrs}))
                     if portable:
                         want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **{**tests.attrs, **attrs}))

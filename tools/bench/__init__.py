@@ -1,7 +1,7 @@
 """Benchmarks, as ratios against baselines measured in the same process (`make bench`).
 
     python -m tools.bench [kernel] [model] [transformers] [tp] [generator]   (make bench: all five)
-    python -m tools.bench gemm                              (det_gemm's rows of kernel only)
+    python -m tools.bench gemm                              (the GEMMs' rows of kernel only)
     python -m tools.bench model --op swiglu --op logp       (some rows of the model table)
     python -m tools.bench --quick [sections]                (each at its smallest settings, no report)
 
@@ -10,17 +10,20 @@ returns rows, and a format that turns rows into a Markdown table and its notes. 
 (runner.py) prints what the run used and each row as it is measured; the report (report.py)
 records the rows in docs/performance.json and renders docs/performance.md from them.
 
-  * gemm: the CPU det_gemm kernel (float32 and bfloat16 inputs) against torch.matmul on the same
-    tensors, on one thread and on all of them, with the GFLOP/s each achieved and whether the
-    kernel's outputs were bitwise deterministic and batch-invariant in the run (a table per code
-    path -- AVX-512, AVX2, portable -- each from the last run that took it);
+  * gemm: the CPU det_gemm kernel (float32 and bfloat16 inputs) and det_gemm_ktree (bfloat16, also
+    at the tensor-parallel step's shapes) against torch.matmul on the same tensors, on one thread
+    and on all of them, with the GFLOP/s each achieved and whether the kernel's outputs were bitwise
+    deterministic and batch-invariant in the run (a table per code path -- AVX-512, AVX2, portable
+    -- each from the last run that took it);
   * ops (with gemm, "kernel"): logp and rms_norm against the PyTorch code they replace, the same way;
   * model: every op of one layer of a small model (det_linear projections, swiglu, silu,
     rms_norm, logp, ...) at its shapes, against the PyTorch code it replaces;
   * transformers: a tiny but realistic Qwen2 patched with rlkernels.transformers against the same
     model unpatched (sdpa, full logits, log_softmax), forward and forward+backward;
   * tp: rlkernels.distributed's fixed-order combine against torch.distributed's all_reduce, on 2
-    and 4 gloo ranks spawned on this machine, alone and inside a row-parallel linear;
+    and 4 gloo ranks spawned on this machine, alone and inside a row-parallel linear; and one
+    training step of an MLP and a vocabulary head through rlkernels.distributed against the same
+    step with torch's bf16 matmuls and all_reduce, on 1 and 2 ranks;
   * generator: a full generate of the catalog, a no-op generate (which must write nothing)
     recognised as such and one rendered all the same (--full), and synthetic catalogs of 100, 300
     and 1,000 copies of det_gemm; then its two goals against what it measured.

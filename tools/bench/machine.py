@@ -67,6 +67,16 @@ def code_paths(flags: set[str], cap: str) -> tuple[str, str]:
     return "portable (4 lanes, 3 × 16 tiles, the C library's fmaf)", "baseline (compiler default)"
 
 
+def matrix_units(flags: set[str]) -> str:
+    """The bfloat16 matrix instructions the CPU has: torch's bfloat16 matmul (oneDNN) may use AMX tiles,
+    whose sums are not specified step by step, so rlkernels' GEMMs cannot; the baseline can be many
+    times faster there."""
+    amx = sorted(flag for flag in flags if flag.startswith("amx_"))
+    if amx:
+        return f"AMX ({', '.join(amx)}): torch's bfloat16 matmul may use them, rlkernels' GEMMs do not"
+    return "no AMX"
+
+
 def where() -> str:
     """The machine in one phrase: CPU, architecture, logical CPUs."""
     return f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} logical CPUs"
@@ -85,6 +95,7 @@ def machine_facts(command: str, with_torch: bool) -> dict[str, str]:
         facts["torch"] = f"{torch.__version__} (CPU capability {torch.backends.cpu.get_cpu_capability()})"
         facts["det_gemm code path"] = gemm_path
         facts["Row and elementwise kernels' code path"] = rows_path
+        facts["Matrix instructions"] = matrix_units(cpu_flags())
         facts["Compiler"] = compiler()
     facts["Python"] = platform.python_version()
     facts["Command"] = f"`{command}`"

@@ -82,6 +82,8 @@ class OpCase:
         self.counted: dict[str, str] = data["counted"]
         # Dimensions another must be a multiple of, and those (a divisor 0 leaves only 0).
         self.divides: dict[str, str] = data["divides"]
+        # Dimensions another one's size gives (B1 = B + 1): dimension -> (that one, what is added).
+        self.follows: dict[str, tuple[str, int]] = {dim: (base, plus) for dim, (base, plus) in data["follows"].items()}
         sequences = data["sequences"]
         # Packed sequences: dimension -> the argument holding its offsets (cu_seqlens).
         self.offsets: dict[str, str] = {dim: arg for dim, arg in sequences["offsets"]} if sequences else {}
@@ -89,6 +91,11 @@ class OpCase:
         self.prefix: bool = bool(sequences and sequences["prefix"])
         # The bool attribute under which alone that holds, if any.
         self.prefix_if: str | None = sequences["prefix_if"] if sequences else None
+        # Sequences whose keys lie in a paged cache (tests.paged): the queries' dimension, and the
+        # arguments holding the queries' offsets, the keys' lengths, the block table and the caches.
+        self.paged: dict[str, Any] | None = data["paged"]
+        if self.paged is not None:
+            self.prefix_if = self.paged["prefix_if"]
         self.grad_inputs = list(op.grad_inputs)
         # Each case gives every dtype variable a dtype; an op with several variables spells a case as
         # their dtypes joined by "/", in the order of dtype_vars, and its tests run every combination.
@@ -174,6 +181,8 @@ class OpCase:
         generator = torch.Generator().manual_seed(seed)
         tensors: Inputs = []
         offsets_of = {arg: dim for dim, arg in self.offsets.items()}
+        if self.paged is not None:
+            offsets_of[self.paged["query_offsets"]] = self.paged["queries"]
         for name, arg_dtype, shape, _, values in self.args:
             size = [dims[d] for d in shape]
             torch_dtype = getattr(torch, self.dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
@@ -195,7 +204,24 @@ class OpCase:
                 for i, position in enumerate(range(0, flat.numel(), values["every"]) if include else ()):
                     flat[position] = include[i % len(include)]
             tensors.append(tensor.to(torch_dtype).to(device))
+        if self.paged is not None:
+            self._fill_key_lengths(tensors, dims, generator)
         return tensors
+
+    def _fill_key_lengths(self, tensors: Inputs, dims: dict[str, int], generator: torch.Generator) -> None:
+        """A paged op's keys per sequence: its queries (aligned to the end of its keys) and a random
+        number of earlier keys, at most what its block-table row holds; as many as its queries
+        where the row cannot even hold those (a sequence the kernels must answer with NaN)."""
+        assert self.paged is not None
+        names = [name for name, *_ in self.args]
+        shapes = {name: shape for name, _, shape, _, _ in self.args}
+        starts = tensors[names.index(self.paged["query_offsets"])].cpu().long()
+        queries = (starts[1:] - starts[:-1]).tolist()
+        capacity = dims[shapes[self.paged["block_table"]][1]] * dims[shapes[self.paged["caches"][0]][1]]
+        keys = [q + int(torch.randint(0, max(capacity - q, 0) + 1, (1,), generator=generator)) for q in queries]
+        index = names.index(self.paged["lengths"])
+        old = tensors[index]
+        tensors[index] = torch.tensor(keys, dtype=torch.int64).reshape(old.shape).to(old.dtype).to(old.device)
 
     def without_optional(self, inputs: Inputs) -> Inputs:
         return [None if optional else t for t, (_, _, _, optional, _) in zip(inputs, self.args)]

@@ -93,6 +93,8 @@ class Check:
     relation: str = ">="
     bound: float = 0
     """A ``bound`` check's rule: the attribute must be ``<relation> <bound>``."""
+    plus: int = 0
+    """equals_dim: what is added to the other argument's size."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,7 @@ def _op(entry: dict[str, Any], backends: dict[str, list[str]]) -> Op:
             dim=c.get("dim", ""),
             relation=c.get("relation", ">="),
             bound=c.get("bound", 0),
+            plus=c.get("plus", 0),
         )
 
     reduction = entry.get("reduction")

@@ -23,6 +23,12 @@ The price: the K-tree product is bf16 at every node and runs on the portable ker
 gather moves world-size times the bytes of a reduce-scatter (each rank receives every partial).
 Only bfloat16 is accepted: float32 has no layout-invariant product here, and silently falling
 back to one that is not would break the promise.
+
+What no rank can see alone is compared across the group on the first call of each layer (one
+small all_gather; ``_rank_agreement``): every rank's part of a split dimension the same whole
+number of leaves, the same settings, the same bits of each replicated input, and each rank's part
+of the weight cut from the same full weight at its own place.  Every rank raises a ``LayoutError``
+naming the argument and what each rank holds, or none does.  ``CHECK`` (or ``check=``) says when.
 """
 
 from __future__ import annotations
@@ -35,6 +41,22 @@ import torch.distributed as dist
 from torch import nn
 
 from . import _ops
+from ._rank_agreement import (
+    CHECKS,
+    Check,
+    LayoutError,
+    Part,
+    Replicated,
+    Same,
+    Source,
+    Terms,
+    agree,
+    check_mode,
+    digest,
+    forget_checks,
+    record_source,
+    source_of,
+)
 from ._registry import OPS, PACKAGE
 
 LEAF: int = OPS["det_gemm_ktree"].reduction.leaf  # type: ignore[union-attr,assignment]
@@ -44,12 +66,24 @@ VOCAB_LEAF = 32
 """Vocabulary entries per leaf of linear_logp's sums and per call of exp: a rank's part of the
 vocabulary is a whole number of them."""
 
+CHECK: Check = "first"
+"""When the ranks compare what they must agree on; a call's ``check=`` (or a layer's) overrides it.
+``"first"``: on the first call of each layer (each weight; for gather_last_dim and
+scatter_last_dim, each last dimension), the parts' sizes, the settings (``reduce``,
+``ignore_index``), the bits of the replicated inputs (their checksums) and where each rank's part
+of the weight was cut from (``shard``, ``load_full``).  ``"every"``: all of that on every call
+(a small all_gather and a host synchronisation each).  ``"layout"``: sizes and settings only, on
+the first call of each layer.  The sizes are never left unchecked: a part of another size than
+the others' gives other bits."""
+
 Reduce = Literal["tree", "all_reduce"]
 """``tree``: the fixed-order combine (layout-invariant).  ``all_reduce``: torch.distributed's
 all_reduce in the backend's order, which is not; kept as the baseline it replaces, for the
 bench and for tests that show the difference."""
 
 __all__ = [
+    "CHECK",
+    "CHECKS",
     "LEAF",
     "VOCAB_LEAF",
     "ColumnParallelLinear",
@@ -62,10 +96,6 @@ __all__ = [
     "scatter_last_dim",
     "shard",
 ]
-
-
-class LayoutError(ValueError):
-    """A shape, dtype or process group for which the result would depend on the parallel layout."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,6 +131,19 @@ def _check_bf16(name: str, tensor: torch.Tensor) -> None:
 def _check_split(name: str, size: int, what: str, leaf: int) -> None:
     if size == 0 or size % leaf:
         raise LayoutError(f"{name}: {what} must be a positive multiple of {leaf} (whole leaves of the tree), got {size}")
+
+
+def _mode(check: Check | None) -> object:
+    """The call's check mode: its own, or the module's ``CHECK`` (validated where it is used)."""
+    return CHECK if check is None else check
+
+
+def _reduce_term(reduce: str) -> Same:
+    return Same("reduce", "the combine", ("tree", "all_reduce").index(reduce), names=("tree", "all_reduce"))
+
+
+def _check_term(check: object) -> Same:
+    return Same("check", "the check mode", CHECKS.index(check), names=CHECKS)  # agree refused other values first
 
 
 def _pairwise(parts: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -139,6 +182,11 @@ def _ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         a = torch.cat([a, a.new_zeros(a.shape[0], pad)], dim=1)
         b = torch.cat([b, b.new_zeros(pad, b.shape[1])], dim=0)
     return _ops.det_gemm_ktree(a.contiguous(), b.contiguous())
+
+
+def _device(tensor: object) -> torch.device:
+    """Where a call's agreement vector lives: with its tensors (a device backend gathers device tensors)."""
+    return tensor.device if isinstance(tensor, torch.Tensor) else torch.device("cpu")
 
 
 def _rows(x: torch.Tensor, name: str, features: int) -> torch.Tensor:
@@ -188,45 +236,82 @@ class _RowParallel(torch.autograd.Function):
         return grad_x, grad_w, None, None
 
 
-def column_parallel_linear(x: torch.Tensor, weight: torch.Tensor, *, group: Any = None, reduce: Reduce = "tree") -> torch.Tensor:
+def column_parallel_linear(
+    x: torch.Tensor, weight: torch.Tensor, *, group: Any = None, reduce: Reduce = "tree", check: Check | None = None
+) -> torch.Tensor:
     """``x @ weight.T`` for this rank's rows of the weight ([out / world, in]): the output's part
     [..., out / world].  ``x`` is replicated; its gradient sums every rank's in the fixed order,
-    so ``out / world`` must be a multiple of LEAF."""
+    so ``out / world`` must be the same multiple of LEAF on every rank (``check``: see CHECK)."""
     _world(group)
-    _check_reduce(reduce)
-    _check_bf16("x", x)
-    _check_bf16("weight", weight)
-    if weight.dim() != 2:
-        raise LayoutError(f"weight: expected 2 dimensions [out / world, in], got shape {tuple(weight.shape)}")
-    _check_split("weight", weight.shape[0], "this rank's rows (out / world)", LEAF)
+    mode = _mode(check)
+
+    def terms() -> Terms:
+        _check_reduce(reduce)
+        _check_bf16("x", x)
+        _check_bf16("weight", weight)
+        if weight.dim() != 2:
+            raise LayoutError(f"weight: expected 2 dimensions [out / world, in], got shape {tuple(weight.shape)}")
+        rows = _rows(x, "x", weight.shape[1])
+        return Terms(
+            (Same("weight", "the rows of each rank's part (out / world)", weight.shape[0], LEAF), Same("weight", "its columns (in)", weight.shape[1]),
+             Same("x", "its rows", rows.shape[0]), _reduce_term(reduce), _check_term(mode)),
+            (Replicated("x", "a column-parallel layer's input is replicated", x),),
+            Part("weight", weight, 0),
+        )
+
+    agree("column_parallel_linear", group, mode, weight, _device(weight), terms)
     rows = _rows(x, "x", weight.shape[1])
     y = _ColumnParallel.apply(rows.contiguous(), weight, group, reduce)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
-def row_parallel_linear(x: torch.Tensor, weight: torch.Tensor, *, group: Any = None, reduce: Reduce = "tree") -> torch.Tensor:
+def row_parallel_linear(
+    x: torch.Tensor, weight: torch.Tensor, *, group: Any = None, reduce: Reduce = "tree", check: Check | None = None
+) -> torch.Tensor:
     """``x @ weight.T`` summed over ranks, for this rank's part of the inputs ``x`` [..., in / world]
     and columns of the weight ([out, in / world]): the replicated output [..., out].  ``in / world``
-    must be a multiple of LEAF."""
+    must be the same multiple of LEAF on every rank (``check``: see CHECK).  Nothing here is
+    replicated: each rank's ``x`` is its own part, so only its rows are compared."""
     _world(group)
-    _check_reduce(reduce)
-    _check_bf16("x", x)
-    _check_bf16("weight", weight)
-    if weight.dim() != 2:
-        raise LayoutError(f"weight: expected 2 dimensions [out, in / world], got shape {tuple(weight.shape)}")
-    _check_split("weight", weight.shape[1], "this rank's columns (in / world)", LEAF)
+    mode = _mode(check)
+
+    def terms() -> Terms:
+        _check_reduce(reduce)
+        _check_bf16("x", x)
+        _check_bf16("weight", weight)
+        if weight.dim() != 2:
+            raise LayoutError(f"weight: expected 2 dimensions [out, in / world], got shape {tuple(weight.shape)}")
+        rows = _rows(x, "x", weight.shape[1])
+        return Terms(
+            (Same("weight", "the columns of each rank's part (in / world)", weight.shape[1], LEAF), Same("weight", "its rows (out)", weight.shape[0]),
+             Same("x", "its rows", rows.shape[0]), _reduce_term(reduce), _check_term(mode)),
+            (),
+            Part("weight", weight, 1),
+        )
+
+    agree("row_parallel_linear", group, mode, weight, _device(weight), terms)
     rows = _rows(x, "x", weight.shape[1])
     y = _RowParallel.apply(rows.contiguous(), weight, group, reduce)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 def shard(full: torch.Tensor, dim: int, *, group: Any = None) -> torch.Tensor:
-    """This rank's contiguous part of ``full`` along ``dim`` (a copy), as the layers hold it."""
+    """This rank's contiguous part of ``full`` along ``dim`` (a copy), as the layers hold it.  The
+    returned tensor remembers where it was cut from (a checksum of ``full``, ``dim``, its place), so
+    that a layer's first call can compare that across ranks (see CHECK); a tensor made from it
+    (``nn.Parameter(part)``, ``part.to(...)``) does not, and is compared by size only."""
     rank, world = _world(group)
+    if not isinstance(full, torch.Tensor):
+        raise TypeError(f"full: expected a torch.Tensor, got {type(full).__name__}")
+    if not -full.dim() <= dim < full.dim():
+        raise LayoutError(f"dim: expected a dimension of full (shape {tuple(full.shape)}), got {dim}")
+    dim %= full.dim()
     if full.shape[dim] % world:
         raise LayoutError(f"full: dimension {dim} ({full.shape[dim]}) must divide evenly among {world} ranks")
     size = full.shape[dim] // world
-    return full.narrow(dim, rank * size, size).contiguous().clone()
+    part = full.narrow(dim, rank * size, size).contiguous().clone()
+    record_source(part, Source(digest(full), dim, rank, world))
+    return part
 
 
 class _GatherLastDim(torch.autograd.Function):
@@ -254,41 +339,95 @@ class _ScatterLastDim(torch.autograd.Function):
         return torch.cat(_all_gather(grad, ctx.group), dim=-1), None
 
 
-def gather_last_dim(x: torch.Tensor, *, group: Any = None) -> torch.Tensor:
+def _shape_terms(x: torch.Tensor) -> tuple[Same, ...]:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 1:
+        raise LayoutError(f"x: expected at least 1 dimension, got shape {tuple(x.shape)}")
+    return (
+        Same("x", "its number of dimensions", x.dim()),
+        Same("x", "its last dimension", x.shape[-1]),
+        Same("x", "its rows (the leading dimensions' product)", x.shape[:-1].numel()),
+    )
+
+
+def gather_last_dim(x: torch.Tensor, *, group: Any = None, check: Check | None = None) -> torch.Tensor:
     """Every rank's ``x`` side by side along the last dimension (rank order); the gradient of
-    each rank's part goes back to it.  No arithmetic: the bits are the parts'."""
+    each rank's part goes back to it.  No arithmetic: the bits are the parts'.  Every rank's part
+    must have the same shape (``check``: see CHECK)."""
     _world(group)
+    mode = _mode(check)
+
+    def terms() -> Terms:
+        return Terms((*_shape_terms(x), _check_term(mode)))
+
+    agree("gather_last_dim", group, mode, ("last dimension", _last(x)), _device(x), terms)
     return _GatherLastDim.apply(x, group)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
 
 
-def scatter_last_dim(x: torch.Tensor, *, group: Any = None) -> torch.Tensor:
+def scatter_last_dim(x: torch.Tensor, *, group: Any = None, check: Check | None = None) -> torch.Tensor:
     """This rank's contiguous part of a replicated ``x`` along the last dimension; the gradient
-    is every rank's part's, gathered."""
+    is every rank's part's, gathered (``check``: see CHECK)."""
     _, world = _world(group)
-    if x.shape[-1] % world:
-        raise LayoutError(f"x: last dimension ({x.shape[-1]}) must divide evenly among {world} ranks")
+    mode = _mode(check)
+
+    def terms() -> Terms:
+        sizes = _shape_terms(x)
+        if x.shape[-1] % world:
+            raise LayoutError(f"x: last dimension ({x.shape[-1]}) must divide evenly among {world} ranks")
+        return Terms((*sizes, _check_term(mode)), (Replicated("x", "scatter_last_dim cuts a replicated tensor", x),))
+
+    agree("scatter_last_dim", group, mode, ("last dimension", _last(x)), _device(x), terms)
     return _ScatterLastDim.apply(x, group)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
+
+
+def _last(x: object) -> int | None:
+    """The key of a weightless call's first-call check: its last dimension."""
+    return x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() else None
+
+
+def _check_full(weight: torch.Tensor, shape: tuple[int, int]) -> None:
+    """A full weight for ``load_full``: bfloat16 (the layers hold bf16: another dtype would be
+    rounded silently) of the layer's whole [out_features, in_features]."""
+    _check_bf16("weight", weight)
+    if tuple(weight.shape) != shape:
+        raise LayoutError(f"weight: expected the full weight's shape {shape} [out_features, in_features], got {tuple(weight.shape)}")
+
+
+def _load(layer: ColumnParallelLinear | RowParallelLinear, weight: torch.Tensor, dim: int) -> None:
+    _check_full(weight, (layer.out_features, layer.in_features))
+    part = shard(weight, dim, group=layer.group)
+    with torch.no_grad():
+        layer.weight.copy_(part)
+    source = source_of(part)
+    assert source is not None
+    record_source(layer.weight, source)
+    forget_checks(layer.weight)  # new values: the ranks compare their sources again on the next call
 
 
 class ColumnParallelLinear(nn.Module):
     """``nn.Linear(in_features, out_features, bias=False)`` whose weight rows are split across
     the group; the output is this rank's part [..., out_features / world]."""
 
-    def __init__(self, in_features: int, out_features: int, *, group: Any = None, reduce: Reduce = "tree", device: Any = None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, *, group: Any = None, reduce: Reduce = "tree", check: Check | None = None, device: Any = None
+    ) -> None:
         super().__init__()
         _, world = _world(group)
         _check_reduce(reduce)
+        if check is not None:
+            check_mode(check)
         _check_split("out_features", out_features, f"out_features / world size ({world})", LEAF * world)
-        self.in_features, self.out_features, self.group, self.reduce = in_features, out_features, group, reduce
+        self.in_features, self.out_features, self.group, self.reduce, self.check = in_features, out_features, group, reduce, check
         self.weight = nn.Parameter(torch.empty(out_features // world, in_features, dtype=torch.bfloat16, device=device))
 
     def load_full(self, weight: torch.Tensor) -> None:
-        """Take this rank's rows of the full [out_features, in_features] weight."""
-        with torch.no_grad():
-            self.weight.copy_(shard(weight, 0, group=self.group))
+        """Take this rank's rows of the full [out_features, in_features] bfloat16 weight (another
+        dtype is refused, not rounded)."""
+        _load(self, weight, 0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return column_parallel_linear(x, self.weight, group=self.group, reduce=self.reduce)
+        return column_parallel_linear(x, self.weight, group=self.group, reduce=self.reduce, check=self.check)
 
 
 class RowParallelLinear(nn.Module):
@@ -296,21 +435,25 @@ class RowParallelLinear(nn.Module):
     across the group; it takes this rank's part of the inputs [..., in_features / world] (a
     column-parallel layer's output) and returns the replicated [..., out_features]."""
 
-    def __init__(self, in_features: int, out_features: int, *, group: Any = None, reduce: Reduce = "tree", device: Any = None) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, *, group: Any = None, reduce: Reduce = "tree", check: Check | None = None, device: Any = None
+    ) -> None:
         super().__init__()
         _, world = _world(group)
         _check_reduce(reduce)
+        if check is not None:
+            check_mode(check)
         _check_split("in_features", in_features, f"in_features / world size ({world})", LEAF * world)
-        self.in_features, self.out_features, self.group, self.reduce = in_features, out_features, group, reduce
+        self.in_features, self.out_features, self.group, self.reduce, self.check = in_features, out_features, group, reduce, check
         self.weight = nn.Parameter(torch.empty(out_features, in_features // world, dtype=torch.bfloat16, device=device))
 
     def load_full(self, weight: torch.Tensor) -> None:
-        """Take this rank's columns of the full [out_features, in_features] weight."""
-        with torch.no_grad():
-            self.weight.copy_(shard(weight, 1, group=self.group))
+        """Take this rank's columns of the full [out_features, in_features] bfloat16 weight
+        (another dtype is refused, not rounded)."""
+        _load(self, weight, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return row_parallel_linear(x, self.weight, group=self.group, reduce=self.reduce)
+        return row_parallel_linear(x, self.weight, group=self.group, reduce=self.reduce, check=self.check)
 
 
 # --------------------------------------------------------------------------------------------
@@ -409,7 +552,14 @@ class _VocabParallelLogp(torch.autograd.Function):
 
 
 def linear_logp(
-    h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, *, group: Any = None, ignore_index: int = -100, reduce: Reduce = "tree"
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    ids: torch.Tensor,
+    *,
+    group: Any = None,
+    ignore_index: int = -100,
+    reduce: Reduce = "tree",
+    check: Check | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of ``ids`` and the softmax's entropy from hidden states ``h`` [..., H] and
     this rank's rows of the LM head's weight ([V / world, H], rank r holding rows r V / world
@@ -418,22 +568,37 @@ def linear_logp(
     Logits are ``det_linear``'s (float32, each alone); the maximum is gathered (exact in any
     order); exp(z - max) and exp(z - max) z are summed over leaves of {VOCAB_LEAF} entries by
     a pairwise tree, the leaves by mid-split, and the ranks' sums pairwise in rank order -- one
-    tree over the whole vocabulary for every power-of-two world size.  ``V / world`` must be a
-    multiple of VOCAB_LEAF and of LEAF (the backward's K-tree over the vocabulary).  The
+    tree over the whole vocabulary for every power-of-two world size.  ``V / world`` must be the
+    same multiple of VOCAB_LEAF and of LEAF (the backward's K-tree over the vocabulary) on every
+    rank, and ``h``, ``ids`` and ``ignore_index`` the same on every rank (``check``: see CHECK).  The
     gradient of ``h`` sums the ranks' parts in the same fixed order; rows whose id is
     ``ignore_index`` give 0 and no gradient; other ids outside [0, V) give NaN.
     """
     _world(group)
-    _check_reduce(reduce)
-    _check_bf16("h", h)
-    _check_bf16("weight", weight)
-    if weight.dim() != 2:
-        raise LayoutError(f"weight: expected 2 dimensions [V / world, H], got shape {tuple(weight.shape)}")
-    _check_split("weight", weight.shape[0], "this rank's rows (V / world)", max(LEAF, VOCAB_LEAF))
-    if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64:
-        raise LayoutError(f"ids: expected an int64 tensor, got {getattr(ids, 'dtype', type(ids).__name__)}")
-    rows = _rows(h, "h", weight.shape[1])
-    if ids.shape != h.shape[:-1]:
-        raise LayoutError(f"ids: expected shape {tuple(h.shape[:-1])} (h's leading dimensions), got {tuple(ids.shape)}")
+    mode = _mode(check)
+
+    def terms() -> Terms:
+        _check_reduce(reduce)
+        _check_bf16("h", h)
+        _check_bf16("weight", weight)
+        if weight.dim() != 2:
+            raise LayoutError(f"weight: expected 2 dimensions [V / world, H], got shape {tuple(weight.shape)}")
+        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int64:
+            raise LayoutError(f"ids: expected an int64 tensor, got {getattr(ids, 'dtype', type(ids).__name__)}")
+        rows = _rows(h, "h", weight.shape[1])
+        if ids.shape != h.shape[:-1]:
+            raise LayoutError(f"ids: expected shape {tuple(h.shape[:-1])} (h's leading dimensions), got {tuple(ids.shape)}")
+        if not isinstance(ignore_index, int) or not -(2**63) <= ignore_index < 2**63:
+            raise TypeError(f"ignore_index: expected an int64 integer, got {ignore_index!r}")
+        return Terms(
+            (Same("weight", "the rows of each rank's part (V / world)", weight.shape[0], max(LEAF, VOCAB_LEAF)), Same("weight", "its columns (H)", weight.shape[1]),
+             Same("h", "its rows", rows.shape[0]), Same("ignore_index", "its value", ignore_index), _reduce_term(reduce), _check_term(mode)),
+            (Replicated("h", "the hidden states of a vocabulary-parallel head are replicated", h),
+             Replicated("ids", "every rank scores the same tokens", ids)),
+            Part("weight", weight, 0),
+        )
+
+    agree("linear_logp", group, mode, weight, _device(weight), terms)
+    rows = h.reshape(-1, weight.shape[1])
     lp, entropy = _VocabParallelLogp.apply(rows.contiguous(), weight, ids.reshape(-1).contiguous(), group, ignore_index, reduce)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     return lp.reshape(ids.shape), entropy.reshape(ids.shape)

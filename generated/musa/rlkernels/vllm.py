@@ -152,20 +152,19 @@ def paged_attention(
     """Attention of the queries ``q`` [TQ, HQ, D] of every sequence over its keys in the paged
     cache: sequence ``b`` has ``seq_lens[b]`` keys, key ``j`` in block ``block_table[b, j // BS]``,
     slot ``j % BS``; its queries are ``query_start_loc[b]:[b + 1]``, aligned to the end of its keys.
-
-    For now the keys are gathered from the cache and handed to the packed ``attention`` op (the
-    bits of the catalog's paged attention, which reads the blocks in place)."""
-    block = k_cache.shape[1]
-    lengths = seq_lens.to(torch.int64)
-    cu_k = torch.zeros(lengths.shape[0] + 1, dtype=torch.int64, device=q.device)
-    torch.cumsum(lengths, 0, out=cu_k[1:])
-    total = int(cu_k[-1])
-    seq = torch.repeat_interleave(torch.arange(lengths.shape[0], device=q.device), lengths, output_size=total)
-    j = torch.arange(total, device=q.device) - cu_k[:-1].index_select(0, seq)
-    slots = block_table.to(torch.int64)[seq, j // block] * block + j % block
-    k = k_cache.view(-1, *k_cache.shape[2:]).index_select(0, slots)
-    v = v_cache.view(-1, *v_cache.shape[2:]).index_select(0, slots)
-    o, _ = _ops.attention(q.contiguous(), k, v, query_start_loc.to(torch.int32).contiguous(), cu_k.to(torch.int32), scale, causal, window)
+    The catalog's ``paged_attention`` reads the blocks in place, with the bits of ``attention`` on
+    the same keys packed: the trainer's packed prefill's bits."""
+    o, _ = _ops.paged_attention(
+        q.contiguous(),
+        k_cache,
+        v_cache,
+        block_table.to(torch.int32).contiguous(),
+        seq_lens.to(torch.int32).contiguous(),
+        query_start_loc.to(torch.int32).contiguous(),
+        scale,
+        causal,
+        window,
+    )
     return o
 
 

@@ -1,5 +1,5 @@
 """Ops at sizes of their own on CPU vs the PyTorch code they replace: every op whose spec's bench
-section gives ``shapes`` (det_gemm's are its own section's), against the baseline it names."""
+section gives ``shapes`` (the GEMMs' are the gemm section's), against the baseline it names."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from .. import specs
 from ..cases import baseline_call, baseline_code, draw, op_call, output_rows, take_rows
 from ..core import INVARIANT_ROWS, MIN_REPS, ROW_BUDGET_S, Context, Formatted, OneTable, same_bits, time_alternately, yes
-from .gemm import OP as GEMM_OP
+from .gemm import OPS as GEMM_OPS
 
 HEADER = [
     "| op | inputs | sizes | threads | rlkernels ms | PyTorch ms | rlkernels / PyTorch speed | same bits every repeat | rows 0–7 alone = in batch |",
@@ -40,7 +40,7 @@ class OpRow:
 
 
 def benched(ops: dict[str, specs.OpData]) -> list[specs.OpData]:
-    return [op for op in ops.values() if op.bench is not None and op.bench.shapes and op.name != GEMM_OP]
+    return [op for op in ops.values() if op.bench is not None and op.bench.shapes and op.name not in GEMM_OPS]
 
 
 class OpsSection(OneTable):

@@ -3,7 +3,7 @@
 // Template: templates/package/launcher.h.j2
 #pragma once
 // Launcher of kernel tree for op det_gemm_ktree on CPU.
-// One output element per thread (device) or per loop step (host), same tree everywhere
+// One output per device thread; on the host det_gemm's packed register tiles over each leaf, threads sharing out rows and columns; the same tree everywhere
 
 #include <cstdint>
 

@@ -47,6 +47,16 @@ RLK_ARITH bool find_sequence(const int32_t* offsets, int64_t B1, int64_t row, in
   return true;
 }
 
+// Whether offsets[i] <= offsets[i + 1] for every i in [begin, end - 1) taken `step` apart.  Both
+// offset arrays in order is what gives every row at most one sequence: out of order, bisection may
+// hand a row another sequence's keys, or a row may lie in two sequences, so no row has one.  The
+// offsets stay on the device (reading them back would synchronise), so the kernels check them.
+RLK_ARITH bool in_order(const int32_t* offsets, int64_t begin, int64_t end, int64_t step) {
+  for (int64_t i = begin; i + 1 < end; i += step)
+    if (offsets[i] > offsets[i + 1]) return false;
+  return true;
+}
+
 // Sequence b, if both of its ranges lie in order inside the packed tensors.
 RLK_ARITH bool load_sequence(const int32_t* cu_q, const int32_t* cu_k, int64_t b, int64_t TQ, int64_t TK, Sequence* s) {
   s->q0 = cu_q[b];
@@ -77,11 +87,12 @@ RLK_ARITH float dot(const T* a, const T* b, int64_t D) {
   return acc;
 }
 
-// Sequence b of row `row` of the packed dimension whose offsets are `own`; false when none holds it.
-RLK_ARITH bool locate(const int32_t* own, const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK, int64_t row, bool keys,
-                      Sequence* s) {
+// Sequence b of row `row` of the packed dimension whose offsets are `own`; false when none holds it
+// (none does while the offsets are out of order: `ordered` false).
+RLK_ARITH bool locate(bool ordered, const int32_t* own, const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK, int64_t row,
+                      bool keys, Sequence* s) {
   int64_t b = 0;
-  if (!find_sequence(own, B1, row, &b) || !load_sequence(cu_q, cu_k, b, TQ, TK, s)) return false;
+  if (!ordered || !find_sequence(own, B1, row, &b) || !load_sequence(cu_q, cu_k, b, TQ, TK, s)) return false;
   return keys ? (s->k0 <= row && row < s->k1) : (s->q0 <= row && row < s->q1);
 }
 
@@ -113,11 +124,17 @@ __global__ void __launch_bounds__(kBlock) attention_backward_blocks_queries(
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t group = HQ / HK;
   scale = effective_scale(scale, D);
+  __shared__ int out_of_order;
+  if (threadIdx.x == 0) out_of_order = 0;
+  __syncthreads();
+  if (!in_order(cu_q, threadIdx.x, B1, kBlock) || !in_order(cu_k, threadIdx.x, B1, kBlock)) out_of_order = 1;  // every writer writes 1
+  __syncthreads();
+  const bool ordered = out_of_order == 0;
   for (int64_t pair = blockIdx.x; pair < TQ * HQ; pair += gridDim.x) {
     const int64_t t = pair / HQ, h = pair % HQ, g = h / group;
     T* out = grad_q + pair * D;
     Sequence s;
-    if (!locate(cu_q, cu_q, cu_k, B1, TQ, TK, t, false, &s)) {
+    if (!locate(ordered, cu_q, cu_q, cu_k, B1, TQ, TK, t, false, &s)) {
       for (int64_t d = lane; d < D; d += kBlock) out[d] = from_float<T>(bits_float(kCanonicalNan));
       continue;
     }
@@ -155,12 +172,18 @@ __global__ void __launch_bounds__(kBlock) attention_backward_blocks_keys(
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t group = HQ / HK;
   scale = effective_scale(scale, D);
+  __shared__ int out_of_order;
+  if (threadIdx.x == 0) out_of_order = 0;
+  __syncthreads();
+  if (!in_order(cu_q, threadIdx.x, B1, kBlock) || !in_order(cu_k, threadIdx.x, B1, kBlock)) out_of_order = 1;  // every writer writes 1
+  __syncthreads();
+  const bool ordered = out_of_order == 0;
   for (int64_t pair = blockIdx.x; pair < TK * HK; pair += gridDim.x) {
     const int64_t j = pair / HK, g = pair % HK;
     T* out_k = grad_k + pair * D;
     T* out_v = grad_v + pair * D;
     Sequence s;
-    if (!locate(cu_k, cu_q, cu_k, B1, TQ, TK, j, true, &s)) {
+    if (!locate(ordered, cu_k, cu_q, cu_k, B1, TQ, TK, j, true, &s)) {
       for (int64_t d = lane; d < D; d += kBlock) {
         out_k[d] = from_float<T>(bits_float(kCanonicalNan));
         out_v[d] = from_float<T>(bits_float(kCanonicalNan));

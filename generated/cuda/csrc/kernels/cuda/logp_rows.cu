@@ -43,7 +43,7 @@ RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float 
 }
 // Rows are strided over the grid, so the grid may be smaller than N; which block
 // reduces a row never changes how it is reduced.
-constexpr int kThreads = 2 * kLanes;
+constexpr int kThreads = 512;  // two per lane
 // Exponentials each thread computes per batch: lane l's terms of a batch are
 // v = base + l, base + l + LANES, ... (2 x kBatch of them), added in that order.
 constexpr int kBatch = 8;

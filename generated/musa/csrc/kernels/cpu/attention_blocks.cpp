@@ -47,6 +47,16 @@ RLK_ARITH bool find_sequence(const int32_t* offsets, int64_t B1, int64_t row, in
   return true;
 }
 
+// Whether offsets[i] <= offsets[i + 1] for every i in [begin, end - 1) taken `step` apart.  Both
+// offset arrays in order is what gives every row at most one sequence: out of order, bisection may
+// hand a row another sequence's keys, or a row may lie in two sequences, so no row has one.  The
+// offsets stay on the device (reading them back would synchronise), so the kernels check them.
+RLK_ARITH bool in_order(const int32_t* offsets, int64_t begin, int64_t end, int64_t step) {
+  for (int64_t i = begin; i + 1 < end; i += step)
+    if (offsets[i] > offsets[i + 1]) return false;
+  return true;
+}
+
 // Sequence b, if both of its ranges lie in order inside the packed tensors.
 RLK_ARITH bool load_sequence(const int32_t* cu_q, const int32_t* cu_k, int64_t b, int64_t TQ, int64_t TK, Sequence* s) {
   s->q0 = cu_q[b];
@@ -78,12 +88,12 @@ RLK_ARITH float dot(const T* a, const T* b, int64_t D) {
 }
 
 // Where query t sits: its sequence's key range and its key position, or false when no valid
-// sequence holds it.
-RLK_ARITH bool locate_query(const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK, int64_t t, int64_t* k0, int64_t* Lk,
-                            int64_t* position) {
+// sequence holds it (none does while the offsets are out of order: `ordered` false).
+RLK_ARITH bool locate_query(bool ordered, const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK, int64_t t, int64_t* k0,
+                            int64_t* Lk, int64_t* position) {
   int64_t b = 0;
   Sequence s;
-  if (!find_sequence(cu_q, B1, t, &b) || !load_sequence(cu_q, cu_k, b, TQ, TK, &s) || t < s.q0 || t >= s.q1) return false;
+  if (!ordered || !find_sequence(cu_q, B1, t, &b) || !load_sequence(cu_q, cu_k, b, TQ, TK, &s) || t < s.q0 || t >= s.q1) return false;
   *k0 = s.k0;
   *Lk = s.k1 - s.k0;
   *position = (s.k1 - s.k0) - (s.q1 - s.q0) + (t - s.q0);
@@ -137,6 +147,7 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
   float* lse = static_cast<float*>(lse_ptr);
   const int64_t group = HK > 0 ? HQ / HK : 0;  // no query head: no key head serves one
   const float sc = effective_scale(scale, D);
+  const bool ordered = in_order(cu_q, 0, B1, 1) && in_order(cu_k, 0, B1, 1);
   // Pairs are independent: threads split them, and change no bit.  A piece is a run of
   // kRowsPerPiece queries of one head, which mostly share a sequence and so its cache.
   const int64_t chunks = (TQ + kRowsPerPiece - 1) / kRowsPerPiece;
@@ -148,7 +159,7 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
       const int64_t h = piece / chunks, g = h / group, pair = t * HQ + h;
       T* out = o + pair * D;
       int64_t k0 = 0, Lk = 0, position = 0;
-      if (!locate_query(cu_q, cu_k, B1, TQ, TK, t, &k0, &Lk, &position)) {
+      if (!locate_query(ordered, cu_q, cu_k, B1, TQ, TK, t, &k0, &Lk, &position)) {
         for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(bits_float(kCanonicalNan));
         lse[pair] = bits_float(kCanonicalNan);
         continue;

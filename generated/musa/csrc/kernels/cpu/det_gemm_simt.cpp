@@ -85,6 +85,7 @@ constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 // plus how the output is split into work items.
 struct Packed {
   int64_t M, K, N;
+  int slots;          // floats per output a tile keeps: 1, its accumulator
   int rows, cols;     // the code path's tile
   const float* a;     // [strips][K][rows]
   const float* b;     // [panels][K][cols], from panel b_panel0
@@ -141,8 +142,8 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
   const int64_t q0 = item / p.strip_items * p.panels_per_item;
   const int64_t strips = std::min(s0 + kStripsPerItem, p.strips) - s0;
   const int64_t panels = std::min(q0 + p.panels_per_item, p.panels) - q0;
-  // The item's accumulators, tile (s, q) at (q * strips + s) * R * C.
-  const Scratch acc(strips * panels * R * C);
+  // The item's accumulators, tile (s, q) at (q * strips + s) * p.slots * R * C, its results first.
+  const Scratch acc(strips * panels * p.slots * R * C);
   // At least one block, so that K = 0 stores zeros.
   const int64_t blocks = std::max<int64_t>(1, (p.K + kDepth - 1) / kDepth);
   for (int64_t block = 0; block < blocks; ++block) {
@@ -150,8 +151,10 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
     const int64_t steps = std::min(kDepth, p.K - k0);
     // A panel's block stays in the L1 cache while the item's strips pass under it.
     for (int64_t q = 0; q < panels; ++q)
-      for (int64_t s = 0; s < strips; ++s)
-        P::run_tile(p, s0 + s, q0 + q, k0, steps, acc.data() + (q * strips + s) * R * C, block == 0);
+      for (int64_t s = 0; s < strips; ++s) {
+        float* tile_acc = acc.data() + (q * strips + s) * p.slots * R * C;
+        P::run_tile(p, s0 + s, q0 + q, k0, steps, tile_acc, block == 0);
+      }
   }
   for (int64_t q = 0; q < panels; ++q) {
     const int64_t n0 = (q0 + q) * C;
@@ -159,7 +162,7 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
     for (int64_t s = 0; s < strips; ++s) {
       const int64_t m0 = (s0 + s) * R;
       const int64_t rows = std::min(R, p.M - m0);
-      const float* out = acc.data() + (q * strips + s) * R * C;
+      const float* out = acc.data() + (q * strips + s) * p.slots * R * C;
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t j = 0; j < cols; ++j) {
           const float sum = out[i * C + j];
@@ -407,6 +410,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   p.M = M;
   p.K = K;
   p.N = N;
+  p.slots = 1;
   p.rows = path.rows;
   p.cols = path.cols;
   p.strips = (M + path.rows - 1) / path.rows;

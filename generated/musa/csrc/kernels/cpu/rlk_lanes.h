@@ -16,7 +16,9 @@
 // fma rounds once for the product and the sum together: an fma instruction on AVX2 and
 // AVX-512, the C library's fmaf on the generic copy, which is correctly rounded too (IEEE 754
 // fusedMultiplyAdd; in software where the CPU has no fma instruction), so every copy gives
-// the same bits.
+// the same bits.  round_bf16 rounds each lane to the nearest bfloat16 (ties to even, every NaN
+// the canonical one), held in a float: rlk_numerics.h's float_to_bf16_bits, in integer
+// operations on every copy, never an instruction that flushes subnormals.
 //
 // The AVX copies' member functions carry their instruction set as a target attribute; they are
 // inlined into code compiled for that instruction set (rlk_parallel.h's run_piece copies, or a
@@ -61,6 +63,13 @@ struct GenericLanes {
       acc.lane[i] = acc.lane[i] + product;
     }
   }
+  // acc = acc + b, one rounding per lane.
+  static void add(V& acc, const V& b) {
+    for (int i = 0; i < kWidth; ++i) acc.lane[i] = acc.lane[i] + b.lane[i];
+  }
+  static void round_bf16(V& v) {
+    for (int i = 0; i < kWidth; ++i) v.lane[i] = bf16_bits_to_float(float_to_bf16_bits(v.lane[i]));
+  }
 };
 
 #ifdef RLK_HOST_X86_LANES
@@ -78,6 +87,16 @@ struct Avx2Lanes {
   RLK_LANES_AVX2 static void broadcast(V& v, float x) { v = _mm256_set1_ps(x); }
   RLK_LANES_AVX2 static void fma(V& acc, const V& a, const V& b) { acc = _mm256_fmadd_ps(a, b, acc); }
   RLK_LANES_AVX2 static void mul_add(V& acc, const V& a, const V& b) { acc = _mm256_add_ps(acc, _mm256_mul_ps(a, b)); }
+  RLK_LANES_AVX2 static void add(V& acc, const V& b) { acc = _mm256_add_ps(acc, b); }
+  // float_to_bf16_bits on each lane: u + 0x7fff + (bit 16 of u), its low half cleared; NaN lanes canonical.
+  RLK_LANES_AVX2 static void round_bf16(V& v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd);
+    const __m256 rounded = _mm256_castsi256_ps(_mm256_and_si256(sum, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+    const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kCanonicalNan)));
+    v = _mm256_blendv_ps(rounded, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+  }
 };
 
 struct Avx512Lanes {
@@ -89,6 +108,18 @@ struct Avx512Lanes {
   RLK_LANES_AVX512 static void broadcast(V& v, float x) { v = _mm512_set1_ps(x); }
   RLK_LANES_AVX512 static void fma(V& acc, const V& a, const V& b) { acc = _mm512_fmadd_ps(a, b, acc); }
   RLK_LANES_AVX512 static void mul_add(V& acc, const V& a, const V& b) { acc = _mm512_add_ps(acc, _mm512_mul_ps(a, b)); }
+  RLK_LANES_AVX512 static void add(V& acc, const V& b) { acc = _mm512_add_ps(acc, b); }
+  // As Avx2Lanes::round_bf16 in five instructions: bit 16 and the lanes that are not NaN as masks,
+  // the low half cleared where not NaN and the canonical NaN written where NaN by one masked and.
+  RLK_LANES_AVX512 static void round_bf16(V& v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __mmask16 odd = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x10000));
+    const __m512i half = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+    const __m512i sum = _mm512_mask_add_epi32(half, odd, half, _mm512_set1_epi32(1));
+    const __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+    v = _mm512_castsi512_ps(
+        _mm512_mask_and_epi32(_mm512_set1_epi32(static_cast<int>(kCanonicalNan)), number, sum, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
 };
 
 // ---------------------------------------------------------------- bfloat16 pairs

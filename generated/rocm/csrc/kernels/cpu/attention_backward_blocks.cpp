@@ -50,6 +50,16 @@ RLK_ARITH bool find_sequence(const int32_t* offsets, int64_t B1, int64_t row, in
   return true;
 }
 
+// Whether offsets[i] <= offsets[i + 1] for every i in [begin, end - 1) taken `step` apart.  Both
+// offset arrays in order is what gives every row at most one sequence: out of order, bisection may
+// hand a row another sequence's keys, or a row may lie in two sequences, so no row has one.  The
+// offsets stay on the device (reading them back would synchronise), so the kernels check them.
+RLK_ARITH bool in_order(const int32_t* offsets, int64_t begin, int64_t end, int64_t step) {
+  for (int64_t i = begin; i + 1 < end; i += step)
+    if (offsets[i] > offsets[i + 1]) return false;
+  return true;
+}
+
 // Sequence b, if both of its ranges lie in order inside the packed tensors.
 RLK_ARITH bool load_sequence(const int32_t* cu_q, const int32_t* cu_k, int64_t b, int64_t TQ, int64_t TK, Sequence* s) {
   s->q0 = cu_q[b];
@@ -80,11 +90,12 @@ RLK_ARITH float dot(const T* a, const T* b, int64_t D) {
   return acc;
 }
 
-// Sequence b of row `row` of the packed dimension whose offsets are `own`; false when none holds it.
-RLK_ARITH bool locate(const int32_t* own, const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK, int64_t row, bool keys,
-                      Sequence* s) {
+// Sequence b of row `row` of the packed dimension whose offsets are `own`; false when none holds it
+// (none does while the offsets are out of order: `ordered` false).
+RLK_ARITH bool locate(bool ordered, const int32_t* own, const int32_t* cu_q, const int32_t* cu_k, int64_t B1, int64_t TQ, int64_t TK, int64_t row,
+                      bool keys, Sequence* s) {
   int64_t b = 0;
-  if (!find_sequence(own, B1, row, &b) || !load_sequence(cu_q, cu_k, b, TQ, TK, s)) return false;
+  if (!ordered || !find_sequence(own, B1, row, &b) || !load_sequence(cu_q, cu_k, b, TQ, TK, s)) return false;
   return keys ? (s->k0 <= row && row < s->k1) : (s->q0 <= row && row < s->q1);
 }
 
@@ -279,6 +290,7 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
   const int64_t group = HK > 0 ? HQ / HK : 0;  // no query head: no key head serves one
   const float sc = effective_scale(scale, D);
   const int64_t sequences = B1 - 1;
+  const bool ordered = in_order(cu_q, 0, B1, 1) && in_order(cu_k, 0, B1, 1);
   if (group > 0 && well_formed(cu_q, cu_k, B1, TQ, TK)) {
     // Work of the fused pass, in the units parallel_rows counts: per sequence and key head, its
     // queries' dots with its keys, about five multiplies and adds over D each.
@@ -313,7 +325,7 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
       const int64_t h = piece / query_chunks, g = h / group, pair = t * HQ + h;
       T* out = grad_q + pair * D;
       Sequence s;
-      if (!locate(cu_q, cu_q, cu_k, B1, TQ, TK, t, false, &s)) {
+      if (!locate(ordered, cu_q, cu_q, cu_k, B1, TQ, TK, t, false, &s)) {
         for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(bits_float(kCanonicalNan));
         continue;
       }
@@ -356,7 +368,7 @@ void run(const void* grad_o_ptr, const void* q_ptr, const void* k_ptr, const voi
       T* out_k = grad_k + pair * D;
       T* out_v = grad_v + pair * D;
       Sequence s;
-      if (!locate(cu_k, cu_q, cu_k, B1, TQ, TK, j, true, &s)) {
+      if (!locate(ordered, cu_k, cu_q, cu_k, B1, TQ, TK, j, true, &s)) {
         for (int64_t d = 0; d < D; ++d) {
           out_k[d] = from_float<T>(bits_float(kCanonicalNan));
           out_v[d] = from_float<T>(bits_float(kCanonicalNan));

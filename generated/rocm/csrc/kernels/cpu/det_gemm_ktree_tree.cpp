@@ -11,63 +11,540 @@
 #include "det_gemm_ktree_tree.h"
 #include "rlk_math.h"
 #include "rlk_parallel.h"
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+#include "rlk_scratch.h"
 
 namespace rlk {
 namespace cpu {
 namespace {
 
-constexpr int64_t kLeaf = 32;
-// Enough for 2^62 leaves: the mid-split tree over L leaves is ceil(log2 L) + 1 deep.
-constexpr int kMaxDepth = 64;
+// Host kernel.  Both operands are converted to float32 (exactly) and packed: A into strips of
+// kRows rows, B into panels of kCols columns, both k-major so the tile loop reads them in order
+// (A first; B first too, or, where one work item takes every row, by each item for its panels).
+// A register tile holds kRows x kCols accumulators; for each k in ascending order it broadcasts
+// a[m,k], loads b[k, n..n+kCols) and adds each product to its accumulator lane by lane,
+// one fused multiply-add per lane.  Vector lanes only hold
+// different outputs side by side, so every output sees exactly the scalar sequence above,
+// whatever instruction set, tile or thread computes it.  K is consumed in blocks of kDepth
+// steps; between two blocks an accumulator waits in float32 memory, which holds it exactly,
+// so the blocking changes no bit.  Threads share out tiles of rows and columns, never K.
+//
+// The K-tree: leaf l is k in [32 l, 32 l + 32), its sum the tile's sequence above from 0.0f,
+// rounded once to bfloat16; leaves [lo, hi) combine as combine(lo, mid) + combine(mid, hi),
+// mid = lo + (hi - lo) / 2, each add rounded to bfloat16 (see push_leaf).
+//
+// Code paths, one chosen per call: AVX-512 (12 x 32 tiles), AVX2 with FMA (6 x 16) and the
+// portable one (3 x 16), on rlk_lanes.h's lanes types, and for bfloat16 operands on
+// AVX512-BF16 the pairs path (12 x 32, below).  Threads and the code path: as
+// rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx512, avx2 or
+// generic caps the instruction set, read on every call).
 
-RLK_HD float round_bf16(float x) { return to_float(from_float<bfloat16_t>(x)); }
+// Where a[m, k] and b[k, n] are stored: A is [M, K], B is [K, N].
+// M and K are both passed for each layout, each index uses the one its layout strides by.
+inline int64_t a_index(int64_t m, int64_t k, [[maybe_unused]] int64_t M, [[maybe_unused]] int64_t K) { return m * K + k; }
+inline int64_t b_index(int64_t k, int64_t n, [[maybe_unused]] int64_t K, [[maybe_unused]] int64_t N) { return k * N + n; }
 
-// Explicitly rounded operations, so the bits never depend on contraction flags.
+struct Packed;
 
-// One output element: the tree over its leaves, walked in post-order with explicit
-// stacks (no recursion, which not every device compiler allows).
-template <typename T>
-RLK_ARITH float tree_dot(const T* a, const T* b, int64_t m, int64_t n, int64_t K, int64_t N) {
-  const int64_t leaves = (K + kLeaf - 1) / kLeaf;
-  if (leaves == 0) return 0.0f;
-  int64_t lo[kMaxDepth], hi[kMaxDepth];
-  int stage[kMaxDepth];
-  float value[kMaxDepth + 1];
-  int frames = 0, values = 0;
-  lo[0] = 0, hi[0] = leaves, stage[0] = 0, frames = 1;
-  while (frames > 0) {
-    const int f = frames - 1;
-    if (hi[f] - lo[f] == 1) {
-      float sum = 0.0f;
-      const int64_t end = (lo[f] + 1) * kLeaf < K ? (lo[f] + 1) * kLeaf : K;
-      for (int64_t k = lo[f] * kLeaf; k < end; ++k) {
-        sum = fma_rn(to_float(a[m * K + k]), to_float(b[k * N + n]), sum);
-      }
-      value[values++] = round_bf16(sum);
-      --frames;
-      continue;
+// One code path: its lanes type and its register tile.
+template <typename L, int Rows, int Cols>
+struct TilePath {
+  using Lanes = L;
+  static constexpr int kRows = Rows;
+  static constexpr int kCols = Cols;
+  static constexpr int kVecs = Cols / L::kWidth;
+  static_assert(kVecs * L::kWidth == Cols, "a tile row is a whole number of vectors");
+  // Tile (strip, panel) over k in [k0, k0 + steps).
+  static void run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero);
+};
+// Each path's tile rows (its columns are 16, or 32 on AVX-512).
+constexpr int kRowsGeneric = 3;   // 12 accumulators of 4 lanes
+constexpr int kRowsAvx2 = 6;      // 12 accumulators of the 16 ymm registers
+constexpr int kRowsAvx512 = 12;   // 24 accumulators of the 32 zmm registers
+using GenericPath = TilePath<GenericLanes, kRowsGeneric, 16>;
+#ifdef RLK_HOST_X86_LANES
+using Avx2Path = TilePath<Avx2Lanes, kRowsAvx2, 16>;
+using Avx512Path = TilePath<Avx512Lanes, kRowsAvx512, 32>;
+#endif
+
+// k steps per block: a panel's block (kDepth x kCols floats) stays in the L1 cache while the
+// strips of a work item pass under it, and their blocks in the L2 cache.  A work item is up to
+// kStripsPerItem strips times a block of panels, the block sized to about kBlockBytes per
+// k-block.  Only the speed depends on these sizes; a tile's bits never do.
+constexpr int64_t kDepth = 256;
+constexpr int64_t kStripsPerItem = 8;
+constexpr int64_t kBlockBytes = 256 * 1024;
+// Products smaller than this many multiply-adds per thread run on fewer threads.
+constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
+
+// Both operands as packed float32 (or, on the bfloat16 pairs path, as pairs of k: see there),
+// plus how the output is split into work items.
+struct Packed {
+  int64_t M, K, N;
+  int64_t leaves;     // of the K-tree: at least one (K = 0 has one empty leaf, whose sum is 0)
+  int slots;          // floats per output a tile keeps: its stack of tree nodes (tree_slots)
+  int rows, cols;     // the code path's tile
+  const float* a;     // [strips][K][rows]
+  const float* b;     // [panels][K][cols], from panel b_panel0
+  int64_t b_panel0;   // 0, or the first panel of a work item that packed its own
+  const float* bias;  // [N] as float32, or null: added to each accumulator before the store
+  int64_t strips, panels, panels_per_item, strip_items;
+};
+
+// One register tile over `steps` values of k: acc[i * kCols + j] (from 0 when from_zero, else
+// from its value) plus a_strip[k * kRows + i] * b_panel[k * kCols + j] for k ascending.
+template <typename P>
+inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero) {
+  using L = typename P::Lanes;
+  constexpr int W = L::kWidth;
+  typename L::V acc[P::kRows][P::kVecs];
+#pragma GCC unroll 32
+  for (int i = 0; i < P::kRows; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < P::kVecs; ++v) {
+      if (from_zero)
+        L::zero(acc[i][v]);
+      else
+        L::load(acc[i][v], acc_out + i * P::kCols + v * W);
     }
-    const int64_t mid = lo[f] + (hi[f] - lo[f]) / 2;
-    if (stage[f] == 0) {
-      stage[f] = 1;
-      lo[frames] = lo[f], hi[frames] = mid, stage[frames] = 0, ++frames;
-    } else if (stage[f] == 1) {
-      stage[f] = 2;
-      lo[frames] = mid, hi[frames] = hi[f], stage[frames] = 0, ++frames;
-    } else {
-      const float right = value[--values];
-      const float left = value[--values];
-      value[values++] = round_bf16(add_rn(left, right));
-      --frames;
+  for (int64_t k = 0; k < steps; ++k) {
+    typename L::V bv[P::kVecs];
+#pragma GCC unroll 8
+    for (int v = 0; v < P::kVecs; ++v) L::load(bv[v], b_panel + k * P::kCols + v * W);
+#pragma GCC unroll 32
+    for (int i = 0; i < P::kRows; ++i) {
+      typename L::V av;
+      L::broadcast(av, a_strip[k * P::kRows + i]);
+#pragma GCC unroll 8
+      for (int v = 0; v < P::kVecs; ++v) L::fma(acc[i][v], av, bv[v]);
     }
   }
-  return value[0];
+#pragma GCC unroll 32
+  for (int i = 0; i < P::kRows; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < P::kVecs; ++v) L::store(acc_out + i * P::kCols + v * W, acc[i][v]);
 }
+
+template <typename L, int Rows, int Cols>
+inline void TilePath<L, Rows, Cols>::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc,
+                                              bool from_zero) {
+  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero);
+}
+
+constexpr int64_t kLeaf = 32;
+static_assert(kDepth % kLeaf == 0, "a k-block holds whole leaves");
+
+// Walked leaf by leaf in ascending order, the tree is a stack: a leaf is pushed, then each node
+// whose last leaf it is pops its two children and pushes their sum, innermost node first.  For
+// leaf l of `leaves`: the slot it is pushed into (how many left siblings on its path from the root
+// still wait, each in a slot below) and how many nodes it completes.
+struct TreeStep {
+  int slot, combines;
+};
+
+inline TreeStep tree_step(int64_t l, int64_t leaves) {
+  TreeStep step{0, 0};
+  for (int64_t lo = 0, hi = leaves; hi - lo > 1;) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (l == hi - 1) ++step.combines;
+    if (l < mid) {
+      hi = mid;
+    } else {
+      lo = mid;
+      ++step.slot;
+    }
+  }
+  return step;
+}
+
+// Slots a stack needs: the tree's height, ceil(log2 leaves), plus one.
+inline int tree_slots(int64_t leaves) {
+  int height = 0;
+  while ((int64_t{1} << height) < leaves) ++height;
+  return height + 1;
+}
+
+// A tile's stack: slot i holds kFloats values (one per output) at stack + i * kFloats.  The leaf's
+// float32 sums in slot step.slot are rounded to bfloat16, then each completed node adds the value
+// to its left child's, in the slot below (left + right, rounded to bfloat16); the last value is
+// stored in the lowest slot touched.  Vector lanes hold different outputs side by side.
+template <typename L, int kFloats>
+inline void push_leaf(float* stack, TreeStep step) {
+  constexpr int W = L::kWidth;
+  static_assert(kFloats % W == 0, "a tile is a whole number of vectors");
+  const float* leaf = stack + step.slot * kFloats;
+  float* result = stack + (step.slot - step.combines) * kFloats;
+  for (int i = 0; i < kFloats; i += W) {
+    typename L::V value;
+    L::load(value, leaf + i);
+    L::round_bf16(value);
+    for (int n = 1; n <= step.combines; ++n) {
+      typename L::V left;
+      L::load(left, leaf - n * kFloats + i);
+      L::add(left, value);
+      L::round_bf16(left);
+      value = left;
+    }
+    L::store(result + i, value);
+  }
+}
+
+// Computes work item `item` and stores each of its outputs once, with from_float<T>.
+template <typename T, typename P>
+inline void compute_item(const Packed& p, int64_t item, T* c) {
+  constexpr int64_t R = P::kRows, C = P::kCols;
+  const int64_t s0 = item % p.strip_items * kStripsPerItem;
+  const int64_t q0 = item / p.strip_items * p.panels_per_item;
+  const int64_t strips = std::min(s0 + kStripsPerItem, p.strips) - s0;
+  const int64_t panels = std::min(q0 + p.panels_per_item, p.panels) - q0;
+  // The item's accumulators, tile (s, q) at (q * strips + s) * p.slots * R * C, its results first.
+  const Scratch acc(strips * panels * p.slots * R * C);
+  // At least one block, so that K = 0 stores zeros.
+  const int64_t blocks = std::max<int64_t>(1, (p.K + kDepth - 1) / kDepth);
+  for (int64_t block = 0; block < blocks; ++block) {
+    const int64_t k0 = block * kDepth;
+    const int64_t last_leaf = std::min(p.leaves, (k0 + kDepth) / kLeaf);
+    // A panel's block stays in the L1 cache while the item's strips pass under it.
+    for (int64_t q = 0; q < panels; ++q)
+      for (int64_t s = 0; s < strips; ++s) {
+        float* tile_acc = acc.data() + (q * strips + s) * p.slots * R * C;
+        // The block's leaves, each from zero into its slot, then into the tree.
+        for (int64_t l = k0 / kLeaf; l < last_leaf; ++l) {
+          const TreeStep step = tree_step(l, p.leaves);
+          P::run_tile(p, s0 + s, q0 + q, l * kLeaf, std::min(kLeaf, p.K - l * kLeaf), tile_acc + step.slot * R * C, true);
+          push_leaf<typename P::Lanes, R * C>(tile_acc, step);
+        }
+      }
+  }
+  for (int64_t q = 0; q < panels; ++q) {
+    const int64_t n0 = (q0 + q) * C;
+    const int64_t cols = std::min(C, p.N - n0);
+    for (int64_t s = 0; s < strips; ++s) {
+      const int64_t m0 = (s0 + s) * R;
+      const int64_t rows = std::min(R, p.M - m0);
+      const float* out = acc.data() + (q * strips + s) * p.slots * R * C;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          const float sum = out[i * C + j];
+          c[(m0 + i) * p.N + n0 + j] = from_float<T>(p.bias != nullptr ? add_rn(sum, p.bias[n0 + j]) : sum);
+        }
+    }
+  }
+}
+
 template <typename T>
-void run(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n)
-      static_cast<T*>(c)[m * N + n] = from_float<T>(tree_dot(static_cast<const T*>(a), static_cast<const T*>(b), m, n, K, N));
+void compute_item_generic(const Packed& p, int64_t item, T* c) {
+  compute_item<T, GenericPath>(p, item, c);
+}
+
+#ifdef RLK_HOST_X86_LANES
+// Everything a work item calls, compiled for the path's instructions (flatten inlines the
+// lanes type's operations, which carry that target themselves).
+template <typename T>
+RLK_LANES_AVX2 __attribute__((flatten)) void compute_item_avx2(const Packed& p, int64_t item, T* c) {
+  compute_item<T, Avx2Path>(p, item, c);
+}
+
+template <typename T>
+RLK_LANES_AVX512 __attribute__((flatten)) void compute_item_avx512(const Packed& p, int64_t item, T* c) {
+  compute_item<T, Avx512Path>(p, item, c);
+}
+#endif
+
+#ifdef RLK_HOST_X86_LANES
+// bfloat16 on CPUs with AVX512-BF16: two values of k per vdpbf16ps where that gives the fma
+// path's bits (rlk_lanes.h's bf16 pairs say why and when).  The tile and the work items are the
+// AVX-512 path's.
+struct PairPath {
+  using Lanes = Avx512Lanes;  // push_leaf's
+  static constexpr int kRows = Avx512Path::kRows;
+  static constexpr int kCols = Avx512Path::kCols;
+  static void run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero);
+};
+static_assert(kDepth % 2 == 0, "a k-block holds whole pairs");
+static_assert(kLeaf % 2 == 0, "a leaf holds whole pairs");
+
+// a_strip, b_panel: pair words (two bfloat16 bit patterns, stored in floats' places);
+// `pairs` pairs of k from the start of each.
+RLK_LANES_AVX512_BF16 inline void pair_tile(const float* a_strip, const float* b_panel, int64_t pairs, float* acc_out, bool from_zero) {
+  constexpr int R = PairPath::kRows;
+  __m512 acc[R][2];
+#pragma GCC unroll 32
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 2; ++v) acc[i][v] = from_zero ? _mm512_setzero_ps() : _mm512_loadu_ps(acc_out + i * 32 + v * 16);
+  for (int64_t j = 0; j < pairs; ++j) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_ps(b_panel + j * 32);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_ps(b_panel + j * 32 + 16);
+#pragma GCC unroll 32
+    for (int i = 0; i < R; ++i) {
+      const __m512bh av = (__m512bh)_mm512_set1_ps(a_strip[j * R + i]);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], av, b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], av, b1);
+    }
+  }
+#pragma GCC unroll 32
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 2; ++v) _mm512_storeu_ps(acc_out + i * 32 + v * 16, acc[i][v]);
+}
+
+inline void PairPath::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero) {
+  const int64_t pairs = (p.K + 1) / 2;
+  pair_tile(p.a + (strip * pairs + k0 / 2) * kRows, p.b + ((panel - p.b_panel0) * pairs + k0 / 2) * kCols, (steps + 1) / 2, acc, from_zero);
+}
+
+template <typename T>
+RLK_LANES_AVX512_BF16 __attribute__((flatten)) void compute_item_pairs(const Packed& p, int64_t item, T* c) {
+  compute_item<T, PairPath>(p, item, c);
+}
+
+#endif
+
+// The code path of this call: its tile and its work-item function.
+template <typename T>
+struct PathChoice {
+  int rows, cols;
+  void (*compute_item)(const Packed&, int64_t, T*);
+};
+
+template <typename T>
+PathChoice<T> choose_path(Simd simd) {
+#ifdef RLK_HOST_X86_LANES
+  switch (simd) {
+    case Simd::avx512_bf16:
+    case Simd::avx512: return {Avx512Path::kRows, Avx512Path::kCols, compute_item_avx512<T>};
+    case Simd::avx2: return {Avx2Path::kRows, Avx2Path::kCols, compute_item_avx2<T>};
+    case Simd::generic: break;
+  }
+#else
+  (void)simd;
+#endif
+  return {GenericPath::kRows, GenericPath::kCols, compute_item_generic<T>};
+}
+
+// Packing mostly reads each operand along its storage order, so that it walks memory (and its
+// pages) in sequence, and writes a block of at most kDepth k values at a time, which stays in
+// the L1 cache while it fills.  The values are the same whatever the loop order.
+
+// Strip s of A: rows [s*rows, s*rows + rows) as float32, k-major.  Rows past M are zeros;
+// their results are computed and dropped, which touches no other row.
+template <typename T>
+void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst) {
+  for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+    const int64_t k1 = std::min(K, k0 + kDepth);
+    int i = 0;
+#ifdef RLK_HOST_X86_LANES
+    // float32 rows four at a time, four k at a time: each 4 x 4 block moved by one transpose
+    // (SSE, which every x86-64 CPU has), the same values as the loop below.
+    if (std::is_same<T, float>::value && rows % 4 == 0) {
+      const float* x = reinterpret_cast<const float*>(a);
+      for (; i + 4 <= rows && s * rows + i + 4 <= M; i += 4) {
+        const float* row = x + (s * rows + i) * K;
+        int64_t k = k0;
+        for (; k + 4 <= k1; k += 4) {
+          __m128 r0 = _mm_loadu_ps(row + k), r1 = _mm_loadu_ps(row + K + k);
+          __m128 r2 = _mm_loadu_ps(row + 2 * K + k), r3 = _mm_loadu_ps(row + 3 * K + k);
+          _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+          _mm_storeu_ps(dst + k * rows + i, r0);
+          _mm_storeu_ps(dst + (k + 1) * rows + i, r1);
+          _mm_storeu_ps(dst + (k + 2) * rows + i, r2);
+          _mm_storeu_ps(dst + (k + 3) * rows + i, r3);
+        }
+        for (; k < k1; ++k)
+          for (int j = 0; j < 4; ++j) dst[k * rows + i + j] = row[j * K + k];
+      }
+    }
+#endif
+    for (; i < rows; ++i) {
+      const int64_t m = s * rows + i;
+      for (int64_t k = k0; k < k1; ++k) dst[k * rows + i] = m < M ? to_float(a[a_index(m, k, M, K)]) : 0.0f;
+    }
+  }
+}
+
+// Rows [k0, k0 + kPackRows) of B, stored [K, N], into every panel (panel q at dst + q * K * cols)
+// as float32, zeros past N.
+constexpr int64_t kPackRows = 16;
+
+template <typename T>
+void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t item, float* dst, bool) {
+  const int64_t panels = (N + cols - 1) / cols;
+  const int64_t k0 = item * kPackRows;
+  for (int64_t k = k0; k < std::min(K, k0 + kPackRows); ++k)
+    for (int64_t q = 0; q < panels; ++q) {
+      float* out = dst + (q * K + k) * cols;
+      const int64_t n0 = q * cols;
+      const int64_t inside = std::min<int64_t>(cols, N - n0);
+      for (int64_t n = n0; n < n0 + inside; ++n) out[n - n0] = to_float(b[b_index(k, n, K, N)]);
+      for (int64_t j = inside; j < cols; ++j) out[j] = 0.0f;
+    }
+}
+
+// Panel q of B, stored [K, N], alone: columns [q*cols, q*cols + cols) as float32, k-major,
+// zeros past N (the values pack_b gives it).
+template <typename T>
+void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, bool) {
+  const int64_t n0 = q * cols;
+  const int64_t inside = std::min<int64_t>(cols, N - n0);
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t n = n0; n < n0 + inside; ++n) dst[k * cols + n - n0] = to_float(b[b_index(k, n, K, N)]);
+    for (int64_t j = inside; j < cols; ++j) dst[k * cols + j] = 0.0f;
+  }
+}
+
+// Work items of B's packing: blocks of kPackRows rows of k.
+inline int64_t b_pack_items(int64_t K, int64_t panels) {
+  (void)panels;
+  return (K + kPackRows - 1) / kPackRows;
+}
+
+#ifdef RLK_HOST_X86_LANES
+// Strip s of A as pairs of k, [pairs][rows]: word (j, i) holds a[m, 2j] and a[m, 2j + 1], the
+// latter -0 past K; rows past M are zeros.
+template <typename T>
+RLK_LANES_AVX512 void pack_a_pairs(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst) {
+  const int64_t pairs = (K + 1) / 2;
+  int64_t first_scalar = 0;  // pairs before it are packed sixteen at a time
+  // A row's pairs lie side by side: sixteen of them at a time, for all the strip's rows at once.
+  if constexpr (std::is_same<T, bfloat16_t>::value) {
+    const bfloat16_t* row[16] = {};
+    for (int i = 0; i < rows; ++i) row[i] = s * rows + i < M ? a + (s * rows + i) * K : nullptr;
+    static_assert(PairPath::kRows <= 16, "a strip's rows fit one transpose");
+    const __mmask16 lanes = static_cast<__mmask16>((1u << rows) - 1);
+    for (; 2 * first_scalar + 32 <= K; first_scalar += 16) pack_pair_words_16x16(row, lanes, first_scalar, dst + first_scalar * rows, rows);
+  }
+  for (int i = 0; i < rows; ++i) {
+    const int64_t m = s * rows + i;
+    for (int64_t j = first_scalar; j < pairs; ++j) {
+      int64_t k = 2 * j;
+      const uint16_t high = m < M ? storage_bits(a[a_index(m, k, M, K)]) : 0;
+      k += 1;
+      const uint16_t low = m >= M ? 0 : k < K ? storage_bits(a[a_index(m, k, M, K)]) : 0x8000u;
+      dst[j * rows + i] = bf16_pair_word(high, low);
+    }
+  }
+}
+
+// Panel q of B as pairs of k, [pairs][cols]: word (j, jj) holds b[2j, n] and b[2j + 1, n], the
+// latter +0 past K; columns past N are zeros.
+template <typename T>
+RLK_LANES_AVX512 void pack_b_pairs(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst) {
+  const int64_t pairs = (K + 1) / 2;
+  int64_t first_scalar = 0;  // pairs before it are packed sixteen columns at a time
+  // A pair's two values of k lie in rows 2j and 2j + 1: sixteen columns of whole pairs at a time.
+  if constexpr (std::is_same<T, bfloat16_t>::value) {
+    if (q * cols + cols <= N && cols % 16 == 0) {
+      for (; 2 * first_scalar + 1 < K; ++first_scalar)
+        for (int c0 = 0; c0 < cols; c0 += 16)
+          pack_pair_words_of_rows16(b + 2 * first_scalar * N + q * cols + c0, b + (2 * first_scalar + 1) * N + q * cols + c0,
+                                    dst + first_scalar * cols + c0);
+    }
+  }
+  for (int64_t j = first_scalar; j < pairs; ++j)
+    for (int jj = 0; jj < cols; ++jj) {
+      const int64_t n = q * cols + jj;
+      int64_t k = 2 * j;
+      const uint16_t high = n < N ? storage_bits(b[b_index(k, n, K, N)]) : 0;
+      k += 1;
+      const uint16_t low = n < N && k < K ? storage_bits(b[b_index(k, n, K, N)]) : 0;
+      dst[j * cols + jj] = bf16_pair_word(high, low);
+    }
+}
+#endif
+
+// T: the operands' storage type; TC: the output's (T, or float32 on request).
+template <typename T, typename TC>
+void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr, int64_t M, int64_t K, int64_t N,
+         int64_t num_threads) {
+  const T* a = static_cast<const T*>(a_ptr);
+  const T* b = static_cast<const T*>(b_ptr);
+  TC* c = static_cast<TC*>(c_ptr);
+  const Simd simd = host_simd();
+  PathChoice<TC> path = choose_path<TC>(simd);
+  const int threads = thread_count(M * K * N, kMinWorkPerThread, num_threads);
+  bool pairs = false;
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same<T, bfloat16_t>::value)
+    pairs = simd == Simd::avx512_bf16 && bf16_pairs_exact(a, M * K, b, K * N);
+  if (pairs) path = {PairPath::kRows, PairPath::kCols, compute_item_pairs<TC>};
+#endif
+
+  Packed p{};
+  p.M = M;
+  p.K = K;
+  p.N = N;
+  static_assert(std::is_same<TC, bfloat16_t>::value, "every node of the K-tree is rounded to bfloat16: its output is bfloat16");
+  p.leaves = std::max<int64_t>(1, (K + kLeaf - 1) / kLeaf);
+  p.slots = tree_slots(p.leaves);
+  p.rows = path.rows;
+  p.cols = path.cols;
+  p.strips = (M + path.rows - 1) / path.rows;
+  p.panels = (N + path.cols - 1) / path.cols;
+  // Item sizes depend on the path only, never on M, like every other tiling choice here.
+  p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
+  p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
+  const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
+  // With the rows of one item's strips (a decode step's few tokens), each panel of B is read by
+  // one work item only: the item packs its own panels, into its thread's scratch where they stay
+  // in cache, rather than B packed whole first, into memory B's size to fault in and clear (most
+  // of a 12-row vocabulary projection's time).  Which memory holds a panel changes no bit.
+  const bool items_pack_b = p.strip_items == 1;
+  // Pairs of k take one float's place per two values of k.
+  const int64_t packed_k = pairs ? (K + 1) / 2 : K;
+  const Scratch a_packed(p.strips * path.rows * packed_k);
+  const Scratch b_packed(items_pack_b ? 0 : p.panels * path.cols * packed_k);
+  const int64_t b_items = items_pack_b ? 0 : pairs ? p.panels : b_pack_items(K, p.panels);
+  parallel_for(b_items + p.strips, threads, [&](int64_t i) {
+#ifdef RLK_HOST_X86_LANES
+    if (pairs) {
+      if (i < b_items)
+        pack_b_pairs(b, K, N, path.cols, i, b_packed.data() + i * packed_k * path.cols);
+      else
+        pack_a_pairs(a, M, K, path.rows, i - b_items, a_packed.data() + (i - b_items) * packed_k * path.rows);
+      return;
+    }
+#endif
+    if (i < b_items) {
+      pack_b(b, K, N, path.cols, i, b_packed.data() + 0, simd >= Simd::avx512);
+    } else {
+      const int64_t s = i - b_items;
+      pack_a_strip(a, M, K, path.rows, s, a_packed.data() + s * K * path.rows);
+    }
+  });
+  p.a = a_packed.data();
+  p.b = b_packed.data();
+  p.b_panel0 = 0;
+  // The bias as float32 (exact), read by every strip.
+  const Scratch bias_f32(bias_ptr != nullptr ? N : 0);
+  for (int64_t n = 0; bias_ptr != nullptr && n < N; ++n) bias_f32.data()[n] = to_float(static_cast<const T*>(bias_ptr)[n]);
+  p.bias = bias_ptr != nullptr ? bias_f32.data() : nullptr;
+
+  if (items_pack_b) {
+    parallel_for(panel_items, threads, [&](int64_t item) {
+      Packed own = p;
+      own.b_panel0 = item * p.panels_per_item;
+      const int64_t count = std::min(p.panels_per_item, p.panels - own.b_panel0);
+      const Scratch item_b_panels(count * path.cols * packed_k);
+      for (int64_t q = own.b_panel0; q < own.b_panel0 + count; ++q) {
+        float* dst = item_b_panels.data() + (q - own.b_panel0) * packed_k * path.cols;
+#ifdef RLK_HOST_X86_LANES
+        if (pairs) {
+          pack_b_pairs(b, K, N, path.cols, q, dst);
+          continue;
+        }
+#endif
+        pack_b_panel(b, K, N, path.cols, q, dst, simd >= Simd::avx512);
+      }
+      own.b = item_b_panels.data();
+      path.compute_item(own, item, c);
+    });
+    return;
+  }
+  parallel_for(p.strip_items * panel_items, threads, [&](int64_t item) { path.compute_item(p, item, c); });
 }
 
 }  // namespace
@@ -75,11 +552,10 @@ void run(const void* a, const void* b, void* c, int64_t M, int64_t K, int64_t N)
 void det_gemm_ktree_tree(const void* arg_a, const void* arg_b, void* out_c, Dtype dtype_T, int64_t dim_M, int64_t dim_K, int64_t dim_N, int64_t num_threads) {
   const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_M == 0 || dim_N == 0) return;  // every output is empty: nothing to write
-  (void)num_threads;  // one thread: the kernel is the portable reference order, not the fast path
   switch (dtype_T) {
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(arg_a, arg_b, out_c, dim_M, dim_K, dim_N);
+      run<T, T>(arg_a, arg_b, nullptr, out_c, dim_M, dim_K, dim_N, num_threads);
       return;
     }
   }
