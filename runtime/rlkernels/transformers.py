@@ -981,6 +981,39 @@ def _logits_divisor(config: Any) -> float:
     return divisor
 
 
+# What transformers 5.x has called the model body's KV cache argument (past_key_values until 5.19,
+# cache after it).  A body whose forward takes **kwargs swallows a name it does not know, and a
+# cache it never reads makes every position restart at 0: the name it takes is looked up.
+_CACHE_ARGUMENTS = ("cache", "past_key_values")
+
+
+def _named_parameters(function: Callable[..., Any]) -> set[str]:
+    """The arguments ``function`` takes by name (not those a ``**kwargs`` would swallow)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: nothing is known to be taken
+        return set()
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _pass_cache(body: nn.Module, model_kwargs: dict[str, Any]) -> None:
+    """Give a KV cache in ``model_kwargs`` (as ``cache`` or ``past_key_values``) to ``body`` under
+    the name its forward takes; ValueError when it takes neither or both names are given."""
+    given = [name for name in _CACHE_ARGUMENTS if model_kwargs.get(name) is not None]
+    if not given:
+        return
+    if len(given) > 1:
+        raise ValueError(f"token_logprobs: a KV cache was given twice, as {' and '.join(given)}; give it once")
+    taken = [name for name in _CACHE_ARGUMENTS if name in _named_parameters(body.forward)]
+    if not taken:
+        raise ValueError(
+            f"token_logprobs: {given[0]}= was given but {type(body).__name__}.forward takes no KV cache argument "
+            f"(none of {', '.join(_CACHE_ARGUMENTS)}); it would be dropped and every position would restart at 0"
+        )
+    if taken[0] != given[0]:
+        model_kwargs[taken[0]] = model_kwargs.pop(given[0])
+
+
 def token_logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -1003,7 +1036,9 @@ def token_logprobs(
     Returns ``lp`` [B, T] float32 (0 where ignored), and ``(lp, entropy)`` with ``entropy=True``.
     With a mask and no ``position_ids``, positions count real tokens (left padding then starts
     each sequence at 0).  The ids of padding positions are not read.  Further keyword arguments
-    (``position_ids``, ``cache``, ``use_cache``) go to the model's body.  Batch-invariant when the
+    (``position_ids``, ``cache``, ``use_cache``) go to the model's body; a KV cache, given as
+    ``cache`` or ``past_key_values``, under the name the body's forward takes (transformers
+    renamed it), and ValueError if it takes neither.  Batch-invariant when the
     model is patched.
     """
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
@@ -1042,6 +1077,7 @@ def token_logprobs(
     elif labels.shape != input_ids.shape:
         raise ValueError(f"token_logprobs: labels must have input_ids' shape {list(input_ids.shape)}, got {list(labels.shape)}")
     labels = torch.where(real, labels, ignore_index)
+    _pass_cache(body, model_kwargs)
     out = body(input_ids=input_ids, attention_mask=attention_mask, **model_kwargs)
     hidden = out[0] if isinstance(out, tuple) else out.last_hidden_state
     rows = hidden.reshape(batch * length, -1).contiguous()

