@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 
+from bitwise import same_bits
 from package_build import import_built
 
 pytestmark = pytest.mark.slow
@@ -39,7 +40,7 @@ def test_det_gemm_is_bitwise_deterministic(rlkernels, dtype):
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(64, 257, generator=g).to(dtype), torch.randn(257, 96, generator=g).to(dtype)
     first = rlkernels.det_gemm(a, b)
-    assert torch.equal(rlkernels.det_gemm(a, b), first)
+    assert same_bits(rlkernels.det_gemm(a, b), first)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -48,14 +49,14 @@ def test_row_of_one_row_batch_equals_row_of_64_row_batch(rlkernels, dtype):
     a, b = torch.randn(64, 300, generator=g).to(dtype), torch.randn(300, 70, generator=g).to(dtype)
     full = rlkernels.det_gemm(a, b)
     for i in (0, 17, 63):
-        assert torch.equal(rlkernels.det_gemm(a[i : i + 1], b)[0], full[i]), f"row {i}"
+        assert same_bits(rlkernels.det_gemm(a[i : i + 1], b)[0], full[i]), f"row {i}"
 
 
 def test_rounds_once_at_the_store(rlkernels):
     """bf16 output equals the fp32 product rounded once to bf16 (round to nearest even)."""
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(16, 64, generator=g).to(torch.bfloat16), torch.randn(64, 16, generator=g).to(torch.bfloat16)
-    assert torch.equal(rlkernels.det_gemm(a, b), rlkernels.det_gemm(a.float(), b.float()).to(torch.bfloat16))
+    assert same_bits(rlkernels.det_gemm(a, b), rlkernels.det_gemm(a.float(), b.float()).to(torch.bfloat16))
 
 
 def test_generated_package_tests_pass(rlkernels, tmp_path):
@@ -96,7 +97,7 @@ def test_ktree_half_k_results_combine_to_the_full_result(rlkernels, K):
     full = rlkernels.det_gemm_ktree(a, b)
     left = rlkernels.det_gemm_ktree(a[:, :half].contiguous(), b[:half].contiguous())
     right = rlkernels.det_gemm_ktree(a[:, half:].contiguous(), b[half:].contiguous())
-    assert torch.equal(left + right, full)
+    assert same_bits(left + right, full)
 
 
 @pytest.mark.parametrize("op", ["det_gemm_nt", "det_gemm_tn"])
@@ -106,7 +107,7 @@ def test_fp32_output_is_the_accumulator_before_its_one_rounding(rlkernels, op):
     fn = getattr(rlkernels, op)
     wide = fn(a, b, out_fp32=True)
     assert wide.dtype == torch.float32
-    assert torch.equal(fn(a, b), wide.to(torch.bfloat16))
+    assert same_bits(fn(a, b), wide.to(torch.bfloat16))
 
 
 def test_det_linear_is_differentiable_with_the_catalog_kernels(rlkernels):
@@ -116,8 +117,8 @@ def test_det_linear_is_differentiable_with_the_catalog_kernels(rlkernels):
     y = rlkernels.det_linear(x, w)
     y.backward(torch.ones_like(y))
     # The gradients are det_gemm / det_gemm_tn results, bit for bit.
-    assert torch.equal(x.grad, rlkernels.det_gemm(torch.ones(6, 24), w.detach()))
-    assert torch.equal(w.grad, rlkernels.det_gemm_tn(torch.ones(6, 24), x.detach()))
+    assert same_bits(x.grad, rlkernels.det_gemm(torch.ones(6, 24), w.detach()))
+    assert same_bits(w.grad, rlkernels.det_gemm_tn(torch.ones(6, 24), x.detach()))
 
 
 def test_fp32_output_is_differentiable_back_to_the_input_dtype(rlkernels):
@@ -127,8 +128,8 @@ def test_fp32_output_is_differentiable_back_to_the_input_dtype(rlkernels):
     rlkernels.det_gemm(a, b, out_fp32=True).sum().backward()
     assert a.grad.dtype == b.grad.dtype == torch.bfloat16
     ones = torch.ones(8, 4, dtype=torch.bfloat16)
-    assert torch.equal(a.grad, rlkernels.det_gemm_nt(ones, b.detach()))
-    assert torch.equal(b.grad, rlkernels.det_gemm_tn(a.detach(), ones))
+    assert same_bits(a.grad, rlkernels.det_gemm_nt(ones, b.detach()))
+    assert same_bits(b.grad, rlkernels.det_gemm_tn(a.detach(), ones))
 
 
 def test_leading_dimensions_may_be_empty(rlkernels):
@@ -193,9 +194,9 @@ def test_logp_ids_outside_the_vocabulary_give_nan_rows_only(rlkernels):
     torch.testing.assert_close(lse[valid], torch.logsumexp(logits, -1)[valid])
     assert torch.isfinite(lse[[1, 2, 4]]).all() and lse[3] == 0
     alone, _ = rlkernels.logp(logits[valid], ids[valid])
-    assert torch.equal(lp[valid], alone)
+    assert same_bits(lp[valid], alone)
     lp.backward(torch.ones(6))
-    assert torch.isnan(leaf.grad[[1, 2, 4]]).all() and torch.equal(leaf.grad[3], torch.zeros(V))
+    assert torch.isnan(leaf.grad[[1, 2, 4]]).all() and same_bits(leaf.grad[3], torch.zeros(V))
     assert torch.isfinite(leaf.grad[valid]).all()
     for doc in (rlkernels.logp.__doc__, rlkernels.OPS["logp"].summary, rlkernels.OPS["logp_backward"].summary):
         assert "outside [0, V)" in doc and "NaN" in doc
@@ -246,7 +247,7 @@ def test_embedding_rows_are_copies_and_ids_outside_the_table_give_nan_rows(rlker
     assert (y[~valid].view(torch.int16) == 0x7FC0).all()
     leaf = weight.float().requires_grad_()
     rlkernels.embedding(leaf, ids).backward(torch.ones(len(ids), H))
-    assert torch.equal(leaf.grad, torch.zeros(V, H).index_add(0, ids[valid], torch.ones(3, H)))
+    assert same_bits(leaf.grad, torch.zeros(V, H).index_add(0, ids[valid], torch.ones(3, H)))
     for doc in (rlkernels.embedding.__doc__, rlkernels.OPS["embedding"].summary):
         assert "outside [0, V)" in doc and "NaN" in doc
 
@@ -264,9 +265,9 @@ def test_embedding_backward_adds_positions_in_ascending_order(rlkernels):
         got = rlkernels.embedding_backward(grad_y.to(dtype), ids, torch.empty(V, H, dtype=dtype), out_fp32=True)
         exact = want if dtype == torch.float32 else _ascending(grad_y.to(dtype).float(), ids, V)
         assert torch.equal(got.view(torch.int32), exact.view(torch.int32)), dtype
-        assert torch.equal(rlkernels.embedding_backward(grad_y.to(dtype), ids, torch.empty(V, H, dtype=dtype)), exact.to(dtype))
+        assert same_bits(rlkernels.embedding_backward(grad_y.to(dtype), ids, torch.empty(V, H, dtype=dtype)), exact.to(dtype))
         assert (got[V - 2 :].view(torch.int32) == 0).all()
-    assert not torch.equal(_ascending(grad_y, ids, V, reverse=True), want), "the inputs must tell the orders apart"
+    assert not same_bits(_ascending(grad_y, ids, V, reverse=True), want), "the inputs must tell the orders apart"
 
 
 def _ascending(grad_y, ids, V, reverse=False):

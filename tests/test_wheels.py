@@ -187,7 +187,7 @@ def test_gpu_check_dry_run_passes_every_stage_on_the_cpu(tmp_path):
                             capture_output=True, text=True, timeout=900, cwd=REPO)
     report = (tmp_path / "gpu_report.md").read_text()
     assert result.returncode == 0, report + (tmp_path / "gpu_check.log").read_text()[-6000:]
-    for stage in ("env", "build", "tests", "compare", "invariance", "bench", "tiles"):
+    for stage in ("env", "build", "tests", "chain", "compare", "invariance", "bench", "tiles"):
         assert f"| {stage} | PASS |" in report, report
 
 
