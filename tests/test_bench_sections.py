@@ -23,6 +23,7 @@ sys.path.insert(0, str(REPO))
 from tools.bench import cases, core, report, runner, specs
 from tools.bench.baselines import BASELINES
 from tools.bench.sections import all_sections
+from tools.bench.sections.decoder import DecoderRow, DecoderSection, LargeDecoderSection
 from tools.bench.sections.model import MODEL_SIZES, row_kinds
 
 # ---------------------------------------------------------------- the interface
@@ -232,3 +233,75 @@ def test_a_linear_layers_weight_is_drawn_at_its_scale_and_nothing_else():
     assert layer.args[0].equal(plain.args[0]), "the activations are standard normals either way"
     assert layer.args[1].equal(plain.args[1] * 1024**-0.5), "the weight [out, in], over sqrt(in)"
     assert layer.args[2] is None and layer.shown() == "a 64×1024, b 512×1024"
+
+
+# ---------------------------------------------------------------- the transformers sections
+
+
+def decoder_row(dtype: str, threads: int, ratio: float, torch_amx: bool = False) -> DecoderRow:
+    return DecoderRow(1024, 4, 512, dtype, "fwd+bwd", threads, 9000.0, 9000.0 * ratio, ratio, 3, True, True, torch_amx)
+
+
+class NoBuild(core.Context):
+    """A run's context whose CPU package is never built (the sections' _bench is replaced)."""
+
+    def package(self) -> Any:
+        return None
+
+
+def test_the_large_model_runs_forward_and_backward_only_and_is_not_in_the_default_run(monkeypatch):
+    torch = pytest.importorskip("torch")
+    large = LargeDecoderSection()
+    (size,) = large.sizes
+    assert (size.hidden, size.layers, size.heads, size.kv_heads, size.intermediate, size.vocab, size.batch, size.length) == (1024, 8, 16, 8, 2816, 32000, 4, 512)
+    assert [(m.heads, m.kv_heads) for m in DecoderSection().sizes] == [(4, 2)], "the small model keeps its heads: H / 64 over half as many"
+    measured: list[tuple[int, str, str]] = []
+
+    def bench(self: Any, context: core.Context, threads: int, size: Any, dtype: str, step: str) -> DecoderRow:
+        measured.append((threads, dtype, step))
+        return decoder_row(dtype, threads, 1.0)
+
+    monkeypatch.setattr(LargeDecoderSection, "_bench", bench)
+    monkeypatch.setattr(core, "thread_counts", lambda: [1, 2])
+    monkeypatch.setenv("RLK_NUM_THREADS", "1")  # a run sets it per thread count: restored after the test
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    rows = large.run(NoBuild(out=lambda line: None))
+    assert measured == [(1, "bfloat16", "fwd+bwd"), (1, "float32", "fwd+bwd"), (2, "bfloat16", "fwd+bwd"), (2, "float32", "fwd+bwd")]
+    assert len(rows) == 4
+    measured.clear()
+    large.run(NoBuild(quick=True, out=lambda line: None))
+    assert measured == [(1, "bfloat16", "fwd+bwd")]
+    sections = all_sections()
+    assert "transformers-large" not in [s.name for s in runner.selected(runner.DEFAULT, sections)]
+    assert "transformers" in [s.name for s in runner.selected(runner.DEFAULT, sections)]
+    assert [s.name for s in runner.selected(["transformers-large"], sections)] == ["transformers-large"]
+
+
+def test_the_large_models_rows_format_and_survive_the_report(tmp_path: Path):
+    sections = all_sections()
+    small, large = (next(s for s in sections if s.name == name) for name in ("transformers", "transformers-large"))
+    rows = [decoder_row("bfloat16", 1, 0.42, torch_amx=True), decoder_row("float32", 2, 1.07, torch_amx=True)]
+    table = large.format(rows).table
+    assert table[-2] == "| Qwen2 H=1024 | bfloat16 | fwd+bwd | 4×512 | 1 | 9000.0 | 3780.0 (AMX) | **0.42** | yes (3 runs) | yes |"
+    assert table[-1] == "| Qwen2 H=1024 | float32 | fwd+bwd | 4×512 | 2 | 9000.0 | 9630.0 | **1.07** | yes (3 runs) | yes |", "AMX runs bfloat16 only"
+    notes = large.format(rows).notes
+    assert "H = 1024, 8 layers, 16 heads over 8 KV heads, I = 2816, V = 32000, 4 rows of 512 tokens" in notes
+    assert "a ratio of at least 1.0" in notes and "at least 3 pairs, no more" in notes and "* (AMX) after an unpatched time" in notes
+    assert "(AMX)" not in large.format([decoder_row("bfloat16", 1, 0.9)]).notes + large.format([decoder_row("bfloat16", 1, 0.9)]).table[-1]
+
+    # A row stored before torch_amx was recorded reads back without it.
+    old = report.row_to_json(decoder_row("bfloat16", 1, 0.86))
+    del old["torch_amx"]
+    assert report.row_from_json(DecoderRow, old) == decoder_row("bfloat16", 1, 0.86)
+
+    doc, store_path = tmp_path / "performance.md", tmp_path / "performance.json"
+    when = {"CPU": "Some CPU", "torch": "2.13.0+cpu", "Date (UTC)": "2026-01-01 00:00"}
+    small_rows = [dataclasses.replace(decoder_row("float32", 1, 1.25), hidden=256, length=128)]
+    written = report.write(when, [(small, small_rows), (large, rows)], sections, doc, store_path)
+    loaded = report.load(store_path)
+    assert loaded == written and report.render(loaded, sections) == doc.read_text()
+    assert [report.row_from_json(DecoderRow, r) for r in next(t for t in loaded.tables if t.section == "transformers-large").rows] == rows
+    text = doc.read_text()
+    small_part, large_part = text.split(f"## {large.title}\n")
+    assert f"## {small.title}\n" in small_part and "| Qwen2 H=256 | float32 | fwd+bwd | 4×128 | 1 |" in small_part and "H=1024" not in small_part
+    assert table[-2] in large_part and table[-1] in large_part and "H=256" not in large_part.split("## ")[0]

@@ -2,6 +2,7 @@
 
     python -m tools.bench [kernel] [model] [transformers] [tp] [generator]   (make bench: all five)
     python -m tools.bench gemm                              (the GEMMs' rows of kernel only)
+    python -m tools.bench transformers-large                (not in make bench: minutes per row)
     python -m tools.bench model --op swiglu --op logp       (some rows of the model table)
     python -m tools.bench --quick [sections]                (each at its smallest settings, no report)
 
@@ -20,6 +21,8 @@ records the rows in docs/performance.json and renders docs/performance.md from t
     rms_norm, logp, ...) at its shapes, against the PyTorch code it replaces;
   * transformers: a tiny but realistic Qwen2 patched with rlkernels.transformers against the same
     model unpatched (sdpa, full logits, log_softmax), forward and forward+backward;
+  * transformers-large: the same at H = 1024, 8 layers, 4 × 512 tokens, where the products
+    dominate: forward+backward in bfloat16 and float32 only, named on the command line to run;
   * tp: rlkernels.distributed's fixed-order combine against torch.distributed's all_reduce, on 2
     and 4 gloo ranks spawned on this machine, alone and inside a row-parallel linear; and one
     training step of an MLP and a vocabulary head through rlkernels.distributed against the same

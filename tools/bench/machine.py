@@ -67,6 +67,11 @@ def code_paths(flags: set[str], cap: str) -> tuple[str, str]:
     return "portable (4 lanes, 3 × 16 tiles, the C library's fmaf)", "baseline (compiler default)"
 
 
+def has_amx(flags: set[str]) -> bool:
+    """Whether the CPU has AMX tiles (torch's bfloat16 matmul runs on them where it does)."""
+    return any(flag.startswith("amx_") for flag in flags)
+
+
 def matrix_units(flags: set[str]) -> str:
     """The bfloat16 matrix instructions the CPU has: torch's bfloat16 matmul (oneDNN) may use AMX tiles,
     whose sums are not specified step by step, so rlkernels' GEMMs cannot; the baseline can be many

@@ -15,9 +15,11 @@ from .machine import load_average, machine_facts
 from .sections import all_sections
 
 DEFAULT = ["kernel", "model", "transformers", "tp", "generator"]
+"""What a run without section names measures: every section but transformers-large, whose rows take
+minutes each on a 2-core machine (name it to measure it)."""
 GROUPS = {"kernel": ["gemm", "ops"]}
 """A name on the command line that stands for several sections."""
-NOT_WITH_OP = {"transformers", "tp"}
+NOT_WITH_OP = {"transformers", "transformers-large", "tp"}
 """Sections --op leaves out (it selects rows of the model table)."""
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core import Section
-from .decoder import DecoderSection
+from .decoder import DecoderSection, LargeDecoderSection
 from .gemm import GemmSection
 from .generate import GeneratorSection
 from .model import ModelSection
@@ -12,4 +12,4 @@ from .tp import TpSection
 
 
 def all_sections() -> list[Section]:
-    return [GemmSection(), OpsSection(), ModelSection(), DecoderSection(), TpSection(), GeneratorSection()]
+    return [GemmSection(), OpsSection(), ModelSection(), DecoderSection(), LargeDecoderSection(), TpSection(), GeneratorSection()]
