@@ -4,6 +4,7 @@
     python -m tools.bench gemm                              (the GEMMs' rows of kernel only)
     python -m tools.bench model --op swiglu --op logp       (some rows of the model table)
     python -m tools.bench --quick [sections]                (each at its smallest settings, no report)
+    python -m tools.bench vllm                              (not in the default set: needs vLLM's CPU build)
 
 One module per section (tools/bench/sections/), each a ``Section`` (core.py): a name, a run that
 returns rows, and a format that turns rows into a Markdown table and its notes.  The runner
@@ -24,6 +25,9 @@ records the rows in docs/performance.json and renders docs/performance.md from t
     and 4 gloo ranks spawned on this machine, alone and inside a row-parallel linear; and one
     training step of an MLP and a vocabulary head through rlkernels.distributed against the same
     step with torch's bf16 matmuls and all_reduce, on 1 and 2 ranks;
+  * vllm: generated tokens per second of vLLM with the rlkernels plugin against stock vLLM, two
+    engines of a 20M-parameter Qwen2 each in a worker process of its own, runs alternating between
+    them; and the plugin's decode time per token at a short and a long context;
   * generator: a full generate of the catalog, a no-op generate (which must write nothing)
     recognised as such and one rendered all the same (--full), and synthetic catalogs of 100, 300
     and 1,000 copies of det_gemm; then its two goals against what it measured.
