@@ -1,10 +1,9 @@
 """Benchmarks, as ratios against baselines measured in the same process (`make bench`).
 
-    python -m tools.bench [kernel] [model] [transformers] [tp] [generator]   (make bench: all five)
+    python -m tools.bench [kernel] [model] [transformers] [tp] [vllm] [generator]   (make bench: all six)
     python -m tools.bench gemm                              (the GEMMs' rows of kernel only)
     python -m tools.bench model --op swiglu --op logp       (some rows of the model table)
     python -m tools.bench --quick [sections]                (each at its smallest settings, no report)
-    python -m tools.bench vllm                              (not in the default set: needs vLLM's CPU build)
 
 One module per section (tools/bench/sections/), each a ``Section`` (core.py): a name, a run that
 returns rows, and a format that turns rows into a Markdown table and its notes.  The runner

@@ -14,7 +14,7 @@ from .core import ROOT, Context, Section
 from .machine import load_average, machine_facts
 from .sections import all_sections
 
-DEFAULT = ["kernel", "model", "transformers", "tp", "generator"]
+DEFAULT = ["kernel", "model", "transformers", "tp", "vllm", "generator"]
 GROUPS = {"kernel": ["gemm", "ops"]}
 """A name on the command line that stands for several sections."""
 NOT_WITH_OP = {"transformers", "tp"}

@@ -3,8 +3,8 @@ against stock vLLM, and the plugin's decode time per token at a short and a long
 
 Two engines of the same model, each in a worker process of its own (tests/vllm_worker.py --serve:
 the plugin's switch is the environment of the process that starts vLLM), both started once; the
-runs alternate between them, the plugin's first in even pairs, stock vLLM's in odd ones.  Not in
-``make bench``'s default set: it needs vLLM's CPU build (``rlkernels[vllm]``) and takes minutes.
+runs alternate between them, the plugin's first in even pairs, stock vLLM's in odd ones.  In
+``make bench``'s default set: about a minute and a half on 2 cores, engines' start-up included.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class VllmSettings:
     batched_tokens: int = 4096  # a step's token budget: every prompt prefilled in one step
 
 
-FULL = VllmSettings(prompts=8, lengths=(3, 400), tokens=32, contexts=(128, 1024), decode_tokens=32, pairs=3)
+FULL = VllmSettings(prompts=8, lengths=(3, 400), tokens=32, contexts=(128, 1024), decode_tokens=32, pairs=5)
 QUICK = VllmSettings(prompts=2, lengths=(3, 40), tokens=4, contexts=(32, 64), decode_tokens=4, pairs=1)
 MODEL = VllmModel()
 
@@ -324,8 +324,8 @@ class VllmSection(OneTable):
             f"{100 * attention / (matmul + attention):.0f}% at context {c}" for c in s.contexts for matmul, attention in [m.decode_flops(c)]
         )
         return f"""\
-* Not in `make bench`'s default set (it needs vLLM's CPU build, `rlkernels[vllm]`, and takes minutes):
-  `python -m tools.bench vllm`; `--quick` runs {self.quick.prompts} short prompts, {self.quick.tokens} tokens and contexts
+* In `make bench`'s default set (about a minute and a half on 2 cores; it needs vLLM's CPU build,
+  `rlkernels[vllm]`, which `make test` installs): `python -m tools.bench vllm` alone; `--quick` runs {self.quick.prompts} short prompts, {self.quick.tokens} tokens and contexts
   {" and ".join(map(str, self.quick.contexts))}, one pair.
 * Model: a random-initialised Qwen2 written to a temporary folder (H = {m.hidden}, {m.layers} layers, {m.heads} query / {m.kv_heads} KV
   heads of {m.head_dim}, I = {m.intermediate}, V = {m.vocab}, untied head: {m.parameters / 1e6:.1f}M parameters), in the row's dtype.
