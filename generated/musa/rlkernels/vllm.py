@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from . import _runtime
+from ._registry import OPS, Op
 
 ENV = "RLKERNELS_VLLM"
 """The switch: the plugin does nothing unless this environment variable is ``1``."""
@@ -72,16 +73,17 @@ def enabled() -> bool:
 _KERNELS: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
-def _kernel(op: str, device: torch.device) -> Callable[..., Any]:
-    """The kernel ``rlkernels.<op>`` runs for tensors on ``device``: the registry's choice for its
-    platform, made once per device type instead of on every call (a decode step calls some forty
-    ops).  A native kernel is its torch.ops overload, whose binding checks the inputs with the
-    public function's rules and messages; the package's autocast kernels sit on it too."""
-    key = (op, device.type)
+def _kernel(op: Op, device: torch.device) -> Callable[..., Any]:
+    """The kernel the public function ``rlkernels.<op>`` runs for tensors on ``device``: the
+    registry's choice for its platform, made once per device type instead of on every call (a
+    decode step calls some forty ops).  A native kernel is its torch.ops overload, whose binding
+    checks the inputs with the public function's rules and messages; the package's autocast
+    kernels sit on it too.  Arguments go in the signature's order, every attribute given."""
+    key = (op.name, device.type)
     found = _KERNELS.get(key)
     if found is None:
-        kernel = _runtime.select_backend(op, _runtime.platform_of(device))
-        found = _runtime.overload(op, kernel.name) if kernel.kind == "native" else functools.partial(_runtime.call, op, kernel)
+        kernel = _runtime.select_backend(op.name, _runtime.platform_of(device))
+        found = _runtime.overload(op.name, kernel.name) if kernel.kind == "native" else functools.partial(_runtime.call, op.name, kernel)
         _KERNELS[key] = found
     return found
 
@@ -89,12 +91,12 @@ def _kernel(op: str, device: torch.device) -> Callable[..., Any]:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """A linear layer, ``det_linear`` (a merged QKV or gate/up weight gives each column the bits of
     its own projection: every output column is one dot product in the same order)."""
-    return _kernel("det_gemm_nt", x.device)(x.contiguous(), weight, bias, False)
+    return _kernel(OPS["det_gemm_nt"], x.device)(x.contiguous(), weight, bias, False)
 
 
 def embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """The token embedding, rows copied bit for bit."""
-    return _kernel("embedding", weight.device)(weight, ids.contiguous())
+    return _kernel(OPS["embedding"], weight.device)(weight, ids.contiguous())
 
 
 def rms_norm(
@@ -104,14 +106,14 @@ def rms_norm(
     added in the model dtype, as transformers adds it between layers, and (norm, sum) is returned."""
     if residual is not None:
         x = x + residual
-    y = _kernel("rms_norm", x.device)(x.contiguous().view(-1, x.shape[-1]), weight, eps)[0].view(x.shape)
+    y = _kernel(OPS["rms_norm"], x.device)(x.contiguous().view(-1, x.shape[-1]), weight, eps)[0].view(x.shape)
     return y if residual is None else (y, x)
 
 
 def swiglu_merged(x: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up on vLLM's merged gate/up output [T, 2I]: ``swiglu`` on its two halves."""
     half = x.shape[-1] // 2
-    return _kernel("swiglu", x.device)(x[..., :half].contiguous(), x[..., half:].contiguous())
+    return _kernel(OPS["swiglu"], x.device)(x[..., :half].contiguous(), x[..., half:].contiguous())
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, head_size: int, theta: float, interleaved: bool) -> torch.Tensor:
@@ -119,13 +121,13 @@ def rope(x: torch.Tensor, positions: torch.Tensor, head_size: int, theta: float,
     [T, H, D]) by its position; returns a tensor of ``x``'s shape."""
     positions = positions.reshape(-1).contiguous()
     rows = x.reshape(positions.shape[0], -1, head_size).contiguous()
-    return _kernel("rope", x.device)(rows, positions, theta, interleaved).view(x.shape)
+    return _kernel(OPS["rope"], x.device)(rows, positions, theta, interleaved).view(x.shape)
 
 
 def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The LM head in float32, ``z = det_linear(h, weight, out_fp32=True)``: the logits
     ``linear_logp`` reduces over, bit for bit."""
-    return _kernel("det_gemm_nt", hidden.device)(hidden.contiguous(), weight, None, True)
+    return _kernel(OPS["det_gemm_nt"], hidden.device)(hidden.contiguous(), weight, None, True)
 
 
 def log_probs(z: torch.Tensor) -> torch.Tensor:
@@ -139,7 +141,7 @@ def log_probs(z: torch.Tensor) -> torch.Tensor:
         )
     z = z.contiguous()
     ids = torch.zeros(z.shape[0], dtype=torch.int64, device=z.device)
-    lse = _kernel("logp", z.device)(z, ids, -100)[1]
+    lse = _kernel(OPS["logp"], z.device)(z, ids, -100)[1]
     return z - lse.unsqueeze(-1)
 
 
@@ -172,7 +174,7 @@ def paged_attention(
     slot ``j % BS``; its queries are ``query_start_loc[b]:[b + 1]``, aligned to the end of its keys.
     The catalog's ``paged_attention`` reads the blocks in place, with the bits of ``attention`` on
     the same keys packed: the trainer's packed prefill's bits."""
-    o, _ = _kernel("paged_attention", q.device)(
+    o, _ = _kernel(OPS["paged_attention"], q.device)(
         q.contiguous(),
         k_cache,
         v_cache,
