@@ -305,3 +305,71 @@ def test_the_large_models_rows_format_and_survive_the_report(tmp_path: Path):
     small_part, large_part = text.split(f"## {large.title}\n")
     assert f"## {small.title}\n" in small_part and "| Qwen2 H=256 | float32 | fwd+bwd | 4×128 | 1 |" in small_part and "H=1024" not in small_part
     assert table[-2] in large_part and table[-1] in large_part and "H=256" not in large_part.split("## ")[0]
+
+
+# ---------------------------------------------------------------- the vllm section, on fake engines
+
+
+class FakeEngine:
+    """Answers a run as tests/vllm_worker.py does, in ``seconds(run)`` and without vLLM; its
+    completions and log-prob bits come from the prompts, or change every call when ``unstable``."""
+
+    def __init__(self, name: str, seconds: Any, cached: int | None = None, unstable: bool = False) -> None:
+        self.name, self.seconds, self.cached, self.unstable, self.runs = name, seconds, cached, unstable, []
+
+    def run(self, run: dict[str, Any]) -> dict[str, Any]:
+        self.runs.append(run)
+        outputs = [
+            {"prompt": p, "completion": [p[0] % 7] * run["max_tokens"], "prompt_logprobs": [],
+             "sampled_logprobs": [len(p) + (len(self.runs) if self.unstable else 0)] * run["max_tokens"],
+             "cached_tokens": len(p) if self.cached is None else self.cached}
+            for p in run["prompts"]
+        ]
+        return {"name": run["name"], "seconds": self.seconds(run), "threads": run["threads"], "outputs": outputs}
+
+
+def test_the_vllm_section_computes_its_rows_from_the_runs_and_they_survive_the_report():
+    from tools.bench.sections import vllm as section_vllm
+
+    settings = section_vllm.VllmSettings(prompts=3, lengths=(3, 40), tokens=4, contexts=(32, 64), decode_tokens=5, pairs=3)
+    # The plugin: 2 s a batch, 10 ms + 1 ms per 32 context tokens a decode token; stock vLLM: 1 s, 5 ms flat.
+    plugin = FakeEngine("plugin", lambda r: 2.0 if r["name"] == "generate" else 0.5 + r["max_tokens"] * (0.010 + 0.001 * len(r["prompts"][0]) / 32))
+    stock = FakeEngine("stock", lambda r: 1.0 if r["name"] == "generate" else 0.5 + r["max_tokens"] * 0.005)
+    generate = section_vllm.generate_row(plugin, stock, settings, 2)
+    assert [r["name"] for r in plugin.runs] == ["generate"] * 4 and all(r["reset_prefix_cache"] and r["prompt_logprobs"] is False for r in plugin.runs)
+    assert len(plugin.runs[0]["prompts"]) == 3 and all(3 <= len(p) <= 40 for p in plugin.runs[0]["prompts"])
+    assert generate.plugin == 3 * 4 / 2.0 and generate.stock == 3 * 4 / 1.0 and generate.ratio == 0.5 and generate.reps == 3 and generate.same_bits
+
+    decode = section_vllm.decode_rows(plugin, stock, settings, 2)
+    assert [r.workload for r in decode] == ["1 prompt at context 32, 5 greedy tokens", "1 prompt at context 64, 5 greedy tokens"]
+    assert math.isclose(decode[0].plugin, 11.0) and math.isclose(decode[1].plugin, 12.0) and math.isclose(decode[1].stock, 5.0)
+    assert math.isclose(decode[1].growth, 12.0 / 11.0) and math.isclose(decode[1].stock_growth, 1.0) and decode[0].growth == 1.0
+    assert math.isclose(decode[1].ratio, 5.0 / 12.0)
+    timed = [r for r in plugin.runs if r["name"] in ("one", "many")]
+    assert {r["max_tokens"] for r in timed} == {1, 6} and not any(r["reset_prefix_cache"] for r in timed)
+
+    section = section_vllm.VllmSection(full=settings)
+    rows = [generate, *decode]
+    lines = section.format(rows).table
+    assert lines[-3].startswith("| generate | 3 prompts of ") and "| 6.0 tokens/s | 12.0 tokens/s | **0.50** | — | 3 | yes |" in lines[-3]
+    assert lines[-1] == "| decode | 1 prompt at context 64, 5 greedy tokens | bfloat16 | 2 | 12.00 ms/token | 5.00 ms/token | **0.42** | 1.09 (1.00) | 3 | yes |"
+    store = report.record(report.Store(), {"Date (UTC)": "2026-01-01 00:00"}, [(section, rows)])
+    assert [report.row_from_json(section_vllm.VllmRow, r) for r in store.tables[0].rows] == rows
+    text = report.render(store, [section])
+    assert f"## {section.title}\n\n" + "\n".join(lines) in text
+
+
+def test_the_vllm_section_refuses_decode_rows_without_the_prefix_cache_and_reports_unstable_bits():
+    from tools.bench.sections import vllm as section_vllm
+
+    settings = section_vllm.VllmSettings(prompts=2, lengths=(3, 9), tokens=2, contexts=(128,), decode_tokens=2, pairs=2)
+    flat = lambda r: 1.0
+    with pytest.raises(SystemExit, match="the stock engine read 0 of 128 prompt tokens from the prefix cache"):
+        section_vllm.decode_rows(FakeEngine("plugin", flat), FakeEngine("stock", flat, cached=0), settings, 1)
+    row = section_vllm.generate_row(FakeEngine("plugin", flat, unstable=True), FakeEngine("stock", flat), settings, 1)
+    assert not row.same_bits and "| **no** |" in section_vllm.VllmSection().format([row]).table[-1]
+
+
+def test_the_vllm_section_is_in_the_default_set_and_selectable_by_name():
+    assert "vllm" in runner.DEFAULT and [s.name for s in runner.selected(["vllm"], all_sections())] == ["vllm"]
+    assert "In `make bench`'s default set" in next(s for s in all_sections() if s.name == "vllm").format([]).notes

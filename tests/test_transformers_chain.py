@@ -367,6 +367,31 @@ def test_patched_model_compiles_without_graph_breaks(rlkt):
     assert explained.graph_break_count == 0, [str(b.reason) for b in explained.break_reasons]
 
 
+def test_compiled_patched_model_keeps_eagers_bits_in_bfloat16(rlkt, monkeypatch):
+    """torch.compile of a patched bfloat16 model: its logits and token_logprobs have eager's bits,
+    because patch turns on inductor's emulate_precision_casts; with it off, inductor keeps fused
+    intermediates in float32 and the same compile gives other bits (the control)."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "emulate_precision_casts", False)
+    model = rlkt.patch(make_model("qwen2", torch.bfloat16))
+    assert inductor_config.emulate_precision_casts
+    ids = torch.randint(1, model.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+
+    def compiled() -> tuple[torch.Tensor, torch.Tensor]:
+        torch._dynamo.reset()
+        return torch.compile(model)(ids).logits, torch.compile(rlkt.token_logprobs)(model, ids)
+
+    with torch.no_grad():
+        eager = model(ids).logits, rlkt.token_logprobs(model, ids)
+        logits, logprobs = compiled()
+        assert same_bits(logits, eager[0]) and same_bits(logprobs, eager[1])
+        monkeypatch.setattr(inductor_config, "emulate_precision_casts", False)
+        logits, logprobs = compiled()
+    assert not same_bits(logits, eager[0]) and not same_bits(logprobs, eager[1]), "the control: inductor's own rounding differs"
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_attn_implementation_alone_matches_sdpa(rlkt, family):
     """attn_implementation="rlkernels" without patch(): padded rows agree with sdpa within tolerance."""

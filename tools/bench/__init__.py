@@ -1,6 +1,6 @@
 """Benchmarks, as ratios against baselines measured in the same process (`make bench`).
 
-    python -m tools.bench [kernel] [model] [transformers] [tp] [generator]   (make bench: all five)
+    python -m tools.bench [kernel] [model] [transformers] [tp] [vllm] [generator]   (make bench: all six)
     python -m tools.bench gemm                              (the GEMMs' rows of kernel only)
     python -m tools.bench transformers-large                (not in make bench: minutes per row)
     python -m tools.bench model --op swiglu --op logp       (some rows of the model table)
@@ -27,6 +27,9 @@ records the rows in docs/performance.json and renders docs/performance.md from t
     and 4 gloo ranks spawned on this machine, alone and inside a row-parallel linear; and one
     training step of an MLP and a vocabulary head through rlkernels.distributed against the same
     step with torch's bf16 matmuls and all_reduce, on 1 and 2 ranks;
+  * vllm: generated tokens per second of vLLM with the rlkernels plugin against stock vLLM, two
+    engines of a 20M-parameter Qwen2 each in a worker process of its own, runs alternating between
+    them; and the plugin's decode time per token at a short and a long context;
   * generator: a full generate of the catalog, a no-op generate (which must write nothing)
     recognised as such and one rendered all the same (--full), and synthetic catalogs of 100, 300
     and 1,000 copies of det_gemm; then its two goals against what it measured.

@@ -32,14 +32,17 @@ registry (``ModelRegistry.register_model``), and one replaced function,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from . import _ops
+from . import _runtime
+from ._registry import OPS, Op
 
 ENV = "RLKERNELS_VLLM"
 """The switch: the plugin does nothing unless this environment variable is ``1``."""
@@ -67,16 +70,33 @@ def enabled() -> bool:
 # transformers model makes (rlkernels.transformers), so the two give the same bits.
 # --------------------------------------------------------------------------------------------
 
+_KERNELS: dict[tuple[str, str], Callable[..., Any]] = {}
+
+
+def _kernel(op: Op, device: torch.device) -> Callable[..., Any]:
+    """The kernel the public function ``rlkernels.<op>`` runs for tensors on ``device``: the
+    registry's choice for its platform, made once per device type instead of on every call (a
+    decode step calls some forty ops).  A native kernel is its torch.ops overload, whose binding
+    checks the inputs with the public function's rules and messages; the package's autocast
+    kernels sit on it too.  Arguments go in the signature's order, every attribute given."""
+    key = (op.name, device.type)
+    found = _KERNELS.get(key)
+    if found is None:
+        kernel = _runtime.select_backend(op.name, _runtime.platform_of(device))
+        found = _runtime.overload(op.name, kernel.name) if kernel.kind == "native" else functools.partial(_runtime.call, op.name, kernel)
+        _KERNELS[key] = found
+    return found
+
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """A linear layer, ``det_linear`` (a merged QKV or gate/up weight gives each column the bits of
     its own projection: every output column is one dot product in the same order)."""
-    return _ops.det_linear(x.contiguous(), weight, bias)
+    return _kernel(OPS["det_gemm_nt"], x.device)(x.contiguous(), weight, bias, False)
 
 
 def embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """The token embedding, rows copied bit for bit."""
-    return _ops.embedding(weight, ids.contiguous())
+    return _kernel(OPS["embedding"], weight.device)(weight, ids.contiguous())
 
 
 def rms_norm(
@@ -86,14 +106,14 @@ def rms_norm(
     added in the model dtype, as transformers adds it between layers, and (norm, sum) is returned."""
     if residual is not None:
         x = x + residual
-    y = _ops.rms_norm(x.contiguous().view(-1, x.shape[-1]), weight, eps)[0].view(x.shape)
+    y = _kernel(OPS["rms_norm"], x.device)(x.contiguous().view(-1, x.shape[-1]), weight, eps)[0].view(x.shape)
     return y if residual is None else (y, x)
 
 
 def swiglu_merged(x: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up on vLLM's merged gate/up output [T, 2I]: ``swiglu`` on its two halves."""
     half = x.shape[-1] // 2
-    return _ops.swiglu(x[..., :half].contiguous(), x[..., half:].contiguous())
+    return _kernel(OPS["swiglu"], x.device)(x[..., :half].contiguous(), x[..., half:].contiguous())
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, head_size: int, theta: float, interleaved: bool) -> torch.Tensor:
@@ -101,13 +121,13 @@ def rope(x: torch.Tensor, positions: torch.Tensor, head_size: int, theta: float,
     [T, H, D]) by its position; returns a tensor of ``x``'s shape."""
     positions = positions.reshape(-1).contiguous()
     rows = x.reshape(positions.shape[0], -1, head_size).contiguous()
-    return _ops.rope(rows, positions, theta, interleaved).view(x.shape)
+    return _kernel(OPS["rope"], x.device)(rows, positions, theta, interleaved).view(x.shape)
 
 
 def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The LM head in float32, ``z = det_linear(h, weight, out_fp32=True)``: the logits
     ``linear_logp`` reduces over, bit for bit."""
-    return _ops.det_linear(hidden.contiguous(), weight, None, True)
+    return _kernel(OPS["det_gemm_nt"], hidden.device)(hidden.contiguous(), weight, None, True)
 
 
 def log_probs(z: torch.Tensor) -> torch.Tensor:
@@ -121,7 +141,7 @@ def log_probs(z: torch.Tensor) -> torch.Tensor:
         )
     z = z.contiguous()
     ids = torch.zeros(z.shape[0], dtype=torch.int64, device=z.device)
-    lse = _ops.logp(z, ids)[1]
+    lse = _kernel(OPS["logp"], z.device)(z, ids, -100)[1]
     return z - lse.unsqueeze(-1)
 
 
@@ -154,11 +174,11 @@ def paged_attention(
     slot ``j % BS``; its queries are ``query_start_loc[b]:[b + 1]``, aligned to the end of its keys.
     The catalog's ``paged_attention`` reads the blocks in place, with the bits of ``attention`` on
     the same keys packed: the trainer's packed prefill's bits."""
-    o, _ = _ops.paged_attention(
+    o, _ = _kernel(OPS["paged_attention"], q.device)(
         q.contiguous(),
         k_cache,
         v_cache,
-        block_table.to(torch.int32).contiguous(),
+        block_table.to(torch.int32).contiguous(),  # as vLLM keeps them: no copy
         seq_lens.to(torch.int32).contiguous(),
         query_start_loc.to(torch.int32).contiguous(),
         scale,
@@ -550,9 +570,18 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             self.sliding_window = sliding_window
             # vLLM's window counts the query itself (as transformers'); the op counts the keys before it.
             self.window = -1 if sliding_window is None else int(sliding_window) - 1
+            self._planes: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+        def planes(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """``planes`` of this layer's cache, made once: vLLM hands the layer the same cache
+            tensor every step (twice a step: to write, then to attend); the views follow its data."""
+            made = self._planes
+            if made is None or made[0] is not kv_cache:
+                made = self._planes = (kv_cache, *planes(kv_cache, self.num_kv_heads, self.head_size))
+            return made[1], made[2]
 
         def do_kv_cache_update(self, layer: nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-            k_cache, v_cache = planes(kv_cache, self.num_kv_heads, self.head_size)
+            k_cache, v_cache = self.planes(kv_cache)
             write_kv(key, value, k_cache, v_cache, slot_mapping)
 
         def forward(
@@ -572,7 +601,7 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             if attn_metadata is None:  # vLLM's warm-up and profiling runs
                 return output
             n = attn_metadata.num_actual_tokens
-            k_cache, v_cache = planes(kv_cache, self.num_kv_heads, self.head_size)
+            k_cache, v_cache = self.planes(kv_cache)
             o = paged_attention(
                 query[:n],
                 k_cache,

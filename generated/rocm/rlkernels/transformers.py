@@ -900,6 +900,14 @@ def _plan(model: nn.Module) -> list[_Swap]:
     return swaps
 
 
+def _compile_with_eagers_rounding() -> None:
+    """Make inductor round every intermediate to its dtype where eager does (a process-wide
+    setting, read when a graph is compiled: a graph compiled before it keeps its code)."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.emulate_precision_casts = True
+
+
 def patch(model: nn.Module) -> nn.Module:
     """Make a transformers decoder batch-invariant in place; returns the model.
 
@@ -912,6 +920,11 @@ def patch(model: nn.Module) -> nn.Module:
     keys do not change.  Raises PatchError when anything cannot be converted, naming each device,
     config key (with its value and the model type) or module (path and class) at fault; the model
     is then left as it was.
+
+    Turns on inductor's ``emulate_precision_casts`` for the process (``unpatch`` leaves it on), so
+    that ``torch.compile`` of the patched model gives eager's bits: without it inductor keeps a
+    fused chain's intermediates in float32 where eager rounds each op's result to bfloat16 or
+    float16 (the residual adds, the casts around the ops).
     """
     if is_patched(model):
         raise PatchError(f"patch: {type(model).__name__} is already patched (call unpatch first)")
@@ -920,6 +933,7 @@ def patch(model: nn.Module) -> nn.Module:
     if set_impl is None or config is None:
         raise PatchError(f"patch: expected a transformers PreTrainedModel (config, set_attn_implementation), got {type(model).__name__}")
     swaps = _plan(model)
+    _compile_with_eagers_rounding()
     previous = config._attn_implementation
     set_impl(ATTN_IMPLEMENTATION)
     for swap in swaps:

@@ -9,7 +9,8 @@ from .generate import GeneratorSection
 from .model import ModelSection
 from .ops import OpsSection
 from .tp import TpSection
+from .vllm import VllmSection
 
 
 def all_sections() -> list[Section]:
-    return [GemmSection(), OpsSection(), ModelSection(), DecoderSection(), LargeDecoderSection(), TpSection(), GeneratorSection()]
+    return [GemmSection(), OpsSection(), ModelSection(), DecoderSection(), LargeDecoderSection(), TpSection(), VllmSection(), GeneratorSection()]
