@@ -147,7 +147,10 @@ def executed_records(
         error = exc.errors(include_url=False)[0]
         field = {"where": "device_name", "toolchain": "toolkit"}.get(str(error["loc"][0]), str(error["loc"][0]))
         raise GeneratorError(f"{shown}: {field} ({error['loc'][0]}): {error['msg']}") from None
-    commit = checked_commit(_text(results, "commit", shown) or commit, shown)
+    # A results file that could not tell its commit (a copy without .git where the check ran) takes
+    # this checkout's: its records still count only for the sources whose hashes they carry.
+    given = _text(results, "commit", shown)
+    commit = checked_commit(given if given and given != UNKNOWN_COMMIT else commit, shown)
     known = _contracts(catalog)
     records: list[Record] = []
     skipped: list[str] = []

@@ -580,3 +580,12 @@ def test_a_run_whose_commit_is_unknown_is_not_recorded(ledgerless: Project, tmp_
     err = capsys.readouterr().err
     assert "the commit these sources came from is unknown (not a git checkout); set $RLK_EVIDENCE_COMMIT" in err
     assert not (ledgerless.root / "evidence").exists()
+
+
+def test_a_results_file_that_could_not_tell_its_commit_takes_the_checkouts(ledgerless: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """gpu_check on a copy without .git writes commit "unknown": recorded here, the records take
+    this checkout's commit ($RLK_EVIDENCE_COMMIT in a copy without .git), as a file without one does."""
+    monkeypatch.setenv(COMMIT_ENV, "feedface" * 5)
+    path = results_file(tmp_path, "cpu", [outcome("det_gemm", "simt", "cpu", "float32", 3)], commit="unknown")
+    assert ledgerless.run("evidence", "record-executed", str(path)) == 0
+    assert [r.commit for r in evidence.read_ledger(ledgerless.root).records] == ["feedface" * 5]

@@ -155,3 +155,15 @@ def test_a_derived_dimension_the_kernel_does_not_write_is_refused(tmp_path, caps
     assert f"specs/ops/pack.yaml:{line}: kernels.rows.template: cannot render" in err
     assert "templates/kernels/pack_rows.j2:" in err and "implements only offsets of one entry more than x's first dimension, derived_dims: {B1: {dim: B, plus: 1}}" in err
     assert project.snapshot() == before
+
+
+def test_offsets_of_another_dtype_than_the_kernel_writes_are_refused(tmp_path, capsys):
+    """pack's kernels write int64 offsets: an int32 cu_seqlens (half the bytes the kernel writes)
+    is refused by the template's requirement, nothing written."""
+    project = copy_project(tmp_path / "proj", ops=("pack", "unpack"))
+    before = project.snapshot()
+    project.edit("specs/ops/pack.yaml", "{name: cu_seqlens, dtype: int64,", "{name: cu_seqlens, dtype: int32,")
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "implements only int64 offsets (cu_seqlens: dtype: int64)" in err
+    assert project.snapshot() == before
