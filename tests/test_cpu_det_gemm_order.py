@@ -38,20 +38,25 @@ pytestmark = pytest.mark.slow
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
-# (M, K, N): none a multiple of the register tile (6 or 3 rows x 16 columns), plus
-# K = 0, K = 1, M = 1, N = 1, and one product large enough to be split over threads.
+# (M, K, N): none a multiple of the register tile (12, 8, 6, 4 or 3 rows x 16, 32 or 64 columns),
+# plus K = 0, K = 1, M = 1, N = 1, the few-row tiles with K and N past the sixteen-value packing
+# blocks, and one product large enough to be split over threads.
 SHAPES = [
     (3, 0, 5),
     (1, 1, 1),
     (1, 7, 5),
     (5, 1, 17),
     (7, 13, 33),
+    (2, 33, 130),
+    (6, 40, 70),
     (37, 65, 17),
     (13, 300, 129),
     (131, 257, 301),
 ]
-# Code paths and thread counts the kernel reads from the environment on every call.
-SIMD = ["native", "generic"]
+# Code paths and thread counts the kernel reads from the environment on every call: the CPU's own
+# (its widest instructions; bfloat16 pairs where it runs them faster), the portable one, and the
+# bfloat16 pairs path asked for (the CPU's own where it has no AVX512-BF16).
+SIMD = ["native", "generic", "avx512_bf16"]
 THREADS = ["1", "4"]
 
 
@@ -63,10 +68,10 @@ def rlkernels(request):
 @pytest.fixture
 def configure(monkeypatch):
     def apply(simd: str, threads: str) -> None:
-        if simd == "generic":
-            monkeypatch.setenv("RLK_CPU_SIMD", "generic")
-        else:
+        if simd == "native":
             monkeypatch.delenv("RLK_CPU_SIMD", raising=False)
+        else:
+            monkeypatch.setenv("RLK_CPU_SIMD", simd)
         monkeypatch.setenv("RLK_NUM_THREADS", threads)
 
     return apply
@@ -256,7 +261,8 @@ def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monk
     """On AVX512-BF16, bfloat16 det_gemm and linear_logp's logits (forward and backward) add two products per vdpbf16ps
     where that is exact and fall back to the fma path where it is not: every layout, an odd K
     (the last pair padded), float32 and bfloat16 outputs, all give the bits of the AVX-512 fma
-    path (RLK_CPU_SIMD=avx512) and of the ascending-k emulation."""
+    path (RLK_CPU_SIMD=avx512) and of the ascending-k emulation.  RLK_CPU_SIMD=avx512_bf16 asks
+    for the pairs even where this CPU runs them slower than fmas (by default it would not)."""
     M, K, N = 29, 77, 45
     a, b = scaled(M, K, ea, 20), scaled(K, N, eb, 21)
     if planted is not None:  # alone in its row, so that row 3 is what it makes of it
@@ -274,7 +280,7 @@ def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monk
             [g.reshape(-1) for g in rlkernels.linear_logp_backward(torch.ones(M), torch.full((M,), 0.5), a, b.T.contiguous(), torch.arange(M) % N, torch.zeros(M), torch.zeros(M))]
         ),
     }
-    configure("native", "4")
+    configure("avx512_bf16", "4")
     got = {name: run() for name, run in runs.items()}
     monkeypatch.setenv("RLK_CPU_SIMD", "avx512")
     for name, run in runs.items():
@@ -292,9 +298,9 @@ def test_bfloat16_pairs_path_gives_the_fma_paths_bits(rlkernels, configure, monk
 # ---------------------------------------------------------------- det_gemm_ktree
 
 KTREE_LEAF = 32
-# Every host code path the kernel has (RLK_CPU_SIMD; "native" is the CPU's own: the AVX512-BF16
-# pairs path where the operands allow it), on one thread and on two.
-HOST_SIMD = ["native", "avx512", "avx2", "generic"]
+# Every host code path the kernel has (RLK_CPU_SIMD; "native" is the CPU's own, "avx512_bf16" the
+# AVX512-BF16 pairs path where the operands allow it), on one thread and on two.
+HOST_SIMD = ["native", "avx512_bf16", "avx512", "avx2", "generic"]
 HOST_THREADS = [1, 2]
 CI = os.environ.get("CI") == "true"
 # Deterministic in CI (a red build must be reproducible); fresh examples on developers' runs.

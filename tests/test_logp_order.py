@@ -28,8 +28,9 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # batch of 4096 terms; N past the host's group of 96 rows (linear_logp computes a group's logits
 # at a time) and a single row (a decode step).
 SHAPES = ((7, 24, 50), (1, 33, 256), (33, 40, 777), (20, 16, 4099), (100, 8, 300), (3, 64, 9000))
-# Host code paths (RLK_CPU_SIMD; None: the CPU's widest) and threads (RLK_NUM_THREADS).
-PATHS = (("generic", "1"), ("avx2", "2"), (None, "1"), (None, "2"))
+# Host code paths (RLK_CPU_SIMD; None: the CPU's own; avx512_bf16: its bfloat16 pairs asked for) and threads
+# (RLK_NUM_THREADS).
+PATHS = (("generic", "1"), ("avx2", "2"), ("avx512_bf16", "2"), (None, "1"), (None, "2"))
 IGNORE = -100
 
 

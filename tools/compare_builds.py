@@ -13,8 +13,8 @@ reported.  The cases come from the generated tests of the op (tests/test_<op>.py
 tree's package): every shape of the spec's tests.shapes, the sizes taken from the kernel's tiles
 (each batch size, the reduction extent, the packed sequences' lengths), every dimension set to 0,
 every dtype and dtype combination, every attribute variant, and with and without each optional
-argument; each case on every host code path (RLK_CPU_SIMD=generic, avx2, avx512 and the CPU's
-own, AVX512-BF16 here) on 1 and 2 threads (RLK_NUM_THREADS).  With --quick, the code paths and
+argument; each case on every host code path (RLK_CPU_SIMD=generic, avx2, avx512, avx512_bf16 (the
+bfloat16 pairs asked for) and the CPU's own) on 1 and 2 threads (RLK_NUM_THREADS).  With --quick, the code paths and
 threads run on the spec's shapes only.  Memory the kernels allocate is filled with NaN first
 (torch's fill_uninitialized_memory), so an element one build leaves unwritten shows too.
 
@@ -47,7 +47,7 @@ BUILDS = ROOT / ".build" / "compare"
 sys.path.insert(0, str(ROOT / "tools"))
 from build_wheel import sync_tree
 
-SIMD_PATHS = ("generic", "avx2", "avx512", "native")
+SIMD_PATHS = ("generic", "avx2", "avx512", "avx512_bf16", "native")
 THREADS = ("1", "2")
 TIMED = [
     # (label, op, kernel, dims, dtype, attrs)

@@ -58,9 +58,12 @@ def code_paths(flags: set[str], cap: str) -> tuple[str, str]:
     (``cap``): det_gemm's register tile on it, and the row and elementwise kernels' path."""
     if {"avx512f", "avx512vl", "avx512bw", "avx512dq", "avx2", "fma"} <= flags and cap not in ("generic", "avx2"):
         path = "AVX-512, 12 × 32 tiles, an fma per product"
-        if "avx512_bf16" in flags and cap != "avx512":
-            # det_gemm_simt.j2: bfloat16 operands two k per vdpbf16ps where that is exact
+        if "avx512_bf16" in flags and cap == "avx512_bf16":
+            # rlk_parallel.h's host_simd(): bfloat16 operands two k per vdpbf16ps where that is exact
             path += " (bfloat16: two per AVX512-BF16 dot product)"
+        elif "avx512_bf16" in flags and cap != "avx512":
+            # ... by default only where bf16_pairs_faster() measures them faster than two fmas
+            path += " (bfloat16: two per AVX512-BF16 dot product where this CPU runs them faster)"
         return path, "AVX-512 (F, VL, BW, DQ) + FMA"
     if {"avx2", "fma"} <= flags and cap != "generic":
         return "AVX2 + FMA, 6 × 16 tiles, an fma per product", "AVX2 + FMA"

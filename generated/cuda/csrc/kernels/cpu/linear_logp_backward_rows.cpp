@@ -197,8 +197,8 @@ void pack_strip(const T* x, int64_t rows, int64_t H, int64_t first, float* dst) 
 
 // Panel q of the weight [V, H]: vocabulary rows [q*kCols, q*kCols + kCols) as float32,
 // k-major, zeros past V.
-// float32 values, where `avx512` (the call's code path runs AVX-512), move sixteen k of the
-// panel's rows at a time while whole ones remain.
+// float32 and bfloat16 values, where `avx512` (the call's code path runs AVX-512), move sixteen k
+// of the panel's rows at a time while whole ones remain (a bfloat16 widens exactly).
 template <typename T>
 void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst, bool avx512) {
   const int64_t v0 = q * kCols;
@@ -206,12 +206,17 @@ void pack_panel(const T* w, int64_t V, int64_t H, int64_t q, float* dst, bool av
   int64_t first_scalar = 0;  // values of k before it are packed sixteen at a time
   (void)avx512;
 #ifdef RLK_HOST_X86_LANES
-  if constexpr (std::is_same<T, float>::value) {
+  if constexpr (std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value) {
     static_assert(kCols == 16, "a panel's rows fit one transpose");
     if (avx512) {
-      const float* rows[kCols];
+      const T* rows[kCols];
       for (int64_t j = 0; j < kCols; ++j) rows[j] = j < cols ? w + (v0 + j) * H : nullptr;
-      for (; first_scalar + 16 <= H; first_scalar += 16) transpose_words_16x16<false>(rows, 0xffff, first_scalar, dst + first_scalar * kCols, kCols);
+      for (; first_scalar + 16 <= H; first_scalar += 16) {
+        if constexpr (std::is_same<T, float>::value)
+          transpose_words_16x16<WordSource::words>(rows, 0xffff, first_scalar, dst + first_scalar * kCols, kCols);
+        else
+          pack_bf16_as_float_16x16(rows, 0xffff, first_scalar, dst + first_scalar * kCols, kCols);
+      }
     }
   }
 #endif

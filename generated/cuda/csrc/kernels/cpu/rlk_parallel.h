@@ -18,7 +18,8 @@
 // Instructions: on x86 CPUs, parallel_rows runs each piece in a copy of its code compiled
 // for the widest vector instructions the CPU has among AVX-512 (F, VL, BW, DQ) and AVX2 with
 // FMA; RLK_CPU_SIMD, read on every call, caps them (`avx512` without AVX512-BF16's dot
-// products, `avx2`, or `generic` for the baseline copy).  Every copy performs the same IEEE operations in the same order -- the build never
+// products, `avx2`, or `generic` for the baseline copy; `avx512_bf16` asks for the dot products
+// even where this CPU runs them slower than fmas).  Every copy performs the same IEEE operations in the same order -- the build never
 // contracts a multiply and an add, vector lanes only hold different elements side by side,
 // and rlk_math.h's explicit fused multiply-adds are exact either way, in an instruction
 // instead of a library call -- so they give the same bits; only the speed differs.  A body
@@ -160,7 +161,9 @@ RLK_LANES_AVX512 __attribute__((flatten)) void run_piece_avx512(const Body& body
   call_piece<Avx512Lanes>(body, begin, end);
 }
 
-// The widest copy this CPU runs, capped by RLK_CPU_SIMD (generic, avx2 or avx512).
+// The widest copy this CPU runs, capped by RLK_CPU_SIMD (generic, avx2 or avx512).  avx512_bf16
+// counts as wider only where its dot products run faster than the fma path (bf16_pairs_faster,
+// measured once); RLK_CPU_SIMD=avx512_bf16 asks for it wherever the CPU has it.
 inline Simd host_simd() {
   static const Simd widest = [] {
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -173,7 +176,9 @@ inline Simd host_simd() {
   if (cap != nullptr && std::strcmp(cap, "generic") == 0) return Simd::generic;
   if (cap != nullptr && std::strcmp(cap, "avx2") == 0) return std::min(widest, Simd::avx2);
   if (cap != nullptr && std::strcmp(cap, "avx512") == 0) return std::min(widest, Simd::avx512);
-  return widest;
+  if (widest != Simd::avx512_bf16 || (cap != nullptr && std::strcmp(cap, "avx512_bf16") == 0)) return widest;
+  static const bool pairs_faster = bf16_pairs_faster();
+  return pairs_faster ? Simd::avx512_bf16 : Simd::avx512;
 }
 
 template <typename Body>

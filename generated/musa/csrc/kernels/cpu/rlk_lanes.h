@@ -24,6 +24,8 @@
 // inlined into code compiled for that instruction set (rlk_parallel.h's run_piece copies, or a
 // kernel's own target functions marked flatten), never called from the generic copy.
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -161,15 +163,20 @@ RLK_LANES_AVX512 __attribute__((flatten)) inline Bf16ExponentRange bf16_exponent
 // are its values, and pair words are the ones bf16_pair_word(high, low) makes, so a packed
 // operand is the same whichever code packs it.
 //
-// transpose_words_16x16: dst[t * stride + r] = 32-bit word w0 + t of rows[r] (its halves swapped
-// when kSwapHalves), for t in [0, 16) and the rows r whose bit is set in `lanes` (a null row
-// gives zeros); nothing else in dst is written, so rows may be fewer than the stride, or the
-// stride shorter than 16.  Each row must hold words [0, w0 + 16).  A 16 x 16 transpose: 32-bit,
-// 64-bit and 128-bit interleaves in turn.
+// transpose_words_16x16: dst[t * stride + r] = word w0 + t of rows[r], for t in [0, 16) and the
+// rows r whose bit is set in `lanes` (a null row gives zeros); nothing else in dst is written, so
+// rows may be fewer than the stride, or the stride shorter than 16.  A row's words are (kSource):
+//   words               its 32-bit values as stored (float32 rows); each row holds [0, w0 + 16)
+//   bf16_pairs_swapped  its 32-bit words with their halves swapped (pack_pair_words_16x16)
+//   bf16_widened        its bfloat16 values, each widened to the float32 of the same value
+//                       (the bits shifted into the high half: exact); each row holds [0, w0 + 16)
+// A 16 x 16 transpose: 32-bit, 64-bit and 128-bit interleaves in turn.
 //
 // pack_pair_words_16x16: rows whose pairs of k lie side by side in memory (x[2j], x[2j + 1]):
 // pair word j of a row is the row's 32-bit word j with its halves swapped (memory holds the low
 // address in the low half); j0 counts pairs, and each row must hold 2 * j0 + 32 values.
+//
+// pack_bf16_as_float_16x16: bfloat16 rows, sixteen values of each from k0, as float32 columns.
 //
 // GCC 12's AVX-512 integer intrinsics pass an "undefined" vector it then reports as
 // uninitialised wherever they are inlined (GCC bug 105593, fixed in GCC 13): quieted here only.
@@ -178,14 +185,21 @@ RLK_LANES_AVX512 __attribute__((flatten)) inline Bf16ExponentRange bf16_exponent
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-template <bool kSwapHalves, typename E>
+enum class WordSource { words, bf16_pairs_swapped, bf16_widened };
+
+template <WordSource kSource, typename E>
 RLK_LANES_AVX512 inline void transpose_words_16x16(const E* const* rows, __mmask16 lanes, int64_t w0, float* dst, int64_t stride) {
-  static_assert(sizeof(E) == 2 || sizeof(E) == 4, "rows of 16- or 32-bit values");
-  constexpr int64_t kPerWord = 4 / sizeof(E);
+  static_assert(sizeof(E) == (kSource == WordSource::words ? 4 : 2), "float32 words, or bfloat16 values");
   __m512i r[16], a[16], b[16];
   for (int i = 0; i < 16; ++i) {
-    r[i] = (lanes >> i & 1) != 0 && rows[i] != nullptr ? _mm512_loadu_si512(rows[i] + kPerWord * w0) : _mm512_setzero_si512();
-    if (kSwapHalves) r[i] = _mm512_rol_epi32(r[i], 16);
+    if ((lanes >> i & 1) == 0 || rows[i] == nullptr) {
+      r[i] = _mm512_setzero_si512();
+    } else if constexpr (kSource == WordSource::bf16_widened) {
+      r[i] = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + w0))), 16);
+    } else {
+      r[i] = _mm512_loadu_si512(rows[i] + (4 / sizeof(E)) * w0);
+      if constexpr (kSource == WordSource::bf16_pairs_swapped) r[i] = _mm512_rol_epi32(r[i], 16);
+    }
   }
   for (int i = 0; i < 8; ++i) {  // a[2i], a[2i + 1]: rows 2i and 2i + 1 interleaved word by word
     a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -208,7 +222,11 @@ RLK_LANES_AVX512 inline void transpose_words_16x16(const E* const* rows, __mmask
 }
 
 RLK_LANES_AVX512 inline void pack_pair_words_16x16(const bfloat16_t* const* rows, __mmask16 lanes, int64_t j0, float* dst, int64_t stride) {
-  transpose_words_16x16<true>(rows, lanes, j0, dst, stride);
+  transpose_words_16x16<WordSource::bf16_pairs_swapped>(rows, lanes, j0, dst, stride);
+}
+
+RLK_LANES_AVX512 inline void pack_bf16_as_float_16x16(const bfloat16_t* const* rows, __mmask16 lanes, int64_t k0, float* dst, int64_t stride) {
+  transpose_words_16x16<WordSource::bf16_widened>(rows, lanes, k0, dst, stride);
 }
 
 // Columns whose pairs of k lie in two rows (high: k, low: k + 1), sixteen columns side by side:
@@ -221,6 +239,44 @@ RLK_LANES_AVX512 inline void pack_pair_words_of_rows16(const bfloat16_t* high, c
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// Whether vdpbf16ps, two values of k per instruction, runs bfloat16 products faster than the fma
+// path's one per instruction on this CPU: some issue it at the fma's rate, which doubles the
+// speed, others at a quarter of it, which halves it.  Measured once per process (about a tenth
+// of a millisecond): twelve independent chains, as in a register tile, of n dot products against
+// 2n fmas, the best of three tries of each.  Only the speed depends on the answer: both paths
+// give the same bits.
+template <bool kPairs>
+RLK_LANES_AVX512_BF16 __attribute__((noinline)) inline double chain_seconds(int64_t steps) {
+  __m512 acc[12];
+  __m512 x = _mm512_set1_ps(1.0f);
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_setzero_ps();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < steps; ++step) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) {
+      if constexpr (kPairs)
+        acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)x, (__m512bh)x);
+      else
+        acc[i] = _mm512_fmadd_ps(x, x, acc[i]);
+    }
+    __asm__ volatile("" : "+v"(x));  // a value the compiler cannot see through: every step runs
+  }
+  const auto stop = std::chrono::steady_clock::now();
+  volatile float sink = 0.0f;
+  for (int i = 0; i < 12; ++i) sink = sink + _mm512_reduce_add_ps(acc[i]);
+  return std::chrono::duration<double>(stop - start).count();
+}
+
+inline bool bf16_pairs_faster() {
+  constexpr int64_t kSteps = 2048;
+  double pairs = 1e30, fmas = 1e30;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    pairs = std::min(pairs, chain_seconds<true>(kSteps));
+    fmas = std::min(fmas, chain_seconds<false>(2 * kSteps));
+  }
+  return pairs < fmas;
+}
 
 // Whether vdpbf16ps gives the fma step's bits on every product of a value of `a` and one of
 // `b`: no infinity or NaN (exponent field 0xff), no subnormal (a nonzero value with exponent

@@ -37,7 +37,8 @@ namespace {
 // steps; between two blocks an accumulator waits in float32 memory, which holds it exactly,
 // so the blocking changes no bit.  Threads share out tiles of rows and columns, never K.
 //
-// Code paths, one chosen per call: AVX-512 (12 x 32 tiles), AVX2 with FMA (6 x 16) and the
+// Code paths, one chosen per call: AVX-512 (12 x 32 tiles; 8 x 32 and 4 x 64 for products of at
+// most 8 and 4 rows), AVX2 with FMA (6 x 16) and the
 // portable one (3 x 16), on rlk_lanes.h's lanes types, and for bfloat16 operands on
 // AVX512-BF16 the pairs path (12 x 32, below).  Threads and the code path: as
 // rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx512, avx2 or
@@ -69,6 +70,10 @@ using GenericPath = TilePath<GenericLanes, kRowsGeneric, 16>;
 #ifdef RLK_HOST_X86_LANES
 using Avx2Path = TilePath<Avx2Lanes, kRowsAvx2, 16>;
 using Avx512Path = TilePath<Avx512Lanes, kRowsAvx512, 32>;
+// Products of a few rows (a decode step's tokens) on AVX-512: a tile of 12 rows would compute
+// mostly rows past M, so narrower strips take wider panels, still 16 accumulators in flight.
+using Avx512Rows8Path = TilePath<Avx512Lanes, 8, 32>;
+using Avx512Rows4Path = TilePath<Avx512Lanes, 4, 64>;
 #endif
 
 // k steps per block: a panel's block (kDepth x kCols floats) stays in the L1 cache while the
@@ -185,9 +190,9 @@ RLK_LANES_AVX2 __attribute__((flatten)) void compute_item_avx2(const Packed& p, 
   compute_item<T, Avx2Path>(p, item, c);
 }
 
-template <typename T>
+template <typename T, typename P>
 RLK_LANES_AVX512 __attribute__((flatten)) void compute_item_avx512(const Packed& p, int64_t item, T* c) {
-  compute_item<T, Avx512Path>(p, item, c);
+  compute_item<T, P>(p, item, c);
 }
 #endif
 
@@ -244,18 +249,24 @@ struct PathChoice {
   void (*compute_item)(const Packed&, int64_t, T*);
 };
 
+// M picks among the AVX-512 tiles (the fewest rows that hold all M), for speed only: every output
+// is the same sequence of operations in any tile.
 template <typename T>
-PathChoice<T> choose_path(Simd simd) {
+PathChoice<T> choose_path(Simd simd, int64_t M) {
 #ifdef RLK_HOST_X86_LANES
   switch (simd) {
     case Simd::avx512_bf16:
-    case Simd::avx512: return {Avx512Path::kRows, Avx512Path::kCols, compute_item_avx512<T>};
+    case Simd::avx512:
+      if (M <= Avx512Rows4Path::kRows) return {Avx512Rows4Path::kRows, Avx512Rows4Path::kCols, compute_item_avx512<T, Avx512Rows4Path>};
+      if (M <= Avx512Rows8Path::kRows) return {Avx512Rows8Path::kRows, Avx512Rows8Path::kCols, compute_item_avx512<T, Avx512Rows8Path>};
+      return {Avx512Path::kRows, Avx512Path::kCols, compute_item_avx512<T, Avx512Path>};
     case Simd::avx2: return {Avx2Path::kRows, Avx2Path::kCols, compute_item_avx2<T>};
     case Simd::generic: break;
   }
 #else
   (void)simd;
 #endif
+  (void)M;
   return {GenericPath::kRows, GenericPath::kCols, compute_item_generic<T>};
 }
 
@@ -266,8 +277,22 @@ PathChoice<T> choose_path(Simd simd) {
 // Strip s of A: rows [s*rows, s*rows + rows) as float32, k-major.  Rows past M are zeros;
 // their results are computed and dropped, which touches no other row.
 template <typename T>
-void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst) {
-  for (int64_t k0 = 0; k0 < K; k0 += kDepth) {
+void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst, bool avx512) {
+  (void)avx512;
+  int64_t first_scalar = 0;  // values of k before it are packed sixteen at a time
+#ifdef RLK_HOST_X86_LANES
+  // bfloat16 rows, where the call's code path runs AVX-512: sixteen k of the strip's rows at a
+  // time (rows past M null: zeros), widened exactly.
+  if constexpr (std::is_same<T, bfloat16_t>::value) {
+    if (avx512 && rows <= 16) {
+      const bfloat16_t* row[16] = {};
+      for (int i = 0; i < rows; ++i) row[i] = s * rows + i < M ? a + (s * rows + i) * K : nullptr;
+      const __mmask16 lanes = static_cast<__mmask16>((1u << rows) - 1);
+      for (; first_scalar + 16 <= K; first_scalar += 16) pack_bf16_as_float_16x16(row, lanes, first_scalar, dst + first_scalar * rows, rows);
+    }
+  }
+#endif
+  for (int64_t k0 = first_scalar; k0 < K; k0 += kDepth) {
     const int64_t k1 = std::min(K, k0 + kDepth);
     int i = 0;
 #ifdef RLK_HOST_X86_LANES
@@ -397,7 +422,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   const T* b = static_cast<const T*>(b_ptr);
   TC* c = static_cast<TC*>(c_ptr);
   const Simd simd = host_simd();
-  PathChoice<TC> path = choose_path<TC>(simd);
+  PathChoice<TC> path = choose_path<TC>(simd, M);
   const int threads = thread_count(M * K * N, kMinWorkPerThread, num_threads);
   bool pairs = false;
 #ifdef RLK_HOST_X86_LANES
@@ -415,7 +440,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   p.cols = path.cols;
   p.strips = (M + path.rows - 1) / path.rows;
   p.panels = (N + path.cols - 1) / path.cols;
-  // Item sizes depend on the path only, never on M, like every other tiling choice here.
+  // Item sizes depend on the path's tile only.  No tiling choice changes a bit (see the top).
   p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
   p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
   const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
@@ -443,7 +468,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
       pack_b(b, K, N, path.cols, i, b_packed.data() + 0, simd >= Simd::avx512);
     } else {
       const int64_t s = i - b_items;
-      pack_a_strip(a, M, K, path.rows, s, a_packed.data() + s * K * path.rows);
+      pack_a_strip(a, M, K, path.rows, s, a_packed.data() + s * K * path.rows, simd >= Simd::avx512);
     }
   });
   p.a = a_packed.data();
