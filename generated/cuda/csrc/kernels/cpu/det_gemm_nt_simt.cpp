@@ -338,16 +338,18 @@ void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, b
 #ifdef RLK_HOST_X86_LANES
   if constexpr (std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value) {
     if (avx512 && cols % 16 == 0) {
-      for (; first_scalar + 16 <= K; first_scalar += 16)
-        for (int c0 = 0; c0 < cols; c0 += 16) {
-          const T* column[16];
-          for (int i = 0; i < 16; ++i) column[i] = n0 + c0 + i < N ? b + (n0 + c0 + i) * K : nullptr;
+      // Sixteen columns at a time over all of K: sixteen rows of B read in sequence each.
+      for (int c0 = 0; c0 < cols; c0 += 16) {
+        const T* column[16];
+        for (int i = 0; i < 16; ++i) column[i] = n0 + c0 + i < N ? b + (n0 + c0 + i) * K : nullptr;
+        for (first_scalar = 0; first_scalar + 16 <= K; first_scalar += 16) {
           float* out = dst + first_scalar * cols + c0;
           if constexpr (std::is_same<T, float>::value)
             transpose_words_16x16<WordSource::words>(column, 0xffff, first_scalar, out, cols);
           else
             pack_bf16_as_float_16x16(column, 0xffff, first_scalar, out, cols);
         }
+      }
     }
   }
 #endif
