@@ -85,6 +85,8 @@ constexpr int64_t kStripsPerItem = 8;
 constexpr int64_t kBlockBytes = 256 * 1024;
 // Products smaller than this many multiply-adds per thread run on fewer threads.
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
+// What packing B costs, in rows of multiply-adds.
+constexpr int64_t kPackingRows = 8;
 
 // Both operands as packed float32 (or, on the bfloat16 pairs path, as pairs of k: see there),
 // plus how the output is split into work items.
@@ -378,7 +380,9 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   TC* c = static_cast<TC*>(c_ptr);
   const Simd simd = host_simd();
   PathChoice<TC> path = choose_path<TC>(simd, M);
-  const int threads = thread_count(M * K * N, kMinWorkPerThread, num_threads);
+  // The work: M K N multiply-adds, plus packing B, which costs about as much as eight rows of them
+  // (a decode step's product of a row or two is mostly packing, and worth splitting too).
+  const int threads = thread_count((M + kPackingRows) * K * N, kMinWorkPerThread, num_threads);
   bool pairs = false;
 #ifdef RLK_HOST_X86_LANES
   if constexpr (std::is_same<T, bfloat16_t>::value)
