@@ -19,6 +19,7 @@
 #include "rlk_numerics.h"
 #include "rlk_reduce.h"
 #include "rlk_parallel.h"
+#include <algorithm>
 #include <vector>
 
 namespace rlk {
@@ -107,6 +108,127 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
   *m = next;
   return a;
 }
+// Pairs computed together: as many as leave the vector registers room for their accumulators.
+template <typename Lanes>
+constexpr int kTogether = Lanes::kWidth >= 16 ? 4 : 2;
+// Vectors of lanes each pair's accumulators span at a time.
+constexpr int kChunkVectors = 4;
+
+// dots[i][lane] for the P queries (D floats each) and the lanes [lane0, lane0 + V * width) of the
+// block's keys (d-major: keys[d * kBlock + lane]): each dot over d ascending, 0 + q[0] k[0] + ...,
+// a rounding per multiply and per add, as dot().
+template <typename Lanes, int P, int V>
+inline void block_dots(const float* const* queries, const float* keys, int64_t D, int lane0, float* const* dots) {
+  using Vec = typename Lanes::V;
+  constexpr int W = Lanes::kWidth;
+  Vec acc[P][V];
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::zero(acc[i][v]);
+  for (int64_t d = 0; d < D; ++d) {
+    Vec k[V];
+    for (int v = 0; v < V; ++v) Lanes::load(k[v], keys + d * kBlock + lane0 + v * W);
+    for (int i = 0; i < P; ++i) {
+      Vec qd;
+      Lanes::broadcast(qd, queries[i][d]);
+      for (int v = 0; v < V; ++v) Lanes::mul_add(acc[i][v], qd, k[v]);
+    }
+  }
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::store(dots[i] + lane0 + v * W, acc[i][v]);
+}
+
+// Lanes are gathered and scored in tiles of 16 (a multiple of every lanes type's width).
+constexpr int kTile = 16;
+
+// The scores of P pairs over the lanes [lane_begin, lane_end), both multiples of kTile: chunks of
+// vectors, then single vectors.
+template <typename Lanes, int P>
+inline void block_scores(const float* const* queries, const float* keys, int64_t D, int lane_begin, int lane_end, float* const* dots) {
+  constexpr int W = Lanes::kWidth;
+  static_assert(kTile % W == 0 && kBlock % kTile == 0, "tiles are whole vectors, the block whole tiles");
+  int lane0 = lane_begin;
+  for (; lane0 + kChunkVectors * W <= lane_end; lane0 += kChunkVectors * W) block_dots<Lanes, P, kChunkVectors>(queries, keys, D, lane0, dots);
+  for (; lane0 < lane_end; lane0 += W) block_dots<Lanes, P, 1>(queries, keys, D, lane0, dots);
+}
+
+// out[i][d] for d in [d0, d0 + V * width) of the P pairs: + weights[i][jj] * values[jj][d] for
+// each key jj of [first, last) that is readable (every one where `readable` is null), jj
+// ascending; a rounding per multiply and add.
+template <typename Lanes, int P, int V>
+inline void block_values(float* const* outs, const float* const* weights, const float* values, const int32_t* readable, int64_t first, int64_t last,
+                         int64_t D, int64_t d0) {
+  using Vec = typename Lanes::V;
+  constexpr int W = Lanes::kWidth;
+  Vec acc[P][V];
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::load(acc[i][v], outs[i] + d0 + v * W);
+  for (int64_t jj = first; jj < last; ++jj) {
+    if (readable != nullptr && readable[jj] == 0) continue;
+    Vec x[V];
+    for (int v = 0; v < V; ++v) Lanes::load(x[v], values + jj * D + d0 + v * W);
+    for (int i = 0; i < P; ++i) {
+      Vec w;
+      Lanes::broadcast(w, weights[i][jj]);
+      for (int v = 0; v < V; ++v) Lanes::mul_add(acc[i][v], w, x[v]);
+    }
+  }
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::store(outs[i] + d0 + v * W, acc[i][v]);
+}
+
+// block_values over every d: chunks of vectors, single vectors, then the last d one at a time
+// (D need not be a multiple of the width), each o[d] with the same operations.
+template <typename Lanes, int P>
+inline void add_values(float* const* outs, const float* const* weights, const float* values, const int32_t* readable, int64_t first, int64_t last,
+                       int64_t D) {
+  constexpr int W = Lanes::kWidth;
+  if (first >= last) return;
+  int64_t d0 = 0;
+  for (; d0 + kChunkVectors * W <= D; d0 += kChunkVectors * W) block_values<Lanes, P, kChunkVectors>(outs, weights, values, readable, first, last, D, d0);
+  for (; d0 + W <= D; d0 += W) block_values<Lanes, P, 1>(outs, weights, values, readable, first, last, D, d0);
+  for (; d0 < D; ++d0)
+    for (int i = 0; i < P; ++i) {
+      float value = outs[i][d0];
+      for (int64_t jj = first; jj < last; ++jj)
+        if (readable == nullptr || readable[jj] != 0) value = add_rn(value, mul_rn(weights[i][jj], values[jj * D + d0]));
+      outs[i][d0] = value;
+    }
+}
+
+// The largest of the block's scores, by value: the maximum is exact, so only which NaN or which
+// zero comes back depends on the order, and neither reaches an output (a NaN maximum makes the
+// row NaN, whichever NaN; m = +0 or -0 gives the same p and a, and the same lse since l >= 1).
+// Sixteen running maxima and a NaN test, two loops that vectorise.
+inline float block_max_score(const float* s) {
+  constexpr int kRunning = 16;
+  float best[kRunning];
+  int nan = 0;
+  for (int l = 0; l < kRunning; ++l) best[l] = negative_infinity();
+  for (int i = 0; i < kBlock; i += kRunning)
+    for (int l = 0; l < kRunning; ++l) best[l] = s[i + l] > best[l] ? s[i + l] : best[l];
+  for (int lane = 0; lane < kBlock; ++lane) nan |= s[lane] != s[lane] ? 1 : 0;
+  for (int half = kRunning / 2; half > 0; half /= 2)
+    for (int l = 0; l < half; ++l) best[l] = best[l + half] > best[l] ? best[l + half] : best[l];
+  return nan != 0 ? bits_float(kCanonicalNan) : best[0];
+}
+
+// host_sum_lanes_tree<kBlock> of the block's kBlock terms, the same additions in the same order:
+// each lane 0 + its term, then halves added lane by lane.  Each level a loop of fixed length,
+// which vectorises.
+inline float block_sum_tree(const float* p) {
+  static_assert(kBlock == 64, "the tree's levels below are written for 64 lanes");
+  float lane[kBlock];
+  for (int l = 0; l < kBlock; ++l) lane[l] = 0.0f + p[l];
+  for (int l = 0; l < 32; ++l) lane[l] = lane[l] + lane[l + 32];
+  for (int l = 0; l < 16; ++l) lane[l] = lane[l] + lane[l + 16];
+  for (int l = 0; l < 8; ++l) lane[l] = lane[l] + lane[l + 8];
+  for (int l = 0; l < 4; ++l) lane[l] = lane[l] + lane[l + 4];
+  for (int l = 0; l < 2; ++l) lane[l] = lane[l] + lane[l + 2];
+  return lane[0] + lane[1];
+}
+
+// Each query's blocks in turn, its block's keys side by side in vector lanes and o's sums a vector
+// of d at a time (host_block_helpers): the operations above in their order.
 // A sequence's keys (transposed per block: d-major, a key per lane, so that a block's scores
 // are computed side by side) and values, converted to float32 once for all its queries.
 // Rows of one head a host thread takes at a time (they share the cache below).
@@ -151,10 +273,11 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
   // Pairs are independent: threads split them, and change no bit.  A piece is a run of
   // kRowsPerPiece queries of one head, which mostly share a sequence and so its cache.
   const int64_t chunks = (TQ + kRowsPerPiece - 1) / kRowsPerPiece;
-  parallel_rows(HQ * chunks, kRowsPerPiece * (TK + 1) * (D + 8), num_threads, [&](int64_t begin, int64_t end) {
+  parallel_rows(HQ * chunks, kRowsPerPiece * (TK + 1) * (D + 8), num_threads, [&](int64_t begin, int64_t end, auto lanes) {
+    using Lanes = decltype(lanes);
     SequenceCache cache;
     std::vector<float> acc(static_cast<size_t>(D)), query(static_cast<size_t>(D));
-    float s[kBlock], p[kBlock], dots[kBlock];
+    float s[kBlock];
     for (int64_t piece = begin; piece < end; ++piece) for (int64_t t = piece % chunks * kRowsPerPiece; t < TQ && t < (piece % chunks + 1) * kRowsPerPiece; ++t) {
       const int64_t h = piece / chunks, g = h / group, pair = t * HQ + h;
       T* out = o + pair * D;
@@ -173,31 +296,24 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
       }
       float m = negative_infinity(), l = 0.0f;
       for (int64_t start = lo - lo % kBlock; start < hi; start += kBlock) {
-        // The block's 64 dots side by side, each over d ascending (as dot()).
-        const float* block = cache.keys.data() + start * D;
-        for (int lane = 0; lane < kBlock; ++lane) dots[lane] = 0.0f;
-        for (int64_t d = 0; d < D; ++d) {
-          const float qd = query[d];
-          const float* column = block + d * kBlock;
-          for (int lane = 0; lane < kBlock; ++lane) dots[lane] = add_rn(dots[lane], mul_rn(qd, column[lane]));
-        }
-        float block_max_score = negative_infinity();
-        for (int lane = 0; lane < kBlock; ++lane) {
-          const int64_t j = start + lane;
-          s[lane] = (j >= lo && j < hi) ? mul_rn(dots[lane], sc) : negative_infinity();
-          block_max_score = max_step(block_max_score, s[lane]);
-        }
-        const float a = rescale(&m, block_max_score);
-        for (int lane = 0; lane < kBlock; ++lane) p[lane] = exp_f32(add_rn(s[lane], -m));
-        l = add_rn(mul_rn(l, a), host_sum_lanes_tree<kBlock>(kBlock, [&p](int64_t lane) { return p[lane]; }));
-        // o[d] = o[d] * a, then + p_j * v[j, d] for each seen j ascending: keys outer, d inner.
+        // The block's 64 dots side by side, each over d ascending (as dot()).  The lanes [first,
+        // last) are the keys the query sees.
+        const float* queries[1] = {query.data()};
+        float* dots[1] = {s};
+        block_scores<Lanes, 1>(queries, cache.keys.data() + start * D, D, 0, kBlock, dots);
+        const int first = static_cast<int>(std::max(lo, start) - start), last = static_cast<int>(std::min(hi, start + kBlock) - start);
+        for (int lane = 0; lane < first; ++lane) s[lane] = negative_infinity();
+        for (int lane = first; lane < last; ++lane) s[lane] = mul_rn(s[lane], sc);
+        for (int lane = last; lane < kBlock; ++lane) s[lane] = negative_infinity();
+        const float a = rescale(&m, block_max_score(s));
+        const float shift = m;
+        for (int lane = 0; lane < kBlock; ++lane) s[lane] = exp_f32(add_rn(s[lane], -shift));  // p_j, in place
+        l = add_rn(mul_rn(l, a), block_sum_tree(s));
+        // o[d] = o[d] * a, then + p_j * v[j, d] for each seen j ascending.
         for (int64_t d = 0; d < D; ++d) acc[d] = mul_rn(acc[d], a);
-        const int64_t first = (lo > start ? lo : start), last = (hi < start + kBlock ? hi : start + kBlock);
-        for (int64_t j = first; j < last; ++j) {
-          const float weight = p[j - start];
-          const float* value = cache.values.data() + j * D;
-          for (int64_t d = 0; d < D; ++d) acc[d] = add_rn(acc[d], mul_rn(weight, value[d]));
-        }
+        float* outs[1] = {acc.data()};
+        const float* weights[1] = {s};
+        add_values<Lanes, 1>(outs, weights, cache.values.data() + start * D, nullptr, first, last, D);
       }
       const bool seen = lo < hi;
       for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(seen ? div_rn(acc[d], l) : 0.0f);

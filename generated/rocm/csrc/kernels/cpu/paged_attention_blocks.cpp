@@ -196,7 +196,8 @@ inline void block_scores(const float* const* queries, const float* keys, int64_t
 }
 
 // out[i][d] for d in [d0, d0 + V * width) of the P pairs: + weights[i][jj] * values[jj][d] for
-// each key jj of [first, last) whose row is readable, jj ascending; a rounding per multiply and add.
+// each key jj of [first, last) that is readable (every one where `readable` is null), jj
+// ascending; a rounding per multiply and add.
 template <typename Lanes, int P, int V>
 inline void block_values(float* const* outs, const float* const* weights, const float* values, const int32_t* readable, int64_t first, int64_t last,
                          int64_t D, int64_t d0) {
@@ -206,7 +207,7 @@ inline void block_values(float* const* outs, const float* const* weights, const 
   for (int i = 0; i < P; ++i)
     for (int v = 0; v < V; ++v) Lanes::load(acc[i][v], outs[i] + d0 + v * W);
   for (int64_t jj = first; jj < last; ++jj) {
-    if (!readable[jj]) continue;
+    if (readable != nullptr && readable[jj] == 0) continue;
     Vec x[V];
     for (int v = 0; v < V; ++v) Lanes::load(x[v], values + jj * D + d0 + v * W);
     for (int i = 0; i < P; ++i) {
@@ -233,7 +234,7 @@ inline void add_values(float* const* outs, const float* const* weights, const fl
     for (int i = 0; i < P; ++i) {
       float value = outs[i][d0];
       for (int64_t jj = first; jj < last; ++jj)
-        if (readable[jj]) value = add_rn(value, mul_rn(weights[i][jj], values[jj * D + d0]));
+        if (readable == nullptr || readable[jj] != 0) value = add_rn(value, mul_rn(weights[i][jj], values[jj * D + d0]));
       outs[i][d0] = value;
     }
 }
