@@ -19,12 +19,14 @@ threads run on the spec's shapes only.  --op NAME compares only that op (repeata
 paged_cases(): paged_attention at models' head sizes (64, 80, 128), cache blocks of 16 and 32,
 query groups of 1 and 4, prefill, decode and chunked prefill, windows and a large scale, and
 spoiled inputs (infinities and NaN, bad block ids, offsets out of order, bad lengths), each on
-every code path and thread count.  Memory the kernels allocate is filled with NaN first
+every code path and thread count; and attention on the same steps packed (but for the block ids
+and lengths, which packing cannot express).  Memory the kernels allocate is filled with NaN first
 (torch's fill_uninitialized_memory), so an element one build leaves unwritten shows too.
 
 --time times representative ops, the two builds in turns (old, new, old, new, ...) so that both
-see the same machine, and prints the ratio of the medians (new / old); paged_attention on the
-shapes of a vLLM step (TIMED_PAGED) on 1 and 2 threads.
+see the same machine, and prints the ratio of the medians (new / old); paged_attention and
+attention on the shapes of a vLLM step and of a larger model's decode (TIMED_PAGED) on 1 and 2
+threads.
 
 Exit status 0 when no case differs, 1 otherwise.
 """
@@ -78,11 +80,18 @@ TIMED = [
 # (one query each).  Times the paged_attention calls of one layer.
 PROMPTS = [62, 110, 158, 206, 254, 302, 380, 392]
 DECODE_KEYS = [230, 257, 284, 311, 339, 366, 393, 420]
+# Then one decode query of a larger model (32 query heads over 8 key heads of 128) at 128 and
+# 1024 keys, and eight at 1024; and attention on the prefill's sequences packed.
 TIMED_PAGED = [
-    # (label, keys per sequence, queries per sequence, dtype)
-    ("paged_attention bf16 prefill 8 seqs TQ=1864", PROMPTS, PROMPTS, "bfloat16"),
-    ("paged_attention bf16 decode 8 seqs TQ=8", DECODE_KEYS, [1] * 8, "bfloat16"),
-    ("paged_attention f32 decode 8 seqs TQ=8", DECODE_KEYS, [1] * 8, "float32"),
+    # (label, op, keys per sequence, queries per sequence, dtype, (HQ, HK, D))
+    ("paged_attention bf16 prefill 8 seqs TQ=1864", "paged_attention", PROMPTS, PROMPTS, "bfloat16", (8, 2, 64)),
+    ("paged_attention bf16 decode 8 seqs TQ=8", "paged_attention", DECODE_KEYS, [1] * 8, "bfloat16", (8, 2, 64)),
+    ("paged_attention f32 decode 8 seqs TQ=8", "paged_attention", DECODE_KEYS, [1] * 8, "float32", (8, 2, 64)),
+    ("paged_attention bf16 decode 32/8x128 at 128", "paged_attention", [128], [1], "bfloat16", (32, 8, 128)),
+    ("paged_attention bf16 decode 32/8x128 at 1024", "paged_attention", [1024], [1], "bfloat16", (32, 8, 128)),
+    ("paged_attention bf16 decode 8 x 32/8x128 at 1024", "paged_attention", [1024] * 8, [1] * 8, "bfloat16", (32, 8, 128)),
+    ("attention bf16 prefill 8 seqs TQ=1864", "attention", PROMPTS, PROMPTS, "bfloat16", (8, 2, 64)),
+    ("attention bf16 decode 8 seqs TQ=8", "attention", DECODE_KEYS, [1] * 8, "bfloat16", (8, 2, 64)),
 ]
 
 
@@ -265,6 +274,18 @@ def _paged_step(step: dict[str, Any], dtype: str) -> list[Any]:
     return [q.to(t), k_cache.to(t), v_cache.to(t), table, lengths, starts]
 
 
+def _packed_step(step: dict[str, Any], dtype: str) -> list[Any]:
+    """attention's inputs for _paged_step's sequences: the same queries, each sequence's keys and
+    values packed back to back."""
+    import torch
+
+    q, k_cache, v_cache, table, _, starts = _paged_step(step, dtype)
+    bs = step["BS"]
+    rows = torch.cat([table[b, torch.arange(n) // bs].long() * bs + torch.arange(n) % bs for b, n in enumerate(step["keys"])])
+    ends = torch.tensor(list(itertools.accumulate([0] + step["keys"])), dtype=torch.int32)
+    return [q, k_cache.flatten(0, 1)[rows], v_cache.flatten(0, 1)[rows], starts, ends]
+
+
 def paged_cases() -> list[dict[str, Any]]:
     """paged_attention's steps beyond its spec's shapes: head sizes, cache block sizes, query
     groups, prefill, decode and chunked prefill, windows and scales, and spoiled inputs."""
@@ -290,6 +311,8 @@ def paged_cases() -> list[dict[str, Any]]:
 def _inputs(tests: Any, case: dict[str, Any]) -> list[Any]:
     if "paged_step" in case:
         return _paged_step(case["paged_step"], case["dtype"])
+    if "packed_step" in case:
+        return _packed_step(case["packed_step"], case["dtype"])
     if case.get("empty"):
         return list(tests.make_empty_inputs(case["dims"], case["dtype"], "cpu", case.get("none_kept", False)))
     inputs = list(tests.make_inputs(case["dims"], case["dtype"], "cpu", seed=case.get("seed", 0), lengths=case.get("lengths")))
@@ -385,7 +408,12 @@ def compare(old: Worker, new: Worker, cases_from: Path, quick: bool, only_ops: l
         listed = new.ask({"op": op, "list": "quick" if quick else "all"})
         if "cases" not in listed:
             raise SystemExit(f"{op}: cannot list its cases: {listed}")
-        extra = [("blocks", case, True) for case in paged_cases()] if op == "paged_attention" and paged else []
+        extra = []
+        if paged and op == "paged_attention":
+            extra = [("blocks", case, True) for case in paged_cases()]
+        elif paged and op == "attention":  # the same steps packed, where they can be
+            packable = [case for case in paged_cases() if case["paged_step"].get("spoil") in (None, "values", "offsets")]
+            extra = [("blocks", {"packed_step": case["paged_step"], "dtype": case["dtype"], "attrs": case["attrs"]}, True) for case in packable]
         for kernel, case, everywhere in listed["cases"] + extra:
             configs = list(itertools.product(SIMD_PATHS, THREADS)) if everywhere else [("native", "2")]
             for simd, threads in configs:
@@ -419,12 +447,13 @@ def timings(old: Worker, new: Worker, rounds: int, calls: int, only: str = "") -
             (olds, news)[second is new].append(y["seconds"])
         o, n = statistics.median(olds), statistics.median(news)
         print(f"  {label:34s} old {o * 1e3:8.3f} ms  new {n * 1e3:8.3f} ms  ratio {n / o:5.3f}", flush=True)
-    for label, keys, queries, dtype in TIMED_PAGED:
+    for label, op, keys, queries, dtype, (hq, hk, d) in TIMED_PAGED:
         if only not in label:
             continue
-        step = {"keys": keys, "queries": queries, "BS": 32, "HQ": 8, "HK": 2, "D": 64}
+        step = {"keys": keys, "queries": queries, "BS": 32, "HQ": hq, "HK": hk, "D": d}
+        how = "paged_step" if op == "paged_attention" else "packed_step"
         for threads in THREADS:
-            request = {"op": "paged_attention", "kernel": "blocks", "case": {"paged_step": step, "dtype": dtype}, "time": calls, "RLK_NUM_THREADS": threads}
+            request = {"op": op, "kernel": "blocks", "case": {how: step, "dtype": dtype}, "time": calls, "RLK_NUM_THREADS": threads}
             olds, news = [], []
             for turn in range(rounds):
                 first, second = (old, new) if turn % 2 == 0 else (new, old)
@@ -443,7 +472,7 @@ def main() -> int:
     parser.add_argument("--no-compare", action="store_true", help="skip the bitwise comparison (with --time)")
     parser.add_argument("--only", default="", help="time only the rows whose label contains this text")
     parser.add_argument("--op", action="append", help="compare only this op (repeat for several; default: every op)")
-    parser.add_argument("--paged", action="store_true", help="also compare paged_attention on paged_cases() (vLLM's shapes, spoiled inputs)")
+    parser.add_argument("--paged", action="store_true", help="also compare paged_attention on paged_cases() (models' shapes, spoiled inputs), and attention on them packed")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
