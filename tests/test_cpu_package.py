@@ -388,10 +388,14 @@ PAGED_STEP = [(131, 131), (200, 1), (70, 70), (150, 37), (1, 1), (257, 1)]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("simd", ["generic", "avx2", "avx512", "native"])
 def test_paged_attention_at_model_head_sizes_gives_the_bits_of_attention(rlkernels, monkeypatch, D, HQ, HK, dtype, simd):
-    """The host paged kernel computes a block's scores and o's sums several (query, head) pairs at
-    a time, in vector lanes of each code path's width, with a rest of d where D is not a multiple
-    of it: each output must still be attention's on the same keys packed, bit for bit (the two
-    kernels share no code for these loops), causal or within a window, on every code path."""
+    """The host kernels compute a block's scores and o's sums several (query, head) pairs at a
+    time, in vector lanes of each code path's width, with a rest of d where D is not a multiple
+    of it, each cache block's keys read through the table a run at a time: each output must still
+    be attention's on the same keys packed, bit for bit, causal or within a window, on every code
+    path.  (The two host kernels share their block arithmetic, _attention_host.j2; what checks
+    that arithmetic against an independent one is the device kernels' comparison with the host's
+    in tests/test_device_emulated.py, and tools/compare_builds.py --paged against an earlier
+    build.)"""
     if simd == "native":
         monkeypatch.delenv("RLK_CPU_SIMD", raising=False)
     else:

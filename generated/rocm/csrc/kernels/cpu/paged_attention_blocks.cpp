@@ -139,19 +139,6 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
 // add), one d of o for the values (each o[d] still adding its keys in ascending order) -- and a
 // few pairs are computed together, sharing each load of a key or value vector.  The exponentials
 // of a block are one loop that the compiler vectorises: the same operations in each lane.
-constexpr int64_t kItemPairs = 64;
-
-struct WorkItem {
-  int64_t b, g, r0, r1, cost;
-};
-
-// One (query, head) pair of a work item.
-struct Pair {
-  int64_t row, head, lo, hi;
-  float m, l;
-  bool unreadable;
-};
-
 // Pairs computed together: as many as leave the vector registers room for their accumulators.
 template <typename Lanes>
 constexpr int kTogether = Lanes::kWidth >= 16 ? 4 : 2;
@@ -271,6 +258,20 @@ inline float block_sum_tree(const float* p) {
   return lane[0] + lane[1];
 }
 
+constexpr int64_t kItemPairs = 64;
+
+struct WorkItem {
+  int64_t b, g, r0, r1, cost;
+};
+
+// One (query, head) pair of a work item: its running statistics, and whether it met a key it
+// cannot read.
+struct Pair {
+  int64_t row, head, lo, hi;
+  float m, l;
+  bool unreadable;
+};
+
 // The block's keys and values of the lanes [lane_begin, lane_end) (multiples of kTile) as
 // float32: values row-major (values[lane * D + d]), keys d-major (keys[d * kBlock + lane]) through
 // the rows in key_rows.  A lane whose row is -1 gets zero keys; its values are never read.
@@ -303,6 +304,168 @@ inline void gather_block(const T* k_cache, const T* v_cache, const int64_t* rows
 #endif
   for (; d0 < D; ++d0)
     for (int lane = lane_begin; lane < lane_end; ++lane) keys[d0 * kBlock + lane] = key_rows[lane * D + d0];
+}
+
+// A thread's buffers for work items of up to `capacity` pairs: the pairs, the active ones of a
+// block, and float32 scratch -- each pair's query, o accumulator and block scores (then weights),
+// and the block's keys as rows, keys transposed, and values.
+class ItemBuffers {
+ public:
+  ItemBuffers(int64_t capacity, int64_t D)
+      : pairs(static_cast<size_t>(capacity)), active(static_cast<size_t>(capacity)), capacity_(capacity), D_(D),
+        scratch_(capacity * (2 * D + kBlock) + 3 * kBlock * D) {}
+  std::vector<Pair> pairs;
+  std::vector<int64_t> active;
+  float* queries() const { return scratch_.data(); }
+  float* acc() const { return queries() + capacity_ * D_; }
+  float* scores() const { return acc() + capacity_ * D_; }
+  float* key_rows() const { return scores() + capacity_ * kBlock; }
+  float* keys() const { return key_rows() + kBlock * D_; }
+  float* values() const { return keys() + kBlock * D_; }
+
+  // Pair n: query row t, head h, seeing the keys [lo, hi); its query converted, its sums zero.
+  // first_block and end_key grow to hold its blocks.
+  template <typename T>
+  void set_pair(int64_t n, int64_t t, int64_t h, int64_t lo, int64_t hi, const T* query, int64_t* first_block, int64_t* end_key) {
+    pairs[static_cast<size_t>(n)] = {t, h, lo, hi, negative_infinity(), 0.0f, false};
+    for (int64_t d = 0; d < D_; ++d) {
+      queries()[n * D_ + d] = to_float(query[d]);
+      acc()[n * D_ + d] = 0.0f;
+    }
+    if (lo < hi) {
+      *first_block = std::min(*first_block, lo - lo % kBlock);
+      *end_key = std::max(*end_key, hi);
+    }
+  }
+
+ private:
+  int64_t capacity_, D_;
+  Scratch scratch_;
+};
+
+// A work item's pairs (n of them, in buffers) over the key blocks from first_block up to
+// end_key: per block, the pairs that see a key of it, the block gathered once from k and v (rows
+// [rows, HK, D]) for them all, their scores P pairs at a time, each pair's statistics, then o's
+// sums.  block_rows(start, from, to, rows) sets rows[j - start] to the row of key j for j in
+// [from, to), -1 where it cannot be read, and returns whether any cannot.
+template <typename Lanes, typename T, typename BlockRows>
+inline void attend_item(ItemBuffers& buffers, int64_t n, int64_t first_block, int64_t end_key, const T* k, const T* v, int64_t HK, int64_t g,
+                        int64_t D, float sc, const BlockRows& block_rows) {
+  constexpr int P = kTogether<Lanes>;
+  Pair* const pairs = buffers.pairs.data();
+  int64_t* const active = buffers.active.data();
+  float* const queries = buffers.queries();
+  float* const acc = buffers.acc();
+  float* const scores = buffers.scores();
+  float* const key_rows = buffers.key_rows();
+  float* const keys = buffers.keys();
+  float* const values = buffers.values();
+  int64_t rows[kBlock];
+  int32_t readable[kBlock];
+  for (int64_t start = first_block; start < end_key; start += kBlock) {
+    // The pairs that see a key of this block, and the keys any of them sees.
+    int64_t live = 0, from = end_key, to = start;
+    for (int64_t i = 0; i < n; ++i) {
+      const Pair& pair = pairs[i];
+      if (pair.lo < pair.hi && start + kBlock > pair.lo && start < pair.hi) {
+        active[live++] = i;
+        from = std::min(from, std::max(pair.lo, start));
+        to = std::max(to, std::min(pair.hi, start + kBlock));
+      }
+    }
+    if (live == 0) continue;
+    // The block's keys [from, to), in the tiles of lanes that hold them; every pair's scores
+    // from the same copy.  A lane outside the tiles is seen by no pair: its score is never read.
+    for (int lane = 0; lane < kBlock; ++lane) rows[lane] = -1;
+    const bool any_unreadable = block_rows(start, from, to, rows);
+    for (int lane = 0; lane < kBlock; ++lane) readable[lane] = rows[lane] >= 0 ? 1 : 0;
+    const int lane_begin = static_cast<int>(from - start) / kTile * kTile;
+    const int lane_end = static_cast<int>((to - start + kTile - 1) / kTile * kTile);
+    gather_block<Lanes>(k, v, rows, HK, g, D, lane_begin, lane_end, key_rows, keys, values);
+    // Scores: P pairs at a time, then one at a time.
+    int64_t next = 0;
+    for (; next + P <= live; next += P) {
+      const float* qs[P];
+      float* ds[P];
+      for (int i = 0; i < P; ++i) {
+        qs[i] = queries + active[next + i] * D;
+        ds[i] = scores + active[next + i] * kBlock;
+      }
+      block_scores<Lanes, P>(qs, keys, D, lane_begin, lane_end, ds);
+    }
+    for (; next < live; ++next) {
+      const float* qs[1] = {queries + active[next] * D};
+      float* ds[1] = {scores + active[next] * kBlock};
+      block_scores<Lanes, 1>(qs, keys, D, lane_begin, lane_end, ds);
+    }
+    // Each pair's statistics; its scores become its weights p_j in place.
+    for (int64_t a_index = 0; a_index < live; ++a_index) {
+      const int64_t i = active[a_index];
+      Pair& pair = pairs[i];
+      float* s = scores + i * kBlock;
+      // The lanes [first, last) the pair sees; a key there is scored when its row is readable.
+      const int first = static_cast<int>(std::max(pair.lo, start) - start), last = static_cast<int>(std::min(pair.hi, start + kBlock) - start);
+      for (int lane = 0; lane < first; ++lane) s[lane] = negative_infinity();
+      for (int lane = first; lane < last; ++lane) s[lane] = readable[lane] != 0 ? mul_rn(s[lane], sc) : negative_infinity();
+      for (int lane = last; lane < kBlock; ++lane) s[lane] = negative_infinity();
+      if (any_unreadable)
+        for (int lane = first; lane < last; ++lane) pair.unreadable = pair.unreadable || readable[lane] == 0;
+      const float a = rescale(&pair.m, block_max_score(s));
+      const float shift = pair.m;
+      for (int lane = 0; lane < kBlock; ++lane) s[lane] = exp_f32(add_rn(s[lane], -shift));
+      pair.l = add_rn(mul_rn(pair.l, a), block_sum_tree(s));
+      float* out = acc + i * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = mul_rn(out[d], a);
+    }
+    // o += p_j v_j over the keys each pair sees, ascending: the keys P pairs all see together
+    // (each pair's own first and last keys before and after), then any pairs left one at a time.
+    const auto own = [&](int64_t i, int64_t first, int64_t last) {
+      float* outs[1] = {acc + i * D};
+      const float* weights[1] = {scores + i * kBlock};
+      add_values<Lanes, 1>(outs, weights, values, readable, first, last, D);
+    };
+    next = 0;
+    for (; next + P <= live; next += P) {
+      float* outs[P];
+      const float* weights[P];
+      int64_t firsts[P], lasts[P], common_first = 0, common_last = kBlock;
+      for (int i = 0; i < P; ++i) {
+        const int64_t index = active[next + i];
+        const Pair& pair = pairs[index];
+        outs[i] = acc + index * D;
+        weights[i] = scores + index * kBlock;
+        firsts[i] = std::max(pair.lo, start) - start;
+        lasts[i] = std::min(pair.hi, start + kBlock) - start;
+        common_first = std::max(common_first, firsts[i]);
+        common_last = std::min(common_last, lasts[i]);
+      }
+      if (common_first >= common_last) common_first = common_last = kBlock;  // nothing shared: each pair alone
+      for (int i = 0; i < P; ++i) own(active[next + i], firsts[i], std::min(common_first, lasts[i]));
+      add_values<Lanes, P>(outs, weights, values, readable, common_first, common_last, D);
+      for (int i = 0; i < P; ++i) own(active[next + i], std::max(common_last, firsts[i]), lasts[i]);
+    }
+    for (; next < live; ++next) {
+      const Pair& pair = pairs[active[next]];
+      own(active[next], std::max(pair.lo, start) - start, std::min(pair.hi, start + kBlock) - start);
+    }
+  }
+}
+
+// The outputs of a work item's pairs: o / l rounded once, lse = m + log(l); NaN for a pair that
+// met a key it could not read.
+template <typename T>
+inline void write_item(const ItemBuffers& buffers, int64_t n, T* o, float* lse, int64_t HQ, int64_t D) {
+  const float* const acc = buffers.acc();
+  for (int64_t i = 0; i < n; ++i) {
+    const Pair& pair = buffers.pairs[static_cast<size_t>(i)];
+    T* out = o + (pair.row * HQ + pair.head) * D;
+    const float* sum = acc + i * D;
+    const bool seen = pair.lo < pair.hi;
+    for (int64_t d = 0; d < D; ++d)
+      out[d] = from_float<T>(pair.unreadable ? bits_float(kCanonicalNan) : seen ? div_rn(sum[d], pair.l) : 0.0f);
+    lse[pair.row * HQ + pair.head] =
+        pair.unreadable ? bits_float(kCanonicalNan) : canonical(seen ? add_rn(pair.m, log_f32(pair.l)) : negative_infinity());
+  }
 }
 
 template <typename T>
@@ -354,20 +517,7 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* ta
   const int64_t pairs_per_item = rows_per_item * group;
   parallel_rows(count, std::max<int64_t>(1, work / count), num_threads, [&](int64_t begin, int64_t end, auto lanes) {
     using Lanes = decltype(lanes);
-    constexpr int P = kTogether<Lanes>;
-    std::vector<Pair> pairs(static_cast<size_t>(pairs_per_item));
-    std::vector<int64_t> active(static_cast<size_t>(pairs_per_item));
-    // Float32 scratch: each pair's query, o accumulator and block scores (then weights), and the
-    // block's keys as rows, keys transposed, and values.
-    const Scratch scratch(pairs_per_item * (2 * D + kBlock) + 3 * kBlock * D);
-    float* const queries = scratch.data();
-    float* const acc = queries + pairs_per_item * D;
-    float* const scores = acc + pairs_per_item * D;
-    float* const key_rows = scores + pairs_per_item * kBlock;
-    float* const keys = key_rows + kBlock * D;
-    float* const values = keys + kBlock * D;
-    int64_t rows[kBlock];
-    int32_t readable[kBlock];
+    ItemBuffers buffers(pairs_per_item, D);
     for (int64_t index = begin; index < end; ++index) {
       const WorkItem item = items[static_cast<size_t>(index)];
       PagedSequence seq;
@@ -381,36 +531,11 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* ta
         if (!locate_paged_query(ordered, query_start, seq_lens, entries, TQ, MB, BS, t, &b, &Lk, &position) || b != item.b) continue;
         int64_t lo = 0, hi = 0;
         visible_keys(position, Lk, causal, window, &lo, &hi);
-        for (int64_t i = 0; i < group; ++i, ++n) {
-          const int64_t h = item.g * group + i;
-          pairs[static_cast<size_t>(n)] = {t, h, lo, hi, negative_infinity(), 0.0f, false};
-          for (int64_t d = 0; d < D; ++d) {
-            queries[n * D + d] = to_float(q[(t * HQ + h) * D + d]);
-            acc[n * D + d] = 0.0f;
-          }
-          if (lo < hi) {
-            first_block = std::min(first_block, lo - lo % kBlock);
-            end_key = std::max(end_key, hi);
-          }
-        }
+        for (int64_t h = item.g * group; h < (item.g + 1) * group; ++h, ++n) buffers.set_pair(n, t, h, lo, hi, q + (t * HQ + h) * D, &first_block, &end_key);
       }
-      for (int64_t start = first_block; start < end_key; start += kBlock) {
-        // The pairs that see a key of this block, and the keys any of them sees.
-        int64_t live = 0, from = end_key, to = start;
-        for (int64_t i = 0; i < n; ++i) {
-          const Pair& pair = pairs[static_cast<size_t>(i)];
-          if (pair.lo < pair.hi && start + kBlock > pair.lo && start < pair.hi) {
-            active[static_cast<size_t>(live++)] = i;
-            from = std::min(from, std::max(pair.lo, start));
-            to = std::max(to, std::min(pair.hi, start + kBlock));
-          }
-        }
-        if (live == 0) continue;
-        // The block's keys [from, to), each read through the table (cache_row's rows, a table
-        // entry and a division per run of keys in one cache block), in the tiles of lanes that
-        // hold them; every pair's scores from the same copy.  A lane outside the tiles is seen by
-        // no pair: its score is never read.
-        for (int lane = 0; lane < kBlock; ++lane) rows[lane] = -1;
+      // Key j's cache row, cache_row's, with a table entry and a division per run of keys in one
+      // cache block rather than per key.
+      const auto block_rows = [&](int64_t start, int64_t from, int64_t to, int64_t* rows) {
         bool any_unreadable = false;
         for (int64_t j = from; j < to;) {
           const int64_t slot = j % BS, run = std::min(BS - slot, to - j), block = table[j / BS];
@@ -419,87 +544,10 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* ta
           for (int64_t r = 0; r < run; ++r) rows[j - start + r] = valid ? block * BS + slot + r : -1;
           j += run;
         }
-        for (int lane = 0; lane < kBlock; ++lane) readable[lane] = rows[lane] >= 0 ? 1 : 0;
-        const int lane_begin = static_cast<int>(from - start) / kTile * kTile;
-        const int lane_end = static_cast<int>((to - start + kTile - 1) / kTile * kTile);
-        gather_block<Lanes>(k_cache, v_cache, rows, HK, item.g, D, lane_begin, lane_end, key_rows, keys, values);
-        // Scores: P pairs at a time, then one at a time.
-        int64_t next = 0;
-        for (; next + P <= live; next += P) {
-          const float* qs[P];
-          float* ds[P];
-          for (int i = 0; i < P; ++i) {
-            qs[i] = queries + active[static_cast<size_t>(next + i)] * D;
-            ds[i] = scores + active[static_cast<size_t>(next + i)] * kBlock;
-          }
-          block_scores<Lanes, P>(qs, keys, D, lane_begin, lane_end, ds);
-        }
-        for (; next < live; ++next) {
-          const float* qs[1] = {queries + active[static_cast<size_t>(next)] * D};
-          float* ds[1] = {scores + active[static_cast<size_t>(next)] * kBlock};
-          block_scores<Lanes, 1>(qs, keys, D, lane_begin, lane_end, ds);
-        }
-        // Each pair's statistics; its scores become its weights p_j in place.
-        for (int64_t a_index = 0; a_index < live; ++a_index) {
-          const int64_t i = active[static_cast<size_t>(a_index)];
-          Pair& pair = pairs[static_cast<size_t>(i)];
-          float* s = scores + i * kBlock;
-          // The lanes [first, last) the pair sees; a key there is scored when its row is readable.
-          const int first = static_cast<int>(std::max(pair.lo, start) - start), last = static_cast<int>(std::min(pair.hi, start + kBlock) - start);
-          for (int lane = 0; lane < first; ++lane) s[lane] = negative_infinity();
-          for (int lane = first; lane < last; ++lane) s[lane] = readable[lane] != 0 ? mul_rn(s[lane], sc) : negative_infinity();
-          for (int lane = last; lane < kBlock; ++lane) s[lane] = negative_infinity();
-          if (any_unreadable)
-            for (int lane = first; lane < last; ++lane) pair.unreadable = pair.unreadable || readable[lane] == 0;
-          const float a = rescale(&pair.m, block_max_score(s));
-          const float shift = pair.m;
-          for (int lane = 0; lane < kBlock; ++lane) s[lane] = exp_f32(add_rn(s[lane], -shift));
-          pair.l = add_rn(mul_rn(pair.l, a), block_sum_tree(s));
-          float* out = acc + i * D;
-          for (int64_t d = 0; d < D; ++d) out[d] = mul_rn(out[d], a);
-        }
-        // o += p_j v_j over the keys each pair sees, ascending: the keys P pairs all see together
-        // (each pair's own first and last keys before and after), then any pairs left one at a time.
-        const auto own = [&](int64_t i, int64_t first, int64_t last) {
-          float* outs[1] = {acc + i * D};
-          const float* weights[1] = {scores + i * kBlock};
-          add_values<Lanes, 1>(outs, weights, values, readable, first, last, D);
-        };
-        next = 0;
-        for (; next + P <= live; next += P) {
-          float* outs[P];
-          const float* weights[P];
-          int64_t firsts[P], lasts[P], common_first = 0, common_last = kBlock;
-          for (int i = 0; i < P; ++i) {
-            const int64_t index = active[static_cast<size_t>(next + i)];
-            const Pair& pair = pairs[static_cast<size_t>(index)];
-            outs[i] = acc + index * D;
-            weights[i] = scores + index * kBlock;
-            firsts[i] = std::max(pair.lo, start) - start;
-            lasts[i] = std::min(pair.hi, start + kBlock) - start;
-            common_first = std::max(common_first, firsts[i]);
-            common_last = std::min(common_last, lasts[i]);
-          }
-          if (common_first >= common_last) common_first = common_last = kBlock;  // nothing shared: each pair alone
-          for (int i = 0; i < P; ++i) own(active[static_cast<size_t>(next + i)], firsts[i], std::min(common_first, lasts[i]));
-          add_values<Lanes, P>(outs, weights, values, readable, common_first, common_last, D);
-          for (int i = 0; i < P; ++i) own(active[static_cast<size_t>(next + i)], std::max(common_last, firsts[i]), lasts[i]);
-        }
-        for (; next < live; ++next) {
-          const Pair& pair = pairs[static_cast<size_t>(active[static_cast<size_t>(next)])];
-          own(active[static_cast<size_t>(next)], std::max(pair.lo, start) - start, std::min(pair.hi, start + kBlock) - start);
-        }
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        const Pair& pair = pairs[static_cast<size_t>(i)];
-        T* out = o + (pair.row * HQ + pair.head) * D;
-        const float* sum = acc + i * D;
-        const bool seen = pair.lo < pair.hi;
-        for (int64_t d = 0; d < D; ++d)
-          out[d] = from_float<T>(pair.unreadable ? bits_float(kCanonicalNan) : seen ? div_rn(sum[d], pair.l) : 0.0f);
-        lse[pair.row * HQ + pair.head] =
-            pair.unreadable ? bits_float(kCanonicalNan) : canonical(seen ? add_rn(pair.m, log_f32(pair.l)) : negative_infinity());
-      }
+        return any_unreadable;
+      };
+      attend_item<Lanes>(buffers, n, first_block, end_key, k_cache, v_cache, HK, item.g, D, sc, block_rows);
+      write_item(buffers, n, o, lse, HQ, D);
     }
   });
 }
