@@ -378,6 +378,55 @@ def test_paged_attention_invalid_input_gives_nan_rows_only(rlkernels, monkeypatc
         assert torch.equal(lse[~expected].view(torch.int32), valid_lse[~expected].view(torch.int32)), what
 
 
+# Sequences of a step: (keys, queries) each -- a prefill, a decode, a chunk of a prefill -- at
+# the head sizes of models, over key blocks of 64 whole and partial, with query groups of 1 and 4.
+PAGED_STEP = [(131, 131), (200, 1), (70, 70), (150, 37), (1, 1), (257, 1)]
+
+
+@pytest.mark.parametrize("D", [64, 80, 128])
+@pytest.mark.parametrize(("HQ", "HK"), [(4, 4), (8, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("simd", ["generic", "avx2", "avx512", "native"])
+def test_paged_attention_at_model_head_sizes_gives_the_bits_of_attention(rlkernels, monkeypatch, D, HQ, HK, dtype, simd):
+    """The host kernels compute a block's scores and o's sums several (query, head) pairs at a
+    time, in vector lanes of each code path's width, with a rest of d where D is not a multiple
+    of it, each cache block's keys read through the table a run at a time: each output must still
+    be attention's on the same keys packed, bit for bit, causal or within a window, on every code
+    path.  (The two host kernels share their block arithmetic, _attention_host.j2; what checks
+    that arithmetic against an independent one is the device kernels' comparison with the host's
+    in tests/test_device_emulated.py, and tools/compare_builds.py --paged against an earlier
+    build.)"""
+    if simd == "native":
+        monkeypatch.delenv("RLK_CPU_SIMD", raising=False)
+    else:
+        monkeypatch.setenv("RLK_CPU_SIMD", simd)
+    g = torch.Generator().manual_seed(13)
+    BS = 16
+    blocks = [(keys + BS - 1) // BS for keys, _ in PAGED_STEP]
+    NB = sum(blocks) + 3
+    order = torch.randperm(NB, generator=g)[: sum(blocks)].to(torch.int32)
+    table = torch.full((len(PAGED_STEP), max(blocks)), -1, dtype=torch.int32)
+    starts = [0]
+    for b, count in enumerate(blocks):
+        table[b, :count] = order[sum(blocks[:b]) : sum(blocks[:b]) + count]
+        starts.append(starts[-1] + PAGED_STEP[b][1])
+    q = torch.randn(starts[-1], HQ, D, generator=g).to(dtype)
+    k_cache, v_cache = (torch.randn(NB, BS, HK, D, generator=g).to(dtype) for _ in range(2))
+    seq_lens = torch.tensor([keys for keys, _ in PAGED_STEP], dtype=torch.int32)
+    # The same keys packed: sequence b's key j is row j % BS of cache block table[b, j // BS].
+    rows = torch.cat([table[b, torch.arange(keys) // BS].long() * BS + torch.arange(keys) % BS for b, (keys, _) in enumerate(PAGED_STEP)])
+    k, v = k_cache.flatten(0, 1)[rows], v_cache.flatten(0, 1)[rows]
+    cu_q = torch.tensor(starts, dtype=torch.int32)
+    cu_k = torch.tensor([0, *torch.cumsum(seq_lens, 0).tolist()], dtype=torch.int32)
+    bits = torch.int32 if dtype == torch.float32 else torch.int16
+    for causal, window in ((True, -1), (False, -1), (True, 45)):
+        o, lse = rlkernels.paged_attention(q, k_cache, v_cache, table, seq_lens, cu_q, causal=causal, window=window)
+        want_o, want_lse = rlkernels.attention(q, k, v, cu_q, cu_k, causal=causal, window=window)
+        assert not torch.isnan(lse).any(), "every row is valid"
+        assert torch.equal(o.view(bits), want_o.view(bits)), f"o differs (causal={causal}, window={window})"
+        assert torch.equal(lse.view(torch.int32), want_lse.view(torch.int32)), f"lse differs (causal={causal}, window={window})"
+
+
 def _thread_cpu_ticks() -> dict[int, int]:
     """User plus system CPU time of each thread of this process, in clock ticks (Linux /proc)."""
     ticks = {}

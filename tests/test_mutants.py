@@ -213,27 +213,44 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
 
 ATTENTION_SELECT = "test_accuracy or test_deterministic or test_sequence or test_chunked or test_decode"
 
+# The host kernels' dots run in block_dots, which both carry (_attention_host.j2) and which knows
+# neither the sequence nor the call: a mutant gives its d loop an order from two thread-local
+# settings (a rotation, or descending), which it sets where its kernel finds a block's keys.
+DOTS_ORDER_SETTINGS = (
+    "// dots[i][lane] for the P queries",
+    """\
+thread_local int64_t mutant_rotation = 0;  // MUTANT: the order of block_dots' sums over d
+thread_local bool mutant_descending = false;
+// dots[i][lane] for the P queries""",
+)
+DOTS_ORDER_FOLLOWS_THE_SETTINGS = (
+    """\
+  for (int64_t d = 0; d < D; ++d) {
+    Vec k[V];""",
+    """\
+  for (int64_t step = 0; step < D; ++step) {
+    const int64_t d = mutant_descending ? D - 1 - step : (step + mutant_rotation) % D;  // MUTANT
+    Vec k[V];""",
+)
+ATTENTION_BLOCK_ROWS = """\
+      const auto block_rows = [&](int64_t start, int64_t from, int64_t to, int64_t* rows) {
+        for (int64_t j = from; j < to; ++j) rows[j - start] = seq.k0 + j;"""
+
 ATTENTION_ORDER_FOLLOWS_THE_PACK = [
+    DOTS_ORDER_SETTINGS,
+    DOTS_ORDER_FOLLOWS_THE_SETTINGS,
     (
-        """\
-        for (int64_t d = 0; d < D; ++d) {
-          const float qd = query[d];""",
-        """\
-        for (int64_t step = 0; step < D; ++step) {
-          const int64_t d = (step + k0) % D;  // MUTANT: the order follows the sequence's place in the pack
-          const float qd = query[d];""",
+        ATTENTION_BLOCK_ROWS,
+        ATTENTION_BLOCK_ROWS + "\n        mutant_rotation = seq.k0;  // MUTANT: the order follows the sequence's place in the pack",
     ),
 ]
 
 ATTENTION_DECODE_DOTS_DESCENDING = [
+    DOTS_ORDER_SETTINGS,
+    DOTS_ORDER_FOLLOWS_THE_SETTINGS,
     (
-        """\
-        for (int64_t d = 0; d < D; ++d) {
-          const float qd = query[d];""",
-        """\
-        for (int64_t step = 0; step < D; ++step) {
-          const int64_t d = TQ == 1 ? D - 1 - step : step;  // MUTANT: a decode path with its own order
-          const float qd = query[d];""",
+        ATTENTION_BLOCK_ROWS,
+        ATTENTION_BLOCK_ROWS + "\n        mutant_descending = TQ == 1;  // MUTANT: a decode path with its own order",
     ),
 ]
 
@@ -241,32 +258,28 @@ ATTENTION_DECODE_DOTS_DESCENDING = [
 # ---------------------------------------------------------------------------- paged_attention
 
 PAGED_SELECT = "test_accuracy or test_deterministic or test_paged"
-PAGED_DOT = """\
-          for (int64_t d = 0; d < D; ++d) {
-            const float qd = query[d];
-            const float* column = keys.data() + d * kBlock;"""
+PAGED_BLOCK_ROWS = """\
+      const auto block_rows = [&](int64_t start, int64_t from, int64_t to, int64_t* rows) {
+        bool any_unreadable = false;"""
 
 PAGED_ATTENTION_ORDER_FOLLOWS_THE_PHYSICAL_BLOCK = [
+    DOTS_ORDER_SETTINGS,
+    DOTS_ORDER_FOLLOWS_THE_SETTINGS,
     (
-        PAGED_DOT,
-        """\
-          // MUTANT: each score's sum over d starts at the cache block that holds the logical block's first key.
-          const int64_t physical = table[start / BS] < 0 ? 0 : table[start / BS];
-          for (int64_t step = 0; step < D; ++step) {
-            const int64_t d = (step + physical) % D;
-            const float qd = query[d];
-            const float* column = keys.data() + d * kBlock;""",
+        PAGED_BLOCK_ROWS,
+        PAGED_BLOCK_ROWS
+        + """
+        // MUTANT: each score's sum over d starts at the cache block that holds the logical block's first key.
+        mutant_rotation = table[start / BS] < 0 ? 0 : table[start / BS];""",
     ),
 ]
 
 PAGED_ATTENTION_ORDER_DEPENDS_ON_THE_BLOCK_SIZE = [
+    DOTS_ORDER_SETTINGS,
+    DOTS_ORDER_FOLLOWS_THE_SETTINGS,
     (
-        PAGED_DOT,
-        """\
-          for (int64_t step = 0; step < D; ++step) {
-            const int64_t d = BS > kBlock ? D - 1 - step : step;  // MUTANT: blocks larger than the reduction's sum d descending
-            const float qd = query[d];
-            const float* column = keys.data() + d * kBlock;""",
+        PAGED_BLOCK_ROWS,
+        PAGED_BLOCK_ROWS + "\n        mutant_descending = BS > kBlock;  // MUTANT: blocks larger than the reduction's sum d descending",
     ),
 ]
 

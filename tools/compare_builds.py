@@ -14,12 +14,19 @@ tree's package): every shape of the spec's tests.shapes, the sizes taken from th
 (each batch size, the reduction extent, the packed sequences' lengths), every dimension set to 0,
 every dtype and dtype combination, every attribute variant, and with and without each optional
 argument; each case on every host code path (RLK_CPU_SIMD=generic, avx2, avx512, avx512_bf16 (the
-bfloat16 pairs asked for) and the CPU's own) on 1 and 2 threads (RLK_NUM_THREADS).  With --quick, the code paths and
-threads run on the spec's shapes only.  Memory the kernels allocate is filled with NaN first
+bfloat16 pairs asked for) and the CPU's own) on 1 and 2 threads (RLK_NUM_THREADS).  With --quick,
+the code paths and threads run on the spec's shapes only.  --op NAME compares only that op
+(repeatable); --paged adds paged_cases(): paged_attention at models' head sizes (64, 80, 128), cache
+blocks of 16 and 32, query groups of 1 and 4, prefill, decode and chunked prefill, windows and a
+large scale, and spoiled inputs (infinities and NaN, bad block ids, offsets out of order, bad
+lengths), each on every code path and thread count; and attention on the same steps packed (but
+for the block ids and lengths, which packing cannot express).  Memory the kernels allocate is filled with NaN first
 (torch's fill_uninitialized_memory), so an element one build leaves unwritten shows too.
 
 --time times representative ops, the two builds in turns (old, new, old, new, ...) so that both
-see the same machine, and prints the ratio of the medians (new / old).
+see the same machine, and prints the ratio of the medians (new / old); paged_attention and
+attention on the shapes of a vLLM step and of a larger model's decode (TIMED_PAGED) on 1 and 2
+threads.
 
 Exit status 0 when no case differs, 1 otherwise.
 """
@@ -67,6 +74,24 @@ TIMED = [
     ("ratio_kl f32 512x1024", "ratio_kl", "elementwise", {"B": 512, "T": 1024}, "float32", {}),
     ("ratio_kl bf16 512x1024", "ratio_kl", "elementwise", {"B": 512, "T": 1024}, "bfloat16", {}),
     ("ratio_kl_backward f32 512x1024", "ratio_kl_backward", "elementwise", {"B": 512, "T": 1024}, "float32", {}),
+]
+# A vLLM step of a small Qwen2 (8 query heads over 2 key/value heads of 64, cache blocks of 32):
+# the prefill of 8 prompts (1864 tokens, causal), and a decode step of the same 8 sequences
+# (one query each).  Times the paged_attention calls of one layer.
+PROMPTS = [62, 110, 158, 206, 254, 302, 380, 392]
+DECODE_KEYS = [230, 257, 284, 311, 339, 366, 393, 420]
+# Then one decode query of a larger model (32 query heads over 8 key heads of 128) at 128 and
+# 1024 keys, and eight at 1024; and attention on the prefill's sequences packed.
+TIMED_PAGED = [
+    # (label, op, keys per sequence, queries per sequence, dtype, (HQ, HK, D))
+    ("paged_attention bf16 prefill 8 seqs TQ=1864", "paged_attention", PROMPTS, PROMPTS, "bfloat16", (8, 2, 64)),
+    ("paged_attention bf16 decode 8 seqs TQ=8", "paged_attention", DECODE_KEYS, [1] * 8, "bfloat16", (8, 2, 64)),
+    ("paged_attention f32 decode 8 seqs TQ=8", "paged_attention", DECODE_KEYS, [1] * 8, "float32", (8, 2, 64)),
+    ("paged_attention bf16 decode 32/8x128 at 128", "paged_attention", [128], [1], "bfloat16", (32, 8, 128)),
+    ("paged_attention bf16 decode 32/8x128 at 1024", "paged_attention", [1024], [1], "bfloat16", (32, 8, 128)),
+    ("paged_attention bf16 decode 8 x 32/8x128 at 1024", "paged_attention", [1024] * 8, [1] * 8, "bfloat16", (32, 8, 128)),
+    ("attention bf16 prefill 8 seqs TQ=1864", "attention", PROMPTS, PROMPTS, "bfloat16", (8, 2, 64)),
+    ("attention bf16 decode 8 seqs TQ=8", "attention", DECODE_KEYS, [1] * 8, "bfloat16", (8, 2, 64)),
 ]
 
 
@@ -211,7 +236,83 @@ def worker(package: Path, cases_from: Path) -> None:
         torch.use_deterministic_algorithms(False)
 
 
+def _paged_step(step: dict[str, Any], dtype: str) -> list[Any]:
+    """paged_attention's inputs for sequences of step["keys"] keys (the cache blocks of each in a
+    random order among all of them) and step["queries"] queries each.  step["spoil"] plants what
+    the kernel must survive: "values" (infinities, NaN, signed zeros, values of 1e30 and a
+    subnormal among the queries, keys and values), "blocks" (block ids -1 and past NB in the
+    first sequence's row of the table), "offsets" (query offsets out of order), "lengths" (a
+    sequence with fewer keys than queries, another with more than its row of the table holds)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    keys, queries, bs, hq, hk, d = step["keys"], step["queries"], step["BS"], step["HQ"], step["HK"], step["D"]
+    spoil = step.get("spoil")
+    blocks = [(n + bs - 1) // bs for n in keys]
+    order = torch.randperm(sum(blocks), generator=generator).to(torch.int32)
+    table = torch.zeros(len(keys), max(blocks), dtype=torch.int32)
+    for b, (first, count) in enumerate(zip(itertools.accumulate([0] + blocks), blocks)):
+        table[b, :count] = order[first : first + count]
+    t = getattr(torch, dtype)
+    q = torch.randn(sum(queries), hq, d, generator=generator)
+    k_cache, v_cache = (torch.randn(sum(blocks), bs, hk, d, generator=generator) for _ in range(2))
+    starts = torch.tensor(list(itertools.accumulate([0] + queries)), dtype=torch.int32)
+    lengths = torch.tensor(keys, dtype=torch.int32)
+    if spoil == "values":
+        for x in (q, k_cache, v_cache):
+            flat = x.view(-1)
+            picks = torch.randint(0, flat.numel(), (6,), generator=generator)
+            flat[picks] = torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0, 1e30, 1e-40])
+    elif spoil == "blocks":
+        table[0, : blocks[0]] = torch.where(torch.arange(blocks[0]) % 3 == 1, -1, table[0, : blocks[0]])
+        table[0, blocks[0] - 1] = sum(blocks) + 7
+    elif spoil == "offsets":
+        starts[1], starts[2] = starts[2].clone(), starts[1].clone()
+    elif spoil == "lengths":
+        lengths[0] = max(0, queries[0] - 1)
+        lengths[-1] = table.shape[1] * bs + 1
+    return [q.to(t), k_cache.to(t), v_cache.to(t), table, lengths, starts]
+
+
+def _packed_step(step: dict[str, Any], dtype: str) -> list[Any]:
+    """attention's inputs for _paged_step's sequences: the same queries, each sequence's keys and
+    values packed back to back."""
+    import torch
+
+    q, k_cache, v_cache, table, _, starts = _paged_step(step, dtype)
+    bs = step["BS"]
+    rows = torch.cat([table[b, torch.arange(n) // bs].long() * bs + torch.arange(n) % bs for b, n in enumerate(step["keys"])])
+    ends = torch.tensor(list(itertools.accumulate([0] + step["keys"])), dtype=torch.int32)
+    return [q, k_cache.flatten(0, 1)[rows], v_cache.flatten(0, 1)[rows], starts, ends]
+
+
+def paged_cases() -> list[dict[str, Any]]:
+    """paged_attention's steps beyond its spec's shapes: head sizes, cache block sizes, query
+    groups, prefill, decode and chunked prefill, windows and scales, and spoiled inputs."""
+    steps = [
+        ([1, 63, 64, 65, 131, 200], [1, 63, 64, 65, 131, 200]),  # prefill
+        ([1, 64, 65, 130, 257], [1] * 5),  # decode
+        ([150, 70, 300], [37, 70, 5]),  # chunks of prefills
+    ]
+    variants: list[dict[str, Any]] = [{}, {"causal": False}, {"window": 70}, {"window": 0}, {"scale": 3.0}]
+    out = []
+    for dtype in ("float32", "float16", "bfloat16"):
+        for d, bs, (hq, hk) in itertools.product((64, 128, 80), (16, 32), ((4, 4), (8, 2))):
+            for keys, queries in steps:
+                for attrs in variants:
+                    out.append({"paged_step": {"keys": keys, "queries": queries, "BS": bs, "HQ": hq, "HK": hk, "D": d}, "dtype": dtype, "attrs": attrs})
+        for spoil in ("values", "blocks", "offsets", "lengths"):
+            for keys, queries in steps:
+                step = {"keys": keys, "queries": queries, "BS": 16, "HQ": 8, "HK": 2, "D": 80, "spoil": spoil}
+                out.append({"paged_step": step, "dtype": dtype, "attrs": {}})
+    return out
+
+
 def _inputs(tests: Any, case: dict[str, Any]) -> list[Any]:
+    if "paged_step" in case:
+        return _paged_step(case["paged_step"], case["dtype"])
+    if "packed_step" in case:
+        return _packed_step(case["packed_step"], case["dtype"])
     if case.get("empty"):
         return list(tests.make_empty_inputs(case["dims"], case["dtype"], "cpu", case.get("none_kept", False)))
     inputs = list(tests.make_inputs(case["dims"], case["dtype"], "cpu", seed=case.get("seed", 0), lengths=case.get("lengths")))
@@ -296,8 +397,8 @@ class Worker:
         self.process.wait()
 
 
-def compare(old: Worker, new: Worker, cases_from: Path, quick: bool) -> int:
-    ops = _ops(cases_from)
+def compare(old: Worker, new: Worker, cases_from: Path, quick: bool, only_ops: list[str] | None = None, paged: bool = False) -> int:
+    ops = [op for op in _ops(cases_from) if not only_ops or op in only_ops]
     total = differing = errors = 0
     for op in ops:
         op_total = op_diff = 0
@@ -307,7 +408,13 @@ def compare(old: Worker, new: Worker, cases_from: Path, quick: bool) -> int:
         listed = new.ask({"op": op, "list": "quick" if quick else "all"})
         if "cases" not in listed:
             raise SystemExit(f"{op}: cannot list its cases: {listed}")
-        for kernel, case, everywhere in listed["cases"]:
+        extra = []
+        if paged and op == "paged_attention":
+            extra = [("blocks", case, True) for case in paged_cases()]
+        elif paged and op == "attention":  # the same steps packed, where they can be
+            packable = [case for case in paged_cases() if case["paged_step"].get("spoil") in (None, "values", "offsets")]
+            extra = [("blocks", {"packed_step": case["paged_step"], "dtype": case["dtype"], "attrs": case["attrs"]}, True) for case in packable]
+        for kernel, case, everywhere in listed["cases"] + extra:
             configs = list(itertools.product(SIMD_PATHS, THREADS)) if everywhere else [("native", "2")]
             for simd, threads in configs:
                 request = {"op": op, "kernel": kernel, "case": case, "RLK_CPU_SIMD": None if simd == "native" else simd, "RLK_NUM_THREADS": threads}
@@ -340,6 +447,21 @@ def timings(old: Worker, new: Worker, rounds: int, calls: int, only: str = "") -
             (olds, news)[second is new].append(y["seconds"])
         o, n = statistics.median(olds), statistics.median(news)
         print(f"  {label:34s} old {o * 1e3:8.3f} ms  new {n * 1e3:8.3f} ms  ratio {n / o:5.3f}", flush=True)
+    for label, op, keys, queries, dtype, (hq, hk, d) in TIMED_PAGED:
+        if only not in label:
+            continue
+        step = {"keys": keys, "queries": queries, "BS": 32, "HQ": hq, "HK": hk, "D": d}
+        how = "paged_step" if op == "paged_attention" else "packed_step"
+        for threads in THREADS:
+            request = {"op": op, "kernel": "blocks", "case": {how: step, "dtype": dtype}, "time": calls, "RLK_NUM_THREADS": threads}
+            olds, news = [], []
+            for turn in range(rounds):
+                first, second = (old, new) if turn % 2 == 0 else (new, old)
+                x, y = first.ask(request), second.ask(request)
+                (olds, news)[first is new].append(x["seconds"])
+                (olds, news)[second is new].append(y["seconds"])
+            o, n = statistics.median(olds), statistics.median(news)
+            print(f"  {label:34s} threads={threads} old {o * 1e3:8.3f} ms  new {n * 1e3:8.3f} ms  ratio {n / o:5.3f}", flush=True)
 
 
 def main() -> int:
@@ -349,6 +471,8 @@ def main() -> int:
     parser.add_argument("--time", action="store_true", help="also time representative ops, old against new")
     parser.add_argument("--no-compare", action="store_true", help="skip the bitwise comparison (with --time)")
     parser.add_argument("--only", default="", help="time only the rows whose label contains this text")
+    parser.add_argument("--op", action="append", help="compare only this op (repeat for several; default: every op)")
+    parser.add_argument("--paged", action="store_true", help="also compare paged_attention on paged_cases() (models' shapes, spoiled inputs), and attention on them packed")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -361,7 +485,7 @@ def main() -> int:
     new_root = build(ROOT / "generated" / "cpu", "new")
     old, new = Worker(old_root, new_root), Worker(new_root, new_root)
     try:
-        status = 0 if args.no_compare else compare(old, new, new_root, args.quick)
+        status = 0 if args.no_compare else compare(old, new, new_root, args.quick, args.op, args.paged)
         if args.time:
             timings(old, new, args.rounds, args.calls, args.only)
     finally:

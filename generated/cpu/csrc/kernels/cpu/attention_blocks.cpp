@@ -19,6 +19,10 @@
 #include "rlk_numerics.h"
 #include "rlk_reduce.h"
 #include "rlk_parallel.h"
+#include "rlk_scratch.h"
+
+#include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace rlk {
@@ -107,32 +111,339 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
   *m = next;
   return a;
 }
-// A sequence's keys (transposed per block: d-major, a key per lane, so that a block's scores
-// are computed side by side) and values, converted to float32 once for all its queries.
-// Rows of one head a host thread takes at a time (they share the cache below).
-constexpr int64_t kRowsPerPiece = 32;
+// A work item: key head g of sequence b, for its query rows [q0 + r0, q0 + r1) and every query
+// head g serves, each block of its keys converted once for all its (query, head) pairs and
+// computed in vector lanes, several pairs at a time (host_block_helpers, shared with
+// paged_attention, whose keys are these read through a block table): the operations above in
+// their order.  Only the speed depends on the items; threads split them, the costliest first.
+// Pairs computed together: as many as leave the vector registers room for their accumulators.
+template <typename Lanes>
+constexpr int kTogether = Lanes::kWidth >= 16 ? 4 : 2;
+// Vectors of lanes each pair's accumulators span at a time.
+constexpr int kChunkVectors = 4;
 
-struct SequenceCache {
-  int64_t k0 = -1, Lk = -1, g = -1;
-  std::vector<float> keys, values;
-
-  template <typename T>
-  void load(const T* k, const T* v, int64_t k0_, int64_t Lk_, int64_t g_, int64_t HK, int64_t D) {
-    if (k0_ == k0 && Lk_ == Lk && g_ == g) return;
-    k0 = k0_, Lk = Lk_, g = g_;
-    const int64_t blocks = (Lk + kBlock - 1) / kBlock;
-    keys.assign(static_cast<size_t>(blocks * kBlock * D), 0.0f);
-    values.resize(static_cast<size_t>(Lk * D));
-    for (int64_t j = 0; j < Lk; ++j) {
-      const int64_t source = ((k0 + j) * HK + g) * D;
-      float* column = keys.data() + (j / kBlock) * kBlock * D + j % kBlock;
-      for (int64_t d = 0; d < D; ++d) {
-        column[d * kBlock] = to_float(k[source + d]);
-        values[static_cast<size_t>(j * D + d)] = to_float(v[source + d]);
-      }
+// dots[i][lane] for the P queries (D floats each) and the lanes [lane0, lane0 + V * width) of the
+// block's keys (d-major: keys[d * kBlock + lane]): each dot over d ascending, 0 + q[0] k[0] + ...,
+// a rounding per multiply and per add, as dot().
+template <typename Lanes, int P, int V>
+inline void block_dots(const float* const* queries, const float* keys, int64_t D, int lane0, float* const* dots) {
+  using Vec = typename Lanes::V;
+  constexpr int W = Lanes::kWidth;
+  Vec acc[P][V];
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::zero(acc[i][v]);
+  for (int64_t d = 0; d < D; ++d) {
+    Vec k[V];
+    for (int v = 0; v < V; ++v) Lanes::load(k[v], keys + d * kBlock + lane0 + v * W);
+    for (int i = 0; i < P; ++i) {
+      Vec qd;
+      Lanes::broadcast(qd, queries[i][d]);
+      for (int v = 0; v < V; ++v) Lanes::mul_add(acc[i][v], qd, k[v]);
     }
   }
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::store(dots[i] + lane0 + v * W, acc[i][v]);
+}
+
+// Lanes are gathered and scored in tiles of 16 (a multiple of every lanes type's width).
+constexpr int kTile = 16;
+
+// The scores of P pairs over the lanes [lane_begin, lane_end), both multiples of kTile: chunks of
+// vectors, then single vectors.
+template <typename Lanes, int P>
+inline void block_scores(const float* const* queries, const float* keys, int64_t D, int lane_begin, int lane_end, float* const* dots) {
+  constexpr int W = Lanes::kWidth;
+  static_assert(kTile % W == 0 && kBlock % kTile == 0, "tiles are whole vectors, the block whole tiles");
+  int lane0 = lane_begin;
+  for (; lane0 + kChunkVectors * W <= lane_end; lane0 += kChunkVectors * W) block_dots<Lanes, P, kChunkVectors>(queries, keys, D, lane0, dots);
+  for (; lane0 < lane_end; lane0 += W) block_dots<Lanes, P, 1>(queries, keys, D, lane0, dots);
+}
+
+// out[i][d] for d in [d0, d0 + V * width) of the P pairs: + weights[i][jj] * values[jj][d] for
+// each key jj of [first, last) that is readable (every one where `readable` is null), jj
+// ascending; a rounding per multiply and add.
+template <typename Lanes, int P, int V>
+inline void block_values(float* const* outs, const float* const* weights, const float* values, const int32_t* readable, int64_t first, int64_t last,
+                         int64_t D, int64_t d0) {
+  using Vec = typename Lanes::V;
+  constexpr int W = Lanes::kWidth;
+  Vec acc[P][V];
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::load(acc[i][v], outs[i] + d0 + v * W);
+  for (int64_t jj = first; jj < last; ++jj) {
+    if (readable != nullptr && readable[jj] == 0) continue;
+    Vec x[V];
+    for (int v = 0; v < V; ++v) Lanes::load(x[v], values + jj * D + d0 + v * W);
+    for (int i = 0; i < P; ++i) {
+      Vec w;
+      Lanes::broadcast(w, weights[i][jj]);
+      for (int v = 0; v < V; ++v) Lanes::mul_add(acc[i][v], w, x[v]);
+    }
+  }
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::store(outs[i] + d0 + v * W, acc[i][v]);
+}
+
+// block_values over every d: chunks of vectors, single vectors, then the last d one at a time
+// (D need not be a multiple of the width), each o[d] with the same operations.
+template <typename Lanes, int P>
+inline void add_values(float* const* outs, const float* const* weights, const float* values, const int32_t* readable, int64_t first, int64_t last,
+                       int64_t D) {
+  constexpr int W = Lanes::kWidth;
+  if (first >= last) return;
+  int64_t d0 = 0;
+  for (; d0 + kChunkVectors * W <= D; d0 += kChunkVectors * W) block_values<Lanes, P, kChunkVectors>(outs, weights, values, readable, first, last, D, d0);
+  for (; d0 + W <= D; d0 += W) block_values<Lanes, P, 1>(outs, weights, values, readable, first, last, D, d0);
+  for (; d0 < D; ++d0)
+    for (int i = 0; i < P; ++i) {
+      float value = outs[i][d0];
+      for (int64_t jj = first; jj < last; ++jj)
+        if (readable == nullptr || readable[jj] != 0) value = add_rn(value, mul_rn(weights[i][jj], values[jj * D + d0]));
+      outs[i][d0] = value;
+    }
+}
+
+// The largest of the block's scores, by value: the maximum is exact, so only which NaN or which
+// zero comes back depends on the order, and neither reaches an output (a NaN maximum makes the
+// row NaN, whichever NaN; m = +0 or -0 gives the same p and a, and the same lse since l >= 1).
+// Sixteen running maxima and a NaN test, two loops that vectorise.
+inline float block_max_score(const float* s) {
+  constexpr int kRunning = 16;
+  float best[kRunning];
+  int nan = 0;
+  for (int l = 0; l < kRunning; ++l) best[l] = negative_infinity();
+  for (int i = 0; i < kBlock; i += kRunning)
+    for (int l = 0; l < kRunning; ++l) best[l] = s[i + l] > best[l] ? s[i + l] : best[l];
+  for (int lane = 0; lane < kBlock; ++lane) nan |= s[lane] != s[lane] ? 1 : 0;
+  for (int half = kRunning / 2; half > 0; half /= 2)
+    for (int l = 0; l < half; ++l) best[l] = best[l + half] > best[l] ? best[l + half] : best[l];
+  return nan != 0 ? bits_float(kCanonicalNan) : best[0];
+}
+
+// host_sum_lanes_tree<kBlock> of the block's kBlock terms, the same additions in the same order:
+// each lane 0 + its term, then halves added lane by lane.  Each level a loop of fixed length,
+// which vectorises.
+inline float block_sum_tree(const float* p) {
+  static_assert(kBlock == 64, "the tree's levels below are written for 64 lanes");
+  float lane[kBlock];
+  for (int l = 0; l < kBlock; ++l) lane[l] = 0.0f + p[l];
+  for (int l = 0; l < 32; ++l) lane[l] = lane[l] + lane[l + 32];
+  for (int l = 0; l < 16; ++l) lane[l] = lane[l] + lane[l + 16];
+  for (int l = 0; l < 8; ++l) lane[l] = lane[l] + lane[l + 8];
+  for (int l = 0; l < 4; ++l) lane[l] = lane[l] + lane[l + 4];
+  for (int l = 0; l < 2; ++l) lane[l] = lane[l] + lane[l + 2];
+  return lane[0] + lane[1];
+}
+
+constexpr int64_t kItemPairs = 64;
+
+struct WorkItem {
+  int64_t b, g, r0, r1, cost;
 };
+
+// One (query, head) pair of a work item: its running statistics, and whether it met a key it
+// cannot read.
+struct Pair {
+  int64_t row, head, lo, hi;
+  float m, l;
+  bool unreadable;
+};
+
+// The block's keys and values of the lanes [lane_begin, lane_end) (multiples of kTile) as
+// float32: values row-major (values[lane * D + d]), keys d-major (keys[d * kBlock + lane]) through
+// the rows in key_rows.  A lane whose row is -1 gets zero keys; its values are never read.
+template <typename Lanes, typename T>
+inline void gather_block(const T* k_cache, const T* v_cache, const int64_t* rows, int64_t HK, int64_t g, int64_t D, int lane_begin, int lane_end,
+                         float* key_rows, float* keys, float* values) {
+  for (int lane = lane_begin; lane < lane_end; ++lane) {
+    float* key = key_rows + lane * D;
+    if (rows[lane] < 0) {
+      for (int64_t d = 0; d < D; ++d) key[d] = 0.0f;
+      continue;
+    }
+    float* value = values + lane * D;
+    const T* k = k_cache + (rows[lane] * HK + g) * D;
+    const T* v = v_cache + (rows[lane] * HK + g) * D;
+    for (int64_t d = 0; d < D; ++d) key[d] = to_float(k[d]);
+    for (int64_t d = 0; d < D; ++d) value[d] = to_float(v[d]);
+  }
+  int64_t d0 = 0;
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same_v<Lanes, Avx512Lanes>) {  // 16 x 16 tiles moved in registers
+    static_assert(kTile == 16, "a tile is one 16 x 16 transpose");
+    for (; d0 + kTile <= D; d0 += kTile)
+      for (int lane0 = lane_begin; lane0 < lane_end; lane0 += kTile) {
+        const float* tile_rows[kTile];
+        for (int r = 0; r < kTile; ++r) tile_rows[r] = key_rows + (lane0 + r) * D;
+        transpose_words_16x16<false>(tile_rows, static_cast<__mmask16>(0xffff), d0, keys + d0 * kBlock + lane0, kBlock);
+      }
+  }
+#endif
+  for (; d0 < D; ++d0)
+    for (int lane = lane_begin; lane < lane_end; ++lane) keys[d0 * kBlock + lane] = key_rows[lane * D + d0];
+}
+
+// A thread's buffers for work items of up to `capacity` pairs: the pairs, the active ones of a
+// block, and float32 scratch -- each pair's query, o accumulator and block scores (then weights),
+// and the block's keys as rows, keys transposed, and values.
+class ItemBuffers {
+ public:
+  ItemBuffers(int64_t capacity, int64_t D)
+      : pairs(static_cast<size_t>(capacity)), active(static_cast<size_t>(capacity)), capacity_(capacity), D_(D),
+        scratch_(capacity * (2 * D + kBlock) + 3 * kBlock * D) {}
+  std::vector<Pair> pairs;
+  std::vector<int64_t> active;
+  float* queries() const { return scratch_.data(); }
+  float* acc() const { return queries() + capacity_ * D_; }
+  float* scores() const { return acc() + capacity_ * D_; }
+  float* key_rows() const { return scores() + capacity_ * kBlock; }
+  float* keys() const { return key_rows() + kBlock * D_; }
+  float* values() const { return keys() + kBlock * D_; }
+
+  // Pair n: query row t, head h, seeing the keys [lo, hi); its query converted, its sums zero.
+  // first_block and end_key grow to hold its blocks.
+  template <typename T>
+  void set_pair(int64_t n, int64_t t, int64_t h, int64_t lo, int64_t hi, const T* query, int64_t* first_block, int64_t* end_key) {
+    pairs[static_cast<size_t>(n)] = {t, h, lo, hi, negative_infinity(), 0.0f, false};
+    for (int64_t d = 0; d < D_; ++d) {
+      queries()[n * D_ + d] = to_float(query[d]);
+      acc()[n * D_ + d] = 0.0f;
+    }
+    if (lo < hi) {
+      *first_block = std::min(*first_block, lo - lo % kBlock);
+      *end_key = std::max(*end_key, hi);
+    }
+  }
+
+ private:
+  int64_t capacity_, D_;
+  Scratch scratch_;
+};
+
+// A work item's pairs (n of them, in buffers) over the key blocks from first_block up to
+// end_key: per block, the pairs that see a key of it, the block gathered once from k and v (rows
+// [rows, HK, D]) for them all, their scores P pairs at a time, each pair's statistics, then o's
+// sums.  block_rows(start, from, to, rows) sets rows[j - start] to the row of key j for j in
+// [from, to), -1 where it cannot be read, and returns whether any cannot.
+template <typename Lanes, typename T, typename BlockRows>
+inline void attend_item(ItemBuffers& buffers, int64_t n, int64_t first_block, int64_t end_key, const T* k, const T* v, int64_t HK, int64_t g,
+                        int64_t D, float sc, const BlockRows& block_rows) {
+  constexpr int P = kTogether<Lanes>;
+  Pair* const pairs = buffers.pairs.data();
+  int64_t* const active = buffers.active.data();
+  float* const queries = buffers.queries();
+  float* const acc = buffers.acc();
+  float* const scores = buffers.scores();
+  float* const key_rows = buffers.key_rows();
+  float* const keys = buffers.keys();
+  float* const values = buffers.values();
+  int64_t rows[kBlock];
+  int32_t readable[kBlock];
+  for (int64_t start = first_block; start < end_key; start += kBlock) {
+    // The pairs that see a key of this block, and the keys any of them sees.
+    int64_t live = 0, from = end_key, to = start;
+    for (int64_t i = 0; i < n; ++i) {
+      const Pair& pair = pairs[i];
+      if (pair.lo < pair.hi && start + kBlock > pair.lo && start < pair.hi) {
+        active[live++] = i;
+        from = std::min(from, std::max(pair.lo, start));
+        to = std::max(to, std::min(pair.hi, start + kBlock));
+      }
+    }
+    if (live == 0) continue;
+    // The block's keys [from, to), in the tiles of lanes that hold them; every pair's scores
+    // from the same copy.  A lane outside the tiles is seen by no pair: its score is never read.
+    for (int lane = 0; lane < kBlock; ++lane) rows[lane] = -1;
+    const bool any_unreadable = block_rows(start, from, to, rows);
+    for (int lane = 0; lane < kBlock; ++lane) readable[lane] = rows[lane] >= 0 ? 1 : 0;
+    const int lane_begin = static_cast<int>(from - start) / kTile * kTile;
+    const int lane_end = static_cast<int>((to - start + kTile - 1) / kTile * kTile);
+    gather_block<Lanes>(k, v, rows, HK, g, D, lane_begin, lane_end, key_rows, keys, values);
+    // Scores: P pairs at a time, then one at a time.
+    int64_t next = 0;
+    for (; next + P <= live; next += P) {
+      const float* qs[P];
+      float* ds[P];
+      for (int i = 0; i < P; ++i) {
+        qs[i] = queries + active[next + i] * D;
+        ds[i] = scores + active[next + i] * kBlock;
+      }
+      block_scores<Lanes, P>(qs, keys, D, lane_begin, lane_end, ds);
+    }
+    for (; next < live; ++next) {
+      const float* qs[1] = {queries + active[next] * D};
+      float* ds[1] = {scores + active[next] * kBlock};
+      block_scores<Lanes, 1>(qs, keys, D, lane_begin, lane_end, ds);
+    }
+    // Each pair's statistics; its scores become its weights p_j in place.
+    for (int64_t a_index = 0; a_index < live; ++a_index) {
+      const int64_t i = active[a_index];
+      Pair& pair = pairs[i];
+      float* s = scores + i * kBlock;
+      // The lanes [first, last) the pair sees; a key there is scored when its row is readable.
+      const int first = static_cast<int>(std::max(pair.lo, start) - start), last = static_cast<int>(std::min(pair.hi, start + kBlock) - start);
+      for (int lane = 0; lane < first; ++lane) s[lane] = negative_infinity();
+      for (int lane = first; lane < last; ++lane) s[lane] = readable[lane] != 0 ? mul_rn(s[lane], sc) : negative_infinity();
+      for (int lane = last; lane < kBlock; ++lane) s[lane] = negative_infinity();
+      if (any_unreadable)
+        for (int lane = first; lane < last; ++lane) pair.unreadable = pair.unreadable || readable[lane] == 0;
+      const float a = rescale(&pair.m, block_max_score(s));
+      const float shift = pair.m;
+      for (int lane = 0; lane < kBlock; ++lane) s[lane] = exp_f32(add_rn(s[lane], -shift));
+      pair.l = add_rn(mul_rn(pair.l, a), block_sum_tree(s));
+      float* out = acc + i * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = mul_rn(out[d], a);
+    }
+    // o += p_j v_j over the keys each pair sees, ascending: the keys P pairs all see together
+    // (each pair's own first and last keys before and after), then any pairs left one at a time.
+    const auto own = [&](int64_t i, int64_t first, int64_t last) {
+      float* outs[1] = {acc + i * D};
+      const float* weights[1] = {scores + i * kBlock};
+      add_values<Lanes, 1>(outs, weights, values, readable, first, last, D);
+    };
+    next = 0;
+    for (; next + P <= live; next += P) {
+      float* outs[P];
+      const float* weights[P];
+      int64_t firsts[P], lasts[P], common_first = 0, common_last = kBlock;
+      for (int i = 0; i < P; ++i) {
+        const int64_t index = active[next + i];
+        const Pair& pair = pairs[index];
+        outs[i] = acc + index * D;
+        weights[i] = scores + index * kBlock;
+        firsts[i] = std::max(pair.lo, start) - start;
+        lasts[i] = std::min(pair.hi, start + kBlock) - start;
+        common_first = std::max(common_first, firsts[i]);
+        common_last = std::min(common_last, lasts[i]);
+      }
+      if (common_first >= common_last) common_first = common_last = kBlock;  // nothing shared: each pair alone
+      for (int i = 0; i < P; ++i) own(active[next + i], firsts[i], std::min(common_first, lasts[i]));
+      add_values<Lanes, P>(outs, weights, values, readable, common_first, common_last, D);
+      for (int i = 0; i < P; ++i) own(active[next + i], std::max(common_last, firsts[i]), lasts[i]);
+    }
+    for (; next < live; ++next) {
+      const Pair& pair = pairs[active[next]];
+      own(active[next], std::max(pair.lo, start) - start, std::min(pair.hi, start + kBlock) - start);
+    }
+  }
+}
+
+// The outputs of a work item's pairs: o / l rounded once, lse = m + log(l); NaN for a pair that
+// met a key it could not read.
+template <typename T>
+inline void write_item(const ItemBuffers& buffers, int64_t n, T* o, float* lse, int64_t HQ, int64_t D) {
+  const float* const acc = buffers.acc();
+  for (int64_t i = 0; i < n; ++i) {
+    const Pair& pair = buffers.pairs[static_cast<size_t>(i)];
+    T* out = o + (pair.row * HQ + pair.head) * D;
+    const float* sum = acc + i * D;
+    const bool seen = pair.lo < pair.hi;
+    for (int64_t d = 0; d < D; ++d)
+      out[d] = from_float<T>(pair.unreadable ? bits_float(kCanonicalNan) : seen ? div_rn(sum[d], pair.l) : 0.0f);
+    lse[pair.row * HQ + pair.head] =
+        pair.unreadable ? bits_float(kCanonicalNan) : canonical(seen ? add_rn(pair.m, log_f32(pair.l)) : negative_infinity());
+  }
+}
 
 template <typename T>
 void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu_q_ptr, const void* cu_k_ptr, void* o_ptr, void* lse_ptr,
@@ -148,60 +459,61 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* cu
   const int64_t group = HK > 0 ? HQ / HK : 0;  // no query head: no key head serves one
   const float sc = effective_scale(scale, D);
   const bool ordered = in_order(cu_q, 0, B1, 1) && in_order(cu_k, 0, B1, 1);
-  // Pairs are independent: threads split them, and change no bit.  A piece is a run of
-  // kRowsPerPiece queries of one head, which mostly share a sequence and so its cache.
-  const int64_t chunks = (TQ + kRowsPerPiece - 1) / kRowsPerPiece;
-  parallel_rows(HQ * chunks, kRowsPerPiece * (TK + 1) * (D + 8), num_threads, [&](int64_t begin, int64_t end) {
-    SequenceCache cache;
-    std::vector<float> acc(static_cast<size_t>(D)), query(static_cast<size_t>(D));
-    float s[kBlock], p[kBlock], dots[kBlock];
-    for (int64_t piece = begin; piece < end; ++piece) for (int64_t t = piece % chunks * kRowsPerPiece; t < TQ && t < (piece % chunks + 1) * kRowsPerPiece; ++t) {
-      const int64_t h = piece / chunks, g = h / group, pair = t * HQ + h;
-      T* out = o + pair * D;
+
+  // Rows no valid sequence holds get NaN; the work items write every other row.
+  parallel_rows(TQ, HQ * D + 16, num_threads, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
       int64_t k0 = 0, Lk = 0, position = 0;
-      if (!locate_query(ordered, cu_q, cu_k, B1, TQ, TK, t, &k0, &Lk, &position)) {
-        for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(bits_float(kCanonicalNan));
-        lse[pair] = bits_float(kCanonicalNan);
-        continue;
+      if (locate_query(ordered, cu_q, cu_k, B1, TQ, TK, t, &k0, &Lk, &position)) continue;
+      for (int64_t i = 0; i < HQ * D; ++i) o[t * HQ * D + i] = from_float<T>(bits_float(kCanonicalNan));
+      for (int64_t h = 0; h < HQ; ++h) lse[t * HQ + h] = bits_float(kCanonicalNan);
+    }
+  });
+
+  const int64_t rows_per_item = std::max<int64_t>(1, kItemPairs / std::max<int64_t>(group, 1));
+  std::vector<WorkItem> items;
+  int64_t work = 0;  // about 2 D operations per key and pair, twice (scores and values)
+  for (int64_t b = 0; ordered && b + 1 < B1; ++b) {  // out of order: every row is NaN already
+    Sequence s;
+    if (!load_sequence(cu_q, cu_k, b, TQ, TK, &s)) continue;
+    const int64_t Lq = s.q1 - s.q0, Lk = s.k1 - s.k0;
+    for (int64_t g = 0; g < HK; ++g)
+      for (int64_t r0 = 0; r0 < Lq; r0 += rows_per_item) {
+        const int64_t r1 = std::min(r0 + rows_per_item, Lq);
+        // The keys its last query may see (a causal query sees no more than its position + 1).
+        const int64_t seen = causal ? std::max<int64_t>(0, std::min(Lk, Lk - Lq + r1)) : Lk;
+        items.push_back({b, g, r0, r1, (r1 - r0) * group * (seen + kBlock) * (4 * D + 16)});
       }
-      int64_t lo = 0, hi = 0;
-      visible_keys(position, Lk, causal, window, &lo, &hi);
-      cache.load(k, v, k0, Lk, g, HK, D);
-      for (int64_t d = 0; d < D; ++d) {
-        query[d] = to_float(q[pair * D + d]);
-        acc[d] = 0.0f;
+    work += Lq * HQ * (Lk + 1) * (4 * D + 16);
+  }
+  if (items.empty()) return;
+  std::stable_sort(items.begin(), items.end(), [](const WorkItem& x, const WorkItem& y) { return x.cost > y.cost; });
+  const int64_t count = static_cast<int64_t>(items.size());
+  const int64_t pairs_per_item = rows_per_item * group;
+  parallel_rows(count, std::max<int64_t>(1, work / count), num_threads, [&](int64_t begin, int64_t end, auto lanes) {
+    using Lanes = decltype(lanes);
+    ItemBuffers buffers(pairs_per_item, D);
+    for (int64_t index = begin; index < end; ++index) {
+      const WorkItem item = items[static_cast<size_t>(index)];
+      Sequence seq;
+      load_sequence(cu_q, cu_k, item.b, TQ, TK, &seq);
+      // The item's pairs: rows whose sequence (the offsets' bisection) is this one.
+      int64_t n = 0, first_block = seq.k1 - seq.k0, end_key = 0;
+      for (int64_t r = item.r0; r < item.r1; ++r) {
+        int64_t b = 0, k0 = 0, Lk = 0, position = 0;
+        const int64_t t = seq.q0 + r;
+        if (!find_sequence(cu_q, B1, t, &b) || b != item.b || !locate_query(ordered, cu_q, cu_k, B1, TQ, TK, t, &k0, &Lk, &position)) continue;
+        int64_t lo = 0, hi = 0;
+        visible_keys(position, Lk, causal, window, &lo, &hi);
+        for (int64_t h = item.g * group; h < (item.g + 1) * group; ++h, ++n) buffers.set_pair(n, t, h, lo, hi, q + (t * HQ + h) * D, &first_block, &end_key);
       }
-      float m = negative_infinity(), l = 0.0f;
-      for (int64_t start = lo - lo % kBlock; start < hi; start += kBlock) {
-        // The block's 64 dots side by side, each over d ascending (as dot()).
-        const float* block = cache.keys.data() + start * D;
-        for (int lane = 0; lane < kBlock; ++lane) dots[lane] = 0.0f;
-        for (int64_t d = 0; d < D; ++d) {
-          const float qd = query[d];
-          const float* column = block + d * kBlock;
-          for (int lane = 0; lane < kBlock; ++lane) dots[lane] = add_rn(dots[lane], mul_rn(qd, column[lane]));
-        }
-        float block_max_score = negative_infinity();
-        for (int lane = 0; lane < kBlock; ++lane) {
-          const int64_t j = start + lane;
-          s[lane] = (j >= lo && j < hi) ? mul_rn(dots[lane], sc) : negative_infinity();
-          block_max_score = max_step(block_max_score, s[lane]);
-        }
-        const float a = rescale(&m, block_max_score);
-        for (int lane = 0; lane < kBlock; ++lane) p[lane] = exp_f32(add_rn(s[lane], -m));
-        l = add_rn(mul_rn(l, a), host_sum_lanes_tree<kBlock>(kBlock, [&p](int64_t lane) { return p[lane]; }));
-        // o[d] = o[d] * a, then + p_j * v[j, d] for each seen j ascending: keys outer, d inner.
-        for (int64_t d = 0; d < D; ++d) acc[d] = mul_rn(acc[d], a);
-        const int64_t first = (lo > start ? lo : start), last = (hi < start + kBlock ? hi : start + kBlock);
-        for (int64_t j = first; j < last; ++j) {
-          const float weight = p[j - start];
-          const float* value = cache.values.data() + j * D;
-          for (int64_t d = 0; d < D; ++d) acc[d] = add_rn(acc[d], mul_rn(weight, value[d]));
-        }
-      }
-      const bool seen = lo < hi;
-      for (int64_t d = 0; d < D; ++d) out[d] = from_float<T>(seen ? div_rn(acc[d], l) : 0.0f);
-      lse[pair] = canonical(seen ? add_rn(m, log_f32(l)) : negative_infinity());
+      // Key j of the sequence is row k0 + j of k and v; every key can be read.
+      const auto block_rows = [&](int64_t start, int64_t from, int64_t to, int64_t* rows) {
+        for (int64_t j = from; j < to; ++j) rows[j - start] = seq.k0 + j;
+        return false;
+      };
+      attend_item<Lanes>(buffers, n, first_block, end_key, k, v, HK, item.g, D, sc, block_rows);
+      write_item(buffers, n, o, lse, HQ, D);
     }
   });
 }

@@ -25,8 +25,10 @@
 #include "rlk_reduce.h"
 #include "rlk_parallel.h"
 #include "rlk_parallel.h"
+#include "rlk_scratch.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace rlk {
@@ -126,22 +128,345 @@ RLK_ARITH float rescale(float* m, float block_max_score) {
   return a;
 }
 // A work item: key head g of sequence b, for its query rows [q0 + r0, q0 + r1) and every query
-// head g serves.  Each key block the item's queries see is gathered from the caches once (keys
-// transposed, d-major with a key per lane, so that a block's scores are computed side by side;
-// values as float32 rows), then serves each (query, head) pair in turn; pairs keep their running
-// statistics across blocks.  Only the speed depends on the items; threads split them.
+// head g serves.  Each key block the item's queries see is gathered from the caches once (values
+// as float32 rows; keys transposed, d-major with a key per lane, so that a block's scores are
+// computed side by side), then serves each (query, head) pair; pairs keep their running
+// statistics across blocks.  Only the speed depends on the items; threads split them, the
+// costliest first, so that no thread is left with a long one at the end.
+//
+// Speed without changing an operation: vector lanes only hold different elements side by side --
+// a lane is a key for the scores (each dot still over d ascending, a rounding per multiply and
+// add), one d of o for the values (each o[d] still adding its keys in ascending order) -- and a
+// few pairs are computed together, sharing each load of a key or value vector.  The exponentials
+// of a block are one loop that the compiler vectorises: the same operations in each lane.
+// Pairs computed together: as many as leave the vector registers room for their accumulators.
+template <typename Lanes>
+constexpr int kTogether = Lanes::kWidth >= 16 ? 4 : 2;
+// Vectors of lanes each pair's accumulators span at a time.
+constexpr int kChunkVectors = 4;
+
+// dots[i][lane] for the P queries (D floats each) and the lanes [lane0, lane0 + V * width) of the
+// block's keys (d-major: keys[d * kBlock + lane]): each dot over d ascending, 0 + q[0] k[0] + ...,
+// a rounding per multiply and per add, as dot().
+template <typename Lanes, int P, int V>
+inline void block_dots(const float* const* queries, const float* keys, int64_t D, int lane0, float* const* dots) {
+  using Vec = typename Lanes::V;
+  constexpr int W = Lanes::kWidth;
+  Vec acc[P][V];
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::zero(acc[i][v]);
+  for (int64_t d = 0; d < D; ++d) {
+    Vec k[V];
+    for (int v = 0; v < V; ++v) Lanes::load(k[v], keys + d * kBlock + lane0 + v * W);
+    for (int i = 0; i < P; ++i) {
+      Vec qd;
+      Lanes::broadcast(qd, queries[i][d]);
+      for (int v = 0; v < V; ++v) Lanes::mul_add(acc[i][v], qd, k[v]);
+    }
+  }
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::store(dots[i] + lane0 + v * W, acc[i][v]);
+}
+
+// Lanes are gathered and scored in tiles of 16 (a multiple of every lanes type's width).
+constexpr int kTile = 16;
+
+// The scores of P pairs over the lanes [lane_begin, lane_end), both multiples of kTile: chunks of
+// vectors, then single vectors.
+template <typename Lanes, int P>
+inline void block_scores(const float* const* queries, const float* keys, int64_t D, int lane_begin, int lane_end, float* const* dots) {
+  constexpr int W = Lanes::kWidth;
+  static_assert(kTile % W == 0 && kBlock % kTile == 0, "tiles are whole vectors, the block whole tiles");
+  int lane0 = lane_begin;
+  for (; lane0 + kChunkVectors * W <= lane_end; lane0 += kChunkVectors * W) block_dots<Lanes, P, kChunkVectors>(queries, keys, D, lane0, dots);
+  for (; lane0 < lane_end; lane0 += W) block_dots<Lanes, P, 1>(queries, keys, D, lane0, dots);
+}
+
+// out[i][d] for d in [d0, d0 + V * width) of the P pairs: + weights[i][jj] * values[jj][d] for
+// each key jj of [first, last) that is readable (every one where `readable` is null), jj
+// ascending; a rounding per multiply and add.
+template <typename Lanes, int P, int V>
+inline void block_values(float* const* outs, const float* const* weights, const float* values, const int32_t* readable, int64_t first, int64_t last,
+                         int64_t D, int64_t d0) {
+  using Vec = typename Lanes::V;
+  constexpr int W = Lanes::kWidth;
+  Vec acc[P][V];
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::load(acc[i][v], outs[i] + d0 + v * W);
+  for (int64_t jj = first; jj < last; ++jj) {
+    if (readable != nullptr && readable[jj] == 0) continue;
+    Vec x[V];
+    for (int v = 0; v < V; ++v) Lanes::load(x[v], values + jj * D + d0 + v * W);
+    for (int i = 0; i < P; ++i) {
+      Vec w;
+      Lanes::broadcast(w, weights[i][jj]);
+      for (int v = 0; v < V; ++v) Lanes::mul_add(acc[i][v], w, x[v]);
+    }
+  }
+  for (int i = 0; i < P; ++i)
+    for (int v = 0; v < V; ++v) Lanes::store(outs[i] + d0 + v * W, acc[i][v]);
+}
+
+// block_values over every d: chunks of vectors, single vectors, then the last d one at a time
+// (D need not be a multiple of the width), each o[d] with the same operations.
+template <typename Lanes, int P>
+inline void add_values(float* const* outs, const float* const* weights, const float* values, const int32_t* readable, int64_t first, int64_t last,
+                       int64_t D) {
+  constexpr int W = Lanes::kWidth;
+  if (first >= last) return;
+  int64_t d0 = 0;
+  for (; d0 + kChunkVectors * W <= D; d0 += kChunkVectors * W) block_values<Lanes, P, kChunkVectors>(outs, weights, values, readable, first, last, D, d0);
+  for (; d0 + W <= D; d0 += W) block_values<Lanes, P, 1>(outs, weights, values, readable, first, last, D, d0);
+  for (; d0 < D; ++d0)
+    for (int i = 0; i < P; ++i) {
+      float value = outs[i][d0];
+      for (int64_t jj = first; jj < last; ++jj)
+        if (readable == nullptr || readable[jj] != 0) value = add_rn(value, mul_rn(weights[i][jj], values[jj * D + d0]));
+      outs[i][d0] = value;
+    }
+}
+
+// The largest of the block's scores, by value: the maximum is exact, so only which NaN or which
+// zero comes back depends on the order, and neither reaches an output (a NaN maximum makes the
+// row NaN, whichever NaN; m = +0 or -0 gives the same p and a, and the same lse since l >= 1).
+// Sixteen running maxima and a NaN test, two loops that vectorise.
+inline float block_max_score(const float* s) {
+  constexpr int kRunning = 16;
+  float best[kRunning];
+  int nan = 0;
+  for (int l = 0; l < kRunning; ++l) best[l] = negative_infinity();
+  for (int i = 0; i < kBlock; i += kRunning)
+    for (int l = 0; l < kRunning; ++l) best[l] = s[i + l] > best[l] ? s[i + l] : best[l];
+  for (int lane = 0; lane < kBlock; ++lane) nan |= s[lane] != s[lane] ? 1 : 0;
+  for (int half = kRunning / 2; half > 0; half /= 2)
+    for (int l = 0; l < half; ++l) best[l] = best[l + half] > best[l] ? best[l + half] : best[l];
+  return nan != 0 ? bits_float(kCanonicalNan) : best[0];
+}
+
+// host_sum_lanes_tree<kBlock> of the block's kBlock terms, the same additions in the same order:
+// each lane 0 + its term, then halves added lane by lane.  Each level a loop of fixed length,
+// which vectorises.
+inline float block_sum_tree(const float* p) {
+  static_assert(kBlock == 64, "the tree's levels below are written for 64 lanes");
+  float lane[kBlock];
+  for (int l = 0; l < kBlock; ++l) lane[l] = 0.0f + p[l];
+  for (int l = 0; l < 32; ++l) lane[l] = lane[l] + lane[l + 32];
+  for (int l = 0; l < 16; ++l) lane[l] = lane[l] + lane[l + 16];
+  for (int l = 0; l < 8; ++l) lane[l] = lane[l] + lane[l + 8];
+  for (int l = 0; l < 4; ++l) lane[l] = lane[l] + lane[l + 4];
+  for (int l = 0; l < 2; ++l) lane[l] = lane[l] + lane[l + 2];
+  return lane[0] + lane[1];
+}
+
 constexpr int64_t kItemPairs = 64;
 
 struct WorkItem {
-  int64_t b, g, r0, r1;
+  int64_t b, g, r0, r1, cost;
 };
 
-// One (query, head) pair of a work item.
+// One (query, head) pair of a work item: its running statistics, and whether it met a key it
+// cannot read.
 struct Pair {
   int64_t row, head, lo, hi;
   float m, l;
   bool unreadable;
 };
+
+// The block's keys and values of the lanes [lane_begin, lane_end) (multiples of kTile) as
+// float32: values row-major (values[lane * D + d]), keys d-major (keys[d * kBlock + lane]) through
+// the rows in key_rows.  A lane whose row is -1 gets zero keys; its values are never read.
+template <typename Lanes, typename T>
+inline void gather_block(const T* k_cache, const T* v_cache, const int64_t* rows, int64_t HK, int64_t g, int64_t D, int lane_begin, int lane_end,
+                         float* key_rows, float* keys, float* values) {
+  for (int lane = lane_begin; lane < lane_end; ++lane) {
+    float* key = key_rows + lane * D;
+    if (rows[lane] < 0) {
+      for (int64_t d = 0; d < D; ++d) key[d] = 0.0f;
+      continue;
+    }
+    float* value = values + lane * D;
+    const T* k = k_cache + (rows[lane] * HK + g) * D;
+    const T* v = v_cache + (rows[lane] * HK + g) * D;
+    for (int64_t d = 0; d < D; ++d) key[d] = to_float(k[d]);
+    for (int64_t d = 0; d < D; ++d) value[d] = to_float(v[d]);
+  }
+  int64_t d0 = 0;
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same_v<Lanes, Avx512Lanes>) {  // 16 x 16 tiles moved in registers
+    static_assert(kTile == 16, "a tile is one 16 x 16 transpose");
+    for (; d0 + kTile <= D; d0 += kTile)
+      for (int lane0 = lane_begin; lane0 < lane_end; lane0 += kTile) {
+        const float* tile_rows[kTile];
+        for (int r = 0; r < kTile; ++r) tile_rows[r] = key_rows + (lane0 + r) * D;
+        transpose_words_16x16<false>(tile_rows, static_cast<__mmask16>(0xffff), d0, keys + d0 * kBlock + lane0, kBlock);
+      }
+  }
+#endif
+  for (; d0 < D; ++d0)
+    for (int lane = lane_begin; lane < lane_end; ++lane) keys[d0 * kBlock + lane] = key_rows[lane * D + d0];
+}
+
+// A thread's buffers for work items of up to `capacity` pairs: the pairs, the active ones of a
+// block, and float32 scratch -- each pair's query, o accumulator and block scores (then weights),
+// and the block's keys as rows, keys transposed, and values.
+class ItemBuffers {
+ public:
+  ItemBuffers(int64_t capacity, int64_t D)
+      : pairs(static_cast<size_t>(capacity)), active(static_cast<size_t>(capacity)), capacity_(capacity), D_(D),
+        scratch_(capacity * (2 * D + kBlock) + 3 * kBlock * D) {}
+  std::vector<Pair> pairs;
+  std::vector<int64_t> active;
+  float* queries() const { return scratch_.data(); }
+  float* acc() const { return queries() + capacity_ * D_; }
+  float* scores() const { return acc() + capacity_ * D_; }
+  float* key_rows() const { return scores() + capacity_ * kBlock; }
+  float* keys() const { return key_rows() + kBlock * D_; }
+  float* values() const { return keys() + kBlock * D_; }
+
+  // Pair n: query row t, head h, seeing the keys [lo, hi); its query converted, its sums zero.
+  // first_block and end_key grow to hold its blocks.
+  template <typename T>
+  void set_pair(int64_t n, int64_t t, int64_t h, int64_t lo, int64_t hi, const T* query, int64_t* first_block, int64_t* end_key) {
+    pairs[static_cast<size_t>(n)] = {t, h, lo, hi, negative_infinity(), 0.0f, false};
+    for (int64_t d = 0; d < D_; ++d) {
+      queries()[n * D_ + d] = to_float(query[d]);
+      acc()[n * D_ + d] = 0.0f;
+    }
+    if (lo < hi) {
+      *first_block = std::min(*first_block, lo - lo % kBlock);
+      *end_key = std::max(*end_key, hi);
+    }
+  }
+
+ private:
+  int64_t capacity_, D_;
+  Scratch scratch_;
+};
+
+// A work item's pairs (n of them, in buffers) over the key blocks from first_block up to
+// end_key: per block, the pairs that see a key of it, the block gathered once from k and v (rows
+// [rows, HK, D]) for them all, their scores P pairs at a time, each pair's statistics, then o's
+// sums.  block_rows(start, from, to, rows) sets rows[j - start] to the row of key j for j in
+// [from, to), -1 where it cannot be read, and returns whether any cannot.
+template <typename Lanes, typename T, typename BlockRows>
+inline void attend_item(ItemBuffers& buffers, int64_t n, int64_t first_block, int64_t end_key, const T* k, const T* v, int64_t HK, int64_t g,
+                        int64_t D, float sc, const BlockRows& block_rows) {
+  constexpr int P = kTogether<Lanes>;
+  Pair* const pairs = buffers.pairs.data();
+  int64_t* const active = buffers.active.data();
+  float* const queries = buffers.queries();
+  float* const acc = buffers.acc();
+  float* const scores = buffers.scores();
+  float* const key_rows = buffers.key_rows();
+  float* const keys = buffers.keys();
+  float* const values = buffers.values();
+  int64_t rows[kBlock];
+  int32_t readable[kBlock];
+  for (int64_t start = first_block; start < end_key; start += kBlock) {
+    // The pairs that see a key of this block, and the keys any of them sees.
+    int64_t live = 0, from = end_key, to = start;
+    for (int64_t i = 0; i < n; ++i) {
+      const Pair& pair = pairs[i];
+      if (pair.lo < pair.hi && start + kBlock > pair.lo && start < pair.hi) {
+        active[live++] = i;
+        from = std::min(from, std::max(pair.lo, start));
+        to = std::max(to, std::min(pair.hi, start + kBlock));
+      }
+    }
+    if (live == 0) continue;
+    // The block's keys [from, to), in the tiles of lanes that hold them; every pair's scores
+    // from the same copy.  A lane outside the tiles is seen by no pair: its score is never read.
+    for (int lane = 0; lane < kBlock; ++lane) rows[lane] = -1;
+    const bool any_unreadable = block_rows(start, from, to, rows);
+    for (int lane = 0; lane < kBlock; ++lane) readable[lane] = rows[lane] >= 0 ? 1 : 0;
+    const int lane_begin = static_cast<int>(from - start) / kTile * kTile;
+    const int lane_end = static_cast<int>((to - start + kTile - 1) / kTile * kTile);
+    gather_block<Lanes>(k, v, rows, HK, g, D, lane_begin, lane_end, key_rows, keys, values);
+    // Scores: P pairs at a time, then one at a time.
+    int64_t next = 0;
+    for (; next + P <= live; next += P) {
+      const float* qs[P];
+      float* ds[P];
+      for (int i = 0; i < P; ++i) {
+        qs[i] = queries + active[next + i] * D;
+        ds[i] = scores + active[next + i] * kBlock;
+      }
+      block_scores<Lanes, P>(qs, keys, D, lane_begin, lane_end, ds);
+    }
+    for (; next < live; ++next) {
+      const float* qs[1] = {queries + active[next] * D};
+      float* ds[1] = {scores + active[next] * kBlock};
+      block_scores<Lanes, 1>(qs, keys, D, lane_begin, lane_end, ds);
+    }
+    // Each pair's statistics; its scores become its weights p_j in place.
+    for (int64_t a_index = 0; a_index < live; ++a_index) {
+      const int64_t i = active[a_index];
+      Pair& pair = pairs[i];
+      float* s = scores + i * kBlock;
+      // The lanes [first, last) the pair sees; a key there is scored when its row is readable.
+      const int first = static_cast<int>(std::max(pair.lo, start) - start), last = static_cast<int>(std::min(pair.hi, start + kBlock) - start);
+      for (int lane = 0; lane < first; ++lane) s[lane] = negative_infinity();
+      for (int lane = first; lane < last; ++lane) s[lane] = readable[lane] != 0 ? mul_rn(s[lane], sc) : negative_infinity();
+      for (int lane = last; lane < kBlock; ++lane) s[lane] = negative_infinity();
+      if (any_unreadable)
+        for (int lane = first; lane < last; ++lane) pair.unreadable = pair.unreadable || readable[lane] == 0;
+      const float a = rescale(&pair.m, block_max_score(s));
+      const float shift = pair.m;
+      for (int lane = 0; lane < kBlock; ++lane) s[lane] = exp_f32(add_rn(s[lane], -shift));
+      pair.l = add_rn(mul_rn(pair.l, a), block_sum_tree(s));
+      float* out = acc + i * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = mul_rn(out[d], a);
+    }
+    // o += p_j v_j over the keys each pair sees, ascending: the keys P pairs all see together
+    // (each pair's own first and last keys before and after), then any pairs left one at a time.
+    const auto own = [&](int64_t i, int64_t first, int64_t last) {
+      float* outs[1] = {acc + i * D};
+      const float* weights[1] = {scores + i * kBlock};
+      add_values<Lanes, 1>(outs, weights, values, readable, first, last, D);
+    };
+    next = 0;
+    for (; next + P <= live; next += P) {
+      float* outs[P];
+      const float* weights[P];
+      int64_t firsts[P], lasts[P], common_first = 0, common_last = kBlock;
+      for (int i = 0; i < P; ++i) {
+        const int64_t index = active[next + i];
+        const Pair& pair = pairs[index];
+        outs[i] = acc + index * D;
+        weights[i] = scores + index * kBlock;
+        firsts[i] = std::max(pair.lo, start) - start;
+        lasts[i] = std::min(pair.hi, start + kBlock) - start;
+        common_first = std::max(common_first, firsts[i]);
+        common_last = std::min(common_last, lasts[i]);
+      }
+      if (common_first >= common_last) common_first = common_last = kBlock;  // nothing shared: each pair alone
+      for (int i = 0; i < P; ++i) own(active[next + i], firsts[i], std::min(common_first, lasts[i]));
+      add_values<Lanes, P>(outs, weights, values, readable, common_first, common_last, D);
+      for (int i = 0; i < P; ++i) own(active[next + i], std::max(common_last, firsts[i]), lasts[i]);
+    }
+    for (; next < live; ++next) {
+      const Pair& pair = pairs[active[next]];
+      own(active[next], std::max(pair.lo, start) - start, std::min(pair.hi, start + kBlock) - start);
+    }
+  }
+}
+
+// The outputs of a work item's pairs: o / l rounded once, lse = m + log(l); NaN for a pair that
+// met a key it could not read.
+template <typename T>
+inline void write_item(const ItemBuffers& buffers, int64_t n, T* o, float* lse, int64_t HQ, int64_t D) {
+  const float* const acc = buffers.acc();
+  for (int64_t i = 0; i < n; ++i) {
+    const Pair& pair = buffers.pairs[static_cast<size_t>(i)];
+    T* out = o + (pair.row * HQ + pair.head) * D;
+    const float* sum = acc + i * D;
+    const bool seen = pair.lo < pair.hi;
+    for (int64_t d = 0; d < D; ++d)
+      out[d] = from_float<T>(pair.unreadable ? bits_float(kCanonicalNan) : seen ? div_rn(sum[d], pair.l) : 0.0f);
+    lse[pair.row * HQ + pair.head] =
+        pair.unreadable ? bits_float(kCanonicalNan) : canonical(seen ? add_rn(pair.m, log_f32(pair.l)) : negative_infinity());
+  }
+}
 
 template <typename T>
 void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* table_ptr, const void* seq_lens_ptr, const void* query_start_ptr,
@@ -178,18 +503,21 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* ta
     PagedSequence s;
     if (!load_paged_sequence(query_start, seq_lens, b, TQ, MB, BS, &s)) continue;
     for (int64_t g = 0; g < HK; ++g)
-      for (int64_t r0 = 0; r0 < s.q1 - s.q0; r0 += rows_per_item) items.push_back({b, g, r0, std::min(r0 + rows_per_item, s.q1 - s.q0)});
+      for (int64_t r0 = 0; r0 < s.q1 - s.q0; r0 += rows_per_item) {
+        const int64_t r1 = std::min(r0 + rows_per_item, s.q1 - s.q0);
+        // The keys its last query may see (a causal query sees no more than its position + 1).
+        const int64_t seen = causal ? s.keys - (s.q1 - s.q0) + r1 : s.keys;
+        items.push_back({b, g, r0, r1, (r1 - r0) * group * (seen + kBlock) * (4 * D + 16)});
+      }
     work += (s.q1 - s.q0) * HQ * (s.keys + 1) * (4 * D + 16);
   }
   if (items.empty()) return;
+  std::stable_sort(items.begin(), items.end(), [](const WorkItem& x, const WorkItem& y) { return x.cost > y.cost; });
   const int64_t count = static_cast<int64_t>(items.size());
   const int64_t pairs_per_item = rows_per_item * group;
-  parallel_rows(count, std::max<int64_t>(1, work / count), num_threads, [&](int64_t begin, int64_t end) {
-    std::vector<Pair> pairs(static_cast<size_t>(pairs_per_item));
-    std::vector<float> queries(static_cast<size_t>(pairs_per_item * D)), acc(static_cast<size_t>(pairs_per_item * D));
-    std::vector<float> keys(static_cast<size_t>(kBlock * D)), values(static_cast<size_t>(kBlock * D));
-    int64_t rows[kBlock];
-    float s[kBlock], p[kBlock], dots[kBlock];
+  parallel_rows(count, std::max<int64_t>(1, work / count), num_threads, [&](int64_t begin, int64_t end, auto lanes) {
+    using Lanes = decltype(lanes);
+    ItemBuffers buffers(pairs_per_item, D);
     for (int64_t index = begin; index < end; ++index) {
       const WorkItem item = items[static_cast<size_t>(index)];
       PagedSequence seq;
@@ -203,83 +531,23 @@ void run(const void* q_ptr, const void* k_ptr, const void* v_ptr, const void* ta
         if (!locate_paged_query(ordered, query_start, seq_lens, entries, TQ, MB, BS, t, &b, &Lk, &position) || b != item.b) continue;
         int64_t lo = 0, hi = 0;
         visible_keys(position, Lk, causal, window, &lo, &hi);
-        for (int64_t i = 0; i < group; ++i, ++n) {
-          const int64_t h = item.g * group + i;
-          pairs[static_cast<size_t>(n)] = {t, h, lo, hi, negative_infinity(), 0.0f, false};
-          for (int64_t d = 0; d < D; ++d) {
-            queries[static_cast<size_t>(n * D + d)] = to_float(q[(t * HQ + h) * D + d]);
-            acc[static_cast<size_t>(n * D + d)] = 0.0f;
-          }
-          if (lo < hi) {
-            first_block = std::min(first_block, lo - lo % kBlock);
-            end_key = std::max(end_key, hi);
-          }
-        }
+        for (int64_t h = item.g * group; h < (item.g + 1) * group; ++h, ++n) buffers.set_pair(n, t, h, lo, hi, q + (t * HQ + h) * D, &first_block, &end_key);
       }
-      for (int64_t start = first_block; start < end_key; start += kBlock) {
-        // The block's keys, each read through the table (zeros where its block is unreadable or
-        // no pair sees it), every pair's scores from the same copy.
-        int64_t from = end_key, to = start;  // the keys some pair sees in this block
-        for (int64_t i = 0; i < n; ++i) {
-          const Pair& pair = pairs[static_cast<size_t>(i)];
-          if (pair.lo < pair.hi && start + kBlock > pair.lo && start < pair.hi) {
-            from = std::min(from, std::max(pair.lo, start));
-            to = std::max(to, std::min(pair.hi, start + kBlock));
-          }
+      // Key j's cache row, cache_row's, with a table entry and a division per run of keys in one
+      // cache block rather than per key.
+      const auto block_rows = [&](int64_t start, int64_t from, int64_t to, int64_t* rows) {
+        bool any_unreadable = false;
+        for (int64_t j = from; j < to;) {
+          const int64_t slot = j % BS, run = std::min(BS - slot, to - j), block = table[j / BS];
+          const bool valid = block >= 0 && block < NB;
+          any_unreadable = any_unreadable || !valid;
+          for (int64_t r = 0; r < run; ++r) rows[j - start + r] = valid ? block * BS + slot + r : -1;
+          j += run;
         }
-        for (int lane = 0; lane < kBlock; ++lane) {
-          const int64_t j = start + lane;
-          rows[lane] = (j >= from && j < to) ? cache_row(table, j, BS, NB) : -1;
-          const int64_t source = (rows[lane] * HK + item.g) * D;
-          for (int64_t d = 0; d < D; ++d) {
-            keys[static_cast<size_t>(d * kBlock + lane)] = rows[lane] >= 0 ? to_float(k_cache[source + d]) : 0.0f;
-            values[static_cast<size_t>(lane * D + d)] = rows[lane] >= 0 ? to_float(v_cache[source + d]) : 0.0f;
-          }
-        }
-        for (int64_t i = 0; i < n; ++i) {
-          Pair& pair = pairs[static_cast<size_t>(i)];
-          if (!(pair.lo < pair.hi && start + kBlock > pair.lo && start < pair.hi)) continue;  // the block is not among the pair's
-          const float* query = queries.data() + i * D;
-          float* out = acc.data() + i * D;
-          // The block's 64 dots side by side, each over d ascending (as dot()).
-          for (int lane = 0; lane < kBlock; ++lane) dots[lane] = 0.0f;
-          for (int64_t d = 0; d < D; ++d) {
-            const float qd = query[d];
-            const float* column = keys.data() + d * kBlock;
-            for (int lane = 0; lane < kBlock; ++lane) dots[lane] = add_rn(dots[lane], mul_rn(qd, column[lane]));
-          }
-          float block_max_score = negative_infinity();
-          for (int lane = 0; lane < kBlock; ++lane) {
-            const int64_t j = start + lane;
-            const bool seen = j >= pair.lo && j < pair.hi;
-            pair.unreadable = pair.unreadable || (seen && rows[lane] < 0);
-            s[lane] = (seen && rows[lane] >= 0) ? mul_rn(dots[lane], sc) : negative_infinity();
-            block_max_score = max_step(block_max_score, s[lane]);
-          }
-          const float a = rescale(&pair.m, block_max_score);
-          for (int lane = 0; lane < kBlock; ++lane) p[lane] = exp_f32(add_rn(s[lane], -pair.m));
-          pair.l = add_rn(mul_rn(pair.l, a), host_sum_lanes_tree<kBlock>(kBlock, [&p](int64_t lane) { return p[lane]; }));
-          // o[d] = o[d] * a, then + p_j * v[j, d] for each seen j ascending: keys outer, d inner.
-          for (int64_t d = 0; d < D; ++d) out[d] = mul_rn(out[d], a);
-          const int64_t first = std::max(pair.lo, start), last = std::min(pair.hi, start + kBlock);
-          for (int64_t j = first; j < last; ++j) {
-            if (rows[j - start] < 0) continue;
-            const float weight = p[j - start];
-            const float* value = values.data() + (j - start) * D;
-            for (int64_t d = 0; d < D; ++d) out[d] = add_rn(out[d], mul_rn(weight, value[d]));
-          }
-        }
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        const Pair& pair = pairs[static_cast<size_t>(i)];
-        T* out = o + (pair.row * HQ + pair.head) * D;
-        const float* sum = acc.data() + i * D;
-        const bool seen = pair.lo < pair.hi;
-        for (int64_t d = 0; d < D; ++d)
-          out[d] = from_float<T>(pair.unreadable ? bits_float(kCanonicalNan) : seen ? div_rn(sum[d], pair.l) : 0.0f);
-        lse[pair.row * HQ + pair.head] =
-            pair.unreadable ? bits_float(kCanonicalNan) : canonical(seen ? add_rn(pair.m, log_f32(pair.l)) : negative_infinity());
-      }
+        return any_unreadable;
+      };
+      attend_item<Lanes>(buffers, n, first_block, end_key, k_cache, v_cache, HK, item.g, D, sc, block_rows);
+      write_item(buffers, n, o, lse, HQ, D);
     }
   });
 }

@@ -3,7 +3,7 @@
 // Template: templates/package/launcher.h.j2
 #pragma once
 // Launcher of kernel blocks for op attention on CPU.
-// One block of 64 threads per query and head on devices (a lane per key of a block, a lane per d of the output), one loop per query and head on the host; the same operations in the same order on both
+// One block of 64 threads per query and head on devices (a lane per key of a block, a lane per d of the output); on the host, threads over sequences, key heads and runs of queries, each key block converted once for the heads it serves and computed in vector lanes; the same operations in the same order on both
 
 #include <cstdint>
 
