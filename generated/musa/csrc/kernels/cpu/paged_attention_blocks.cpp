@@ -298,7 +298,7 @@ inline void gather_block(const T* k_cache, const T* v_cache, const int64_t* rows
       for (int lane0 = lane_begin; lane0 < lane_end; lane0 += kTile) {
         const float* tile_rows[kTile];
         for (int r = 0; r < kTile; ++r) tile_rows[r] = key_rows + (lane0 + r) * D;
-        transpose_words_16x16<false>(tile_rows, static_cast<__mmask16>(0xffff), d0, keys + d0 * kBlock + lane0, kBlock);
+        transpose_words_16x16<WordSource::words>(tile_rows, static_cast<__mmask16>(0xffff), d0, keys + d0 * kBlock + lane0, kBlock);
       }
   }
 #endif
