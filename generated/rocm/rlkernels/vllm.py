@@ -88,15 +88,36 @@ def _kernel(op: Op, device: torch.device) -> Callable[..., Any]:
     return found
 
 
+def stored_k_major(weight: torch.Tensor) -> bool:
+    """Whether ``weight`` [N, K] is the transpose of a contiguous [K, N] tensor (see
+    ``store_k_major``)."""
+    return weight.dim() == 2 and weight.shape[0] > 1 and weight.t().is_contiguous()
+
+
+def store_k_major(weight: torch.Tensor) -> None:
+    """Keep the values of the weight parameter ``weight`` [N, K] in memory as [K, N], in place: the
+    parameter keeps its shape, so vLLM's weight loaders (and any copy into it) still write the
+    same values, and there is one copy of the weight, never a second one to go stale.
+    ``det_gemm`` reads a K-major weight in place where a product has a few rows (a decode step's),
+    where ``det_gemm_nt`` packs it first; both give every output the same bits."""
+    if weight.dim() == 2 and not stored_k_major(weight):
+        weight.data = weight.data.t().contiguous().t()
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """A linear layer, ``det_linear`` (a merged QKV or gate/up weight gives each column the bits of
-    its own projection: every output column is one dot product in the same order)."""
-    return _kernel(OPS["det_gemm_nt"], x.device)(x.contiguous(), weight, bias, False)
+    its own projection: every output column is one dot product in the same order).  A weight
+    stored K-major (``store_k_major``, a layer without a bias) runs ``det_gemm`` on its transpose,
+    which the catalog's contract makes det_gemm_nt's bits."""
+    if bias is None and stored_k_major(weight):
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        return _kernel(OPS["det_gemm"], x.device)(rows, weight.t(), False).view(*x.shape[:-1], weight.shape[0])
+    return _kernel(OPS["det_gemm_nt"], x.device)(x.contiguous(), weight.contiguous(), bias, False)
 
 
 def embedding(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """The token embedding, rows copied bit for bit."""
-    return _kernel(OPS["embedding"], weight.device)(weight, ids.contiguous())
+    return _kernel(OPS["embedding"], weight.device)(weight.contiguous(), ids.contiguous())
 
 
 def rms_norm(
@@ -124,10 +145,15 @@ def rope(x: torch.Tensor, positions: torch.Tensor, head_size: int, theta: float,
     return _kernel(OPS["rope"], x.device)(rows, positions, theta, interleaved).view(x.shape)
 
 
-def logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The LM head in float32, ``z = det_linear(h, weight, out_fp32=True)``: the logits
-    ``linear_logp`` reduces over, bit for bit."""
-    return _kernel(OPS["det_gemm_nt"], hidden.device)(hidden.contiguous(), weight, None, True)
+def logits(hidden: torch.Tensor, weight: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The LM head in float32 over the first ``vocab`` rows of ``weight``, ``z = det_linear(h,
+    weight[:vocab], out_fp32=True)``: the logits ``linear_logp`` reduces over, bit for bit.  A
+    weight stored K-major runs ``det_gemm`` over all its rows (each output column is its own dot
+    product), then keeps the first ``vocab`` columns."""
+    if stored_k_major(weight):
+        z = _kernel(OPS["det_gemm"], hidden.device)(hidden.contiguous(), weight.t(), True)
+        return z if vocab == weight.shape[0] else z[:, :vocab].contiguous()
+    return _kernel(OPS["det_gemm_nt"], hidden.device)(hidden.contiguous(), weight[:vocab].contiguous(), None, True)
 
 
 def log_probs(z: torch.Tensor) -> torch.Tensor:
@@ -342,7 +368,12 @@ def _install() -> None:
 
     class _LinearMethod(vllm_linear.UnquantizedLinearMethod):
         def process_weights_after_loading(self, layer: Any) -> None:
-            layer.weight.data = layer.weight.data.contiguous()
+            # Called again after a reload (vLLM's reload_weights); loading through the weight
+            # loaders keeps the layout.  A layer with a bias keeps [N, K] for det_gemm_nt's bias.
+            if getattr(layer, "bias", None) is None:
+                store_k_major(layer.weight)
+            else:
+                layer.weight.data = layer.weight.data.contiguous()
 
         def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
             return linear(x, layer.weight, bias)
@@ -356,6 +387,20 @@ def _install() -> None:
 
         def embedding(self, layer: Any, ids: torch.Tensor) -> torch.Tensor:
             return embedding(layer.weight, ids)
+
+    class _LMHeadMethod(_EmbeddingMethod):
+        """The LM head's weight is stored K-major (``logits``), unless it is the token embedding's
+        (tied), whose rows the embedding copies."""
+
+        def tie_weights(self, layer: Any, embed_tokens: Any) -> Any:
+            layer.rlkernels_tied = True
+            return super().tie_weights(layer, embed_tokens)
+
+        def process_weights_after_loading(self, layer: Any) -> None:
+            if getattr(layer, "rlkernels_tied", False):
+                super().process_weights_after_loading(layer)
+            else:
+                store_k_major(layer.weight)
 
     def routed_layer(base: Any, method: type, plain: type) -> type:
         class Routed(base):
@@ -378,7 +423,7 @@ def _install() -> None:
         (getattr(vllm_linear, name), _LinearMethod, vllm_linear.UnquantizedLinearMethod)
         for name in ("ReplicatedLinear", "ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear", "RowParallelLinear")
     ]
-    layers += [(VocabParallelEmbedding, _EmbeddingMethod, UnquantizedEmbeddingMethod), (ParallelLMHead, _EmbeddingMethod, UnquantizedEmbeddingMethod)]
+    layers += [(VocabParallelEmbedding, _EmbeddingMethod, UnquantizedEmbeddingMethod), (ParallelLMHead, _LMHeadMethod, UnquantizedEmbeddingMethod)]
     routed: list[type] = [_RMSNorm, _SiluAndMul, _RotaryEmbedding]
     for base, method, plain in layers:
         layer_cls = _export(routed_layer(base, method, plain), f"Routed{base.__name__}")
@@ -399,8 +444,7 @@ def _install() -> None:
         ) -> torch.Tensor:
             if embedding_bias is not None:
                 raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route an LM head with a bias (linear_logp adds none)")
-            weight = lm_head.weight[: self.org_vocab_size]
-            return logits(hidden_states, weight)
+            return logits(hidden_states, lm_head.weight, self.org_vocab_size)
 
         def get_top_tokens(self, *args: Any, **kwargs: Any) -> torch.Tensor:
             raise RefusedError(f"{ENV}=1: rlkernels.vllm does not route the draft heads of speculative decoding")

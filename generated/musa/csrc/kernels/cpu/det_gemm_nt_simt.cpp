@@ -83,6 +83,7 @@ using Avx512Rows4Path = TilePath<Avx512Lanes, 4, 64>;
 // kStripsPerItem strips times a block of panels, the block sized to about kBlockBytes per
 // k-block.  Only the speed depends on these sizes; a tile's bits never do.
 constexpr int64_t kDepth = 256;
+constexpr int64_t kInPlaceDepth = 8;
 constexpr int64_t kStripsPerItem = 8;
 constexpr int64_t kBlockBytes = 256 * 1024;
 // Products smaller than this many multiply-adds per thread run on fewer threads.
@@ -101,12 +102,19 @@ struct Packed {
   int64_t b_panel0;   // 0, or the first panel of a work item that packed its own
   const float* bias;  // [N] as float32, or null: added to each accumulator before the store
   int64_t strips, panels, panels_per_item, strip_items;
+  int64_t depth;      // k steps per block: kDepth, or kInPlaceDepth where B is read in place
 };
 
 // One register tile over `steps` values of k: acc[i * kCols + j] (from 0 when from_zero, else
-// from its value) plus a_strip[k * kRows + i] * b_panel[k * kCols + j] for k ascending.
-template <typename P>
-inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero) {
+// from its value) plus a_strip[k * kRows + i] * b_panel[k * b_stride + j] for k ascending.  The
+// panel is packed float32 (b_stride kCols) or B itself (b_stride N; a bfloat16 widens exactly):
+// the same values either way.  In place, rows of B lie N apart, often more than a page, where
+// the CPU's prefetcher does not follow: the tile asks for the row kPrefetchRows ahead itself.
+constexpr int64_t kPrefetchRows = 16;
+constexpr int64_t kPrefetchBytes = 256;
+
+template <typename P, bool kInPlace, typename TB>
+inline void tile(const float* a_strip, const TB* b_panel, int64_t b_stride, int64_t steps, float* acc_out, bool from_zero) {
   using L = typename P::Lanes;
   constexpr int W = L::kWidth;
   typename L::V acc[P::kRows][P::kVecs];
@@ -120,9 +128,15 @@ inline void tile(const float* a_strip, const float* b_panel, int64_t steps, floa
         L::load(acc[i][v], acc_out + i * P::kCols + v * W);
     }
   for (int64_t k = 0; k < steps; ++k) {
+    if constexpr (kInPlace) {
+      constexpr int kLines = (P::kCols * int{sizeof(TB)} + 63) / 64;
+#pragma GCC unroll 4
+      for (int line = 0; line < kLines; ++line)
+        __builtin_prefetch(reinterpret_cast<const char*>(b_panel + k * b_stride) + kPrefetchBytes + 64 * line);
+    }
     typename L::V bv[P::kVecs];
 #pragma GCC unroll 8
-    for (int v = 0; v < P::kVecs; ++v) L::load(bv[v], b_panel + k * P::kCols + v * W);
+    for (int v = 0; v < P::kVecs; ++v) L::load_widened(bv[v], b_panel + k * b_stride + v * W);
 #pragma GCC unroll 32
     for (int i = 0; i < P::kRows; ++i) {
       typename L::V av;
@@ -140,7 +154,8 @@ inline void tile(const float* a_strip, const float* b_panel, int64_t steps, floa
 template <typename L, int Rows, int Cols>
 inline void TilePath<L, Rows, Cols>::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc,
                                               bool from_zero) {
-  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero);
+  const float* a_strip = p.a + (strip * p.K + k0) * Rows;
+  tile<TilePath, false>(a_strip, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, Cols, steps, acc, from_zero);
 }
 
 // Computes work item `item` and stores each of its outputs once, with from_float<T>.
@@ -154,10 +169,10 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
   // The item's accumulators, tile (s, q) at (q * strips + s) * p.slots * R * C, its results first.
   const Scratch acc(strips * panels * p.slots * R * C);
   // At least one block, so that K = 0 stores zeros.
-  const int64_t blocks = std::max<int64_t>(1, (p.K + kDepth - 1) / kDepth);
+  const int64_t blocks = std::max<int64_t>(1, (p.K + p.depth - 1) / p.depth);
   for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t k0 = block * kDepth;
-    const int64_t steps = std::min(kDepth, p.K - k0);
+    const int64_t k0 = block * p.depth;
+    const int64_t steps = std::min(p.depth, p.K - k0);
     // A panel's block stays in the L1 cache while the item's strips pass under it.
     for (int64_t q = 0; q < panels; ++q)
       for (int64_t s = 0; s < strips; ++s) {
@@ -462,12 +477,13 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   // Item sizes depend on the path's tile only.  No tiling choice changes a bit (see the top).
   p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
   p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
-  const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
+  p.depth = kDepth;
   // With the rows of one item's strips (a decode step's few tokens), each panel of B is read by
   // one work item only: the item packs its own panels, into its thread's scratch where they stay
   // in cache, rather than B packed whole first, into memory B's size to fault in and clear (most
   // of a 12-row vocabulary projection's time).  Which memory holds a panel changes no bit.
   const bool items_pack_b = p.strip_items == 1;
+  const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
   // Pairs of k take one float's place per two values of k.
   const int64_t packed_k = pairs ? (K + 1) / 2 : K;
   const Scratch a_packed(p.strips * path.rows * packed_k);

@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "rlk_numerics.h"
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
@@ -51,6 +52,11 @@ struct GenericLanes {
   }
   static void load(V& v, const float* p) { std::memcpy(v.lane, p, sizeof v.lane); }
   static void store(float* p, const V& v) { std::memcpy(p, v.lane, sizeof v.lane); }
+  // kWidth values of a float32 or bfloat16 row as float32 (a bfloat16 widens exactly).
+  static void load_widened(V& v, const float* p) { load(v, p); }
+  static void load_widened(V& v, const bfloat16_t* p) {
+    for (int i = 0; i < kWidth; ++i) v.lane[i] = bf16_bits_to_float(storage_bits(p[i]));
+  }
   static void broadcast(V& v, float x) {
     for (int i = 0; i < kWidth; ++i) v.lane[i] = x;
   }
@@ -86,6 +92,10 @@ struct Avx2Lanes {
   RLK_LANES_AVX2 static void zero(V& v) { v = _mm256_setzero_ps(); }
   RLK_LANES_AVX2 static void load(V& v, const float* p) { v = _mm256_loadu_ps(p); }
   RLK_LANES_AVX2 static void store(float* p, const V& v) { _mm256_storeu_ps(p, v); }
+  RLK_LANES_AVX2 static void load_widened(V& v, const float* p) { load(v, p); }
+  RLK_LANES_AVX2 static void load_widened(V& v, const bfloat16_t* p) {
+    v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  }
   RLK_LANES_AVX2 static void broadcast(V& v, float x) { v = _mm256_set1_ps(x); }
   RLK_LANES_AVX2 static void fma(V& acc, const V& a, const V& b) { acc = _mm256_fmadd_ps(a, b, acc); }
   RLK_LANES_AVX2 static void mul_add(V& acc, const V& a, const V& b) { acc = _mm256_add_ps(acc, _mm256_mul_ps(a, b)); }
@@ -107,6 +117,10 @@ struct Avx512Lanes {
   RLK_LANES_AVX512 static void zero(V& v) { v = _mm512_setzero_ps(); }
   RLK_LANES_AVX512 static void load(V& v, const float* p) { v = _mm512_loadu_ps(p); }
   RLK_LANES_AVX512 static void store(float* p, const V& v) { _mm512_storeu_ps(p, v); }
+  RLK_LANES_AVX512 static void load_widened(V& v, const float* p) { load(v, p); }
+  RLK_LANES_AVX512 static void load_widened(V& v, const bfloat16_t* p) {
+    v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+  }
   RLK_LANES_AVX512 static void broadcast(V& v, float x) { v = _mm512_set1_ps(x); }
   RLK_LANES_AVX512 static void fma(V& acc, const V& a, const V& b) { acc = _mm512_fmadd_ps(a, b, acc); }
   RLK_LANES_AVX512 static void mul_add(V& acc, const V& a, const V& b) { acc = _mm512_add_ps(acc, _mm512_mul_ps(a, b)); }
@@ -227,6 +241,22 @@ RLK_LANES_AVX512 inline void pack_pair_words_16x16(const bfloat16_t* const* rows
 
 RLK_LANES_AVX512 inline void pack_bf16_as_float_16x16(const bfloat16_t* const* rows, __mmask16 lanes, int64_t k0, float* dst, int64_t stride) {
   transpose_words_16x16<WordSource::bf16_widened>(rows, lanes, k0, dst, stride);
+}
+
+// widen_row: count values of one row (float32 or bfloat16, side by side in memory) as float32 at
+// dst, sixteen at a time: a bfloat16 widens exactly (its bits shifted into the high half).
+template <typename T>
+RLK_LANES_AVX512 inline void widen_row(const T* src, int64_t count, float* dst) {
+  static_assert(std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value, "float32 or bfloat16 rows");
+  int64_t i = 0;
+  if constexpr (std::is_same<T, float>::value) {
+    std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));
+    return;
+  } else {
+    for (; i + 16 <= count; i += 16)
+      _mm512_storeu_si512(dst + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))), 16));
+    for (; i < count; ++i) dst[i] = bf16_bits_to_float(storage_bits(src[i]));
+  }
 }
 
 // Columns whose pairs of k lie in two rows (high: k, low: k + 1), sixteen columns side by side:

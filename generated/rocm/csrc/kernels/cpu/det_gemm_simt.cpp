@@ -81,6 +81,7 @@ using Avx512Rows4Path = TilePath<Avx512Lanes, 4, 64>;
 // kStripsPerItem strips times a block of panels, the block sized to about kBlockBytes per
 // k-block.  Only the speed depends on these sizes; a tile's bits never do.
 constexpr int64_t kDepth = 256;
+constexpr int64_t kInPlaceDepth = 8;
 constexpr int64_t kStripsPerItem = 8;
 constexpr int64_t kBlockBytes = 256 * 1024;
 // Products smaller than this many multiply-adds per thread run on fewer threads.
@@ -97,14 +98,25 @@ struct Packed {
   const float* a;     // [strips][K][rows]
   const float* b;     // [panels][K][cols], from panel b_panel0
   int64_t b_panel0;   // 0, or the first panel of a work item that packed its own
+  // B as stored, [K, N], where the tiles of whole panels read it in place (see run), else null;
+  // b_rows_bf16: its values are bfloat16, else float32.
+  const void* b_rows;
+  bool b_rows_bf16;
   const float* bias;  // [N] as float32, or null: added to each accumulator before the store
   int64_t strips, panels, panels_per_item, strip_items;
+  int64_t depth;      // k steps per block: kDepth, or kInPlaceDepth where B is read in place
 };
 
 // One register tile over `steps` values of k: acc[i * kCols + j] (from 0 when from_zero, else
-// from its value) plus a_strip[k * kRows + i] * b_panel[k * kCols + j] for k ascending.
-template <typename P>
-inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero) {
+// from its value) plus a_strip[k * kRows + i] * b_panel[k * b_stride + j] for k ascending.  The
+// panel is packed float32 (b_stride kCols) or B itself (b_stride N; a bfloat16 widens exactly):
+// the same values either way.  In place, rows of B lie N apart, often more than a page, where
+// the CPU's prefetcher does not follow: the tile asks for the row kPrefetchRows ahead itself.
+constexpr int64_t kPrefetchRows = 16;
+constexpr int64_t kPrefetchBytes = 256;
+
+template <typename P, bool kInPlace, typename TB>
+inline void tile(const float* a_strip, const TB* b_panel, int64_t b_stride, int64_t steps, float* acc_out, bool from_zero) {
   using L = typename P::Lanes;
   constexpr int W = L::kWidth;
   typename L::V acc[P::kRows][P::kVecs];
@@ -118,9 +130,15 @@ inline void tile(const float* a_strip, const float* b_panel, int64_t steps, floa
         L::load(acc[i][v], acc_out + i * P::kCols + v * W);
     }
   for (int64_t k = 0; k < steps; ++k) {
+    if constexpr (kInPlace) {
+      constexpr int kLines = (P::kCols * int{sizeof(TB)} + 63) / 64;
+#pragma GCC unroll 4
+      for (int line = 0; line < kLines; ++line)
+        __builtin_prefetch(reinterpret_cast<const char*>(b_panel + k * b_stride) + kPrefetchBytes + 64 * line);
+    }
     typename L::V bv[P::kVecs];
 #pragma GCC unroll 8
-    for (int v = 0; v < P::kVecs; ++v) L::load(bv[v], b_panel + k * P::kCols + v * W);
+    for (int v = 0; v < P::kVecs; ++v) L::load_widened(bv[v], b_panel + k * b_stride + v * W);
 #pragma GCC unroll 32
     for (int i = 0; i < P::kRows; ++i) {
       typename L::V av;
@@ -138,7 +156,16 @@ inline void tile(const float* a_strip, const float* b_panel, int64_t steps, floa
 template <typename L, int Rows, int Cols>
 inline void TilePath<L, Rows, Cols>::run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc,
                                               bool from_zero) {
-  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero);
+  const float* a_strip = p.a + (strip * p.K + k0) * Rows;
+  if (p.b_rows != nullptr && (panel + 1) * Cols <= p.N) {
+    const int64_t at = k0 * p.N + panel * Cols;
+    if (p.b_rows_bf16)
+      tile<TilePath, true>(a_strip, static_cast<const bfloat16_t*>(p.b_rows) + at, p.N, steps, acc, from_zero);
+    else
+      tile<TilePath, true>(a_strip, static_cast<const float*>(p.b_rows) + at, p.N, steps, acc, from_zero);
+    return;
+  }
+  tile<TilePath, false>(a_strip, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, Cols, steps, acc, from_zero);
 }
 
 // Computes work item `item` and stores each of its outputs once, with from_float<T>.
@@ -152,10 +179,10 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
   // The item's accumulators, tile (s, q) at (q * strips + s) * p.slots * R * C, its results first.
   const Scratch acc(strips * panels * p.slots * R * C);
   // At least one block, so that K = 0 stores zeros.
-  const int64_t blocks = std::max<int64_t>(1, (p.K + kDepth - 1) / kDepth);
+  const int64_t blocks = std::max<int64_t>(1, (p.K + p.depth - 1) / p.depth);
   for (int64_t block = 0; block < blocks; ++block) {
-    const int64_t k0 = block * kDepth;
-    const int64_t steps = std::min(kDepth, p.K - k0);
+    const int64_t k0 = block * p.depth;
+    const int64_t steps = std::min(p.depth, p.K - k0);
     // A panel's block stays in the L1 cache while the item's strips pass under it.
     for (int64_t q = 0; q < panels; ++q)
       for (int64_t s = 0; s < strips; ++s) {
@@ -326,40 +353,62 @@ void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* 
   }
 }
 
-// Rows [k0, k0 + kPackRows) of B, stored [K, N], into every panel (panel q at dst + q * K * cols)
-// as float32, zeros past N.
-constexpr int64_t kPackRows = 16;
-
+// Columns [n0, n0 + count) of row k of B as float32 at out: float32 and bfloat16 rows sixteen
+// values at a time where `avx512` (the call's code path runs AVX-512), the scalar loop's values.
 template <typename T>
-void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t item, float* dst, bool) {
-  const int64_t panels = (N + cols - 1) / cols;
-  const int64_t k0 = item * kPackRows;
-  for (int64_t k = k0; k < std::min(K, k0 + kPackRows); ++k)
-    for (int64_t q = 0; q < panels; ++q) {
-      float* out = dst + (q * K + k) * cols;
-      const int64_t n0 = q * cols;
-      const int64_t inside = std::min<int64_t>(cols, N - n0);
-      for (int64_t n = n0; n < n0 + inside; ++n) out[n - n0] = to_float(b[b_index(k, n, K, N)]);
-      for (int64_t j = inside; j < cols; ++j) out[j] = 0.0f;
+inline void pack_b_row(const T* b, int64_t k, int64_t N, int64_t n0, int64_t count, float* out, bool avx512) {
+  (void)avx512;
+#ifdef RLK_HOST_X86_LANES
+  if constexpr (std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value) {
+    if (avx512) {
+      widen_row(b + b_index(k, n0, 0, N), count, out);
+      return;
     }
+  }
+#endif
+  for (int64_t n = n0; n < n0 + count; ++n) out[n - n0] = to_float(b[b_index(k, n, 0, N)]);
 }
 
-// Panel q of B, stored [K, N], alone: columns [q*cols, q*cols + cols) as float32, k-major,
-// zeros past N (the values pack_b gives it).
+// Panels of B per packing work item: each row of k is read kPackPanels panels wide at a time.
+constexpr int64_t kPackPanels = 8;
+
+// Panels [item * kPackPanels, ...) of B, stored [K, N], into dst (panel q at dst + q * K * cols):
+// columns [q*cols, q*cols + cols) as float32, k-major, zeros past N.  Rows of B lie N apart, often
+// more than a page, where the CPU's prefetcher does not follow: the row kPrefetchRows ahead is
+// asked for.
 template <typename T>
-void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, bool) {
+void pack_b(const T* b, int64_t K, int64_t N, int cols, int64_t item, float* dst, bool avx512) {
+  const int64_t panels = (N + cols - 1) / cols;
+  const int64_t q0 = item * kPackPanels, q1 = std::min(panels, q0 + kPackPanels);
+  const int64_t n0 = q0 * cols, width = std::min(N, q1 * cols) - n0;
+  for (int64_t k = 0; k < K; ++k) {
+    if (k + kPrefetchRows < K)
+      for (int64_t byte = 0; byte < width * int64_t{sizeof(T)}; byte += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(b + b_index(k + kPrefetchRows, n0, 0, N)) + byte);
+    for (int64_t q = q0; q < q1; ++q) {
+      float* out = dst + (q * K + k) * cols;
+      const int64_t inside = std::min<int64_t>(cols, N - q * cols);
+      pack_b_row(b, k, N, q * cols, inside, out, avx512);
+      for (int64_t j = inside; j < cols; ++j) out[j] = 0.0f;
+    }
+  }
+}
+
+// Panel q of B, stored [K, N], alone (the values pack_b gives it).
+template <typename T>
+void pack_b_panel(const T* b, int64_t K, int64_t N, int cols, int64_t q, float* dst, bool avx512) {
   const int64_t n0 = q * cols;
   const int64_t inside = std::min<int64_t>(cols, N - n0);
   for (int64_t k = 0; k < K; ++k) {
-    for (int64_t n = n0; n < n0 + inside; ++n) dst[k * cols + n - n0] = to_float(b[b_index(k, n, K, N)]);
+    pack_b_row(b, k, N, n0, inside, dst + k * cols, avx512);
     for (int64_t j = inside; j < cols; ++j) dst[k * cols + j] = 0.0f;
   }
 }
 
-// Work items of B's packing: blocks of kPackRows rows of k.
+// Work items of B's packing: kPackPanels panels each.
 inline int64_t b_pack_items(int64_t K, int64_t panels) {
-  (void)panels;
-  return (K + kPackRows - 1) / kPackRows;
+  (void)K;
+  return (panels + kPackPanels - 1) / kPackPanels;
 }
 
 #ifdef RLK_HOST_X86_LANES
@@ -447,12 +496,22 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   // Item sizes depend on the path's tile only.  No tiling choice changes a bit (see the top).
   p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
   p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
-  const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
+  p.depth = kDepth;
   // With the rows of one item's strips (a decode step's few tokens), each panel of B is read by
   // one work item only: the item packs its own panels, into its thread's scratch where they stay
   // in cache, rather than B packed whole first, into memory B's size to fault in and clear (most
   // of a 12-row vocabulary projection's time).  Which memory holds a panel changes no bit.
   const bool items_pack_b = p.strip_items == 1;
+  // There, B stored [K, N] in float32 or bfloat16 is read in place by the tiles of whole panels
+  // (one cache line or two per k), not packed at all: a few rows' product is mostly packing.
+  p.b_rows = nullptr;
+  p.b_rows_bf16 = std::is_same<T, bfloat16_t>::value;
+  if (items_pack_b && !pairs && (std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value)) p.b_rows = b;
+  if (p.b_rows != nullptr) {
+    p.depth = kInPlaceDepth;
+    p.panels_per_item = std::max<int64_t>(1, (p.panels + threads - 1) / threads);
+  }
+  const int64_t panel_items = (p.panels + p.panels_per_item - 1) / p.panels_per_item;
   // Pairs of k take one float's place per two values of k.
   const int64_t packed_k = pairs ? (K + 1) / 2 : K;
   const Scratch a_packed(p.strips * path.rows * packed_k);
@@ -491,6 +550,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
       const Scratch item_b_panels(count * path.cols * packed_k);
       for (int64_t q = own.b_panel0; q < own.b_panel0 + count; ++q) {
         float* dst = item_b_panels.data() + (q - own.b_panel0) * packed_k * path.cols;
+        if (p.b_rows != nullptr && (q + 1) * path.cols <= N) continue;  // read in place
 #ifdef RLK_HOST_X86_LANES
         if (pairs) {
           pack_b_pairs(b, K, N, path.cols, q, dst);
