@@ -52,14 +52,14 @@ BLOCK = 16  # KV cache block size: prompts above it fill blocks the prefix cache
 ENGINE_THREADS = (1, 2)  # every engine runs every case on one thread, then on two
 
 
-def make_model(family: str, dtype: str, folder: Path) -> Path:
+def make_model(family: str, dtype: str, folder: Path, seed: int = 0) -> Path:
     if family == "qwen2":
         config, cls = transformers.Qwen2Config(**SIZES), transformers.Qwen2ForCausalLM  # q/k/v biases, untied head
     else:
         config, cls = transformers.LlamaConfig(**SIZES, tie_word_embeddings=True), transformers.LlamaForCausalLM
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = cls(config).to(getattr(torch, dtype)).eval()
-    path = folder / f"{family}-{dtype}"
+    path = folder / f"{family}-{dtype}" if seed == 0 else folder / f"{family}-{dtype}-seed{seed}"
     model.save_pretrained(path)
     return path
 
@@ -162,11 +162,29 @@ def models(tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def engines(package, models, tmp_path_factory) -> dict:
+def updates(tmp_path_factory) -> dict:
+    """(family, dtype) -> the folder of the same model with other weights (another seed)."""
+    folder = tmp_path_factory.mktemp("vllm-updates")
+    return {(family, dtype): make_model(family, dtype, folder, seed=1) for family in FAMILIES for dtype in DTYPES}
+
+
+UPDATED = "1t/updated/greedy/batch"
+"""The run, last on each engine, that first loads the update's weights into it."""
+
+
+@pytest.fixture(scope="module")
+def engines(package, models, updates, tmp_path_factory) -> dict:
     """(family, dtype) -> (model folder, the engine's results): one engine each, all in one worker
-    process, one after another, with the plugin on."""
+    process, one after another, with the plugin on.  Last, each engine loads the weights of
+    ``updates`` and runs UPDATED."""
     keys = list(models)
-    result = run_worker([engine_spec(models[k], k[1], runs(), True) for k in keys], tmp_path_factory.mktemp("job"), True, package)
+    ps = prompts()
+    jobs = []
+    for k in keys:
+        update = {"name": UPDATED, "prompts": [ps[i] for i in CASES["greedy"]["order"]], "temperature": 0.0, "max_tokens": MAX_TOKENS,
+                  "reset_prefix_cache": True, "prompt_logprobs": True, "threads": 1, "load_weights": str(updates[k])}
+        jobs.append(engine_spec(models[k], k[1], [*runs(), update], True))
+    result = run_worker(jobs, tmp_path_factory.mktemp("job"), True, package)
     return {k: (models[k], engine) for k, engine in zip(keys, result["engines"])}
 
 
@@ -205,7 +223,13 @@ def trainer_bits(model_dir: Path, dtype: str, outputs: list[dict], threads: int)
 
 
 def compare(model_dir: Path, dtype: str, result: dict, threads: int) -> tuple[int, int, list[str]]:
-    outputs = [(run["name"], out) for run in result["runs"] for out in run["outputs"]]
+    """How many of ``result``'s sequences (every run's but UPDATED) have the trainer's bits on
+    ``model_dir``, of how many, and how the others differ."""
+    outputs = [(run["name"], out) for run in result["runs"] for out in run["outputs"] if run["name"] != UPDATED]
+    return compare_outputs(model_dir, dtype, outputs, threads)
+
+
+def compare_outputs(model_dir: Path, dtype: str, outputs: list[tuple[str, dict]], threads: int) -> tuple[int, int, list[str]]:
     want = trainer_bits(model_dir, dtype, [o for _, o in outputs], threads)
     equal, failures = 0, []
     for (name, out), (prompt_bits, sampled_bits) in zip(outputs, want):
@@ -242,6 +266,22 @@ def test_vllm_reports_the_trainers_log_probs_bit_for_bit(engines, family, dtype)
             alone = by_name[f"{mode}/alone/{i}/nocache"][0]["completion"]
             for cache in ("nocache", "cache"):
                 assert by_name[f"{mode}/batch/{cache}"][place]["completion"] == alone, (mode, cache, i)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_weights_loaded_into_a_running_engine_are_the_ones_it_uses(engines, updates, family, dtype):
+    """TRL's colocated trainer loads its new weights into the engine between steps (the model's
+    load_weights).  The plugin keeps each weight once, in the parameter vLLM's loaders write (a
+    bias-free layer's stored K-major, rlkernels.vllm.store_k_major), never a copy that could go
+    stale: after the load, the engine reports the log-probs of the updated model, not the old one."""
+    model, result = engines[(family, dtype)]
+    (run,) = [run for run in result["runs"] if run["name"] == UPDATED]
+    outputs = [(UPDATED, out) for out in run["outputs"]]
+    equal, total, failures = compare_outputs(updates[(family, dtype)], dtype, outputs, 1)
+    assert not failures, f"{family} {dtype}: {total - equal} of {total} differ from the updated model's trainer:\n" + "\n".join(failures)
+    old_equal, _, _ = compare_outputs(model, dtype, outputs, 1)
+    assert old_equal == 0, "the updated weights changed no log-prob: the comparison cannot tell the models apart"
 
 
 def test_stock_vllm_fails_the_same_comparison(stock):

@@ -7,9 +7,11 @@ own, as a user's rollout script runs.
 JOB: {"engines": [ENGINE, ...]}.  ENGINE: {"model": dir, "dtype": "float32" | "bfloat16",
 "threads": int, "engine": {extra vllm.LLM arguments}, "runs": [RUN, ...], "fails": bool}.  RUN:
 {"name": str, "prompts": [[ids]], "temperature": float, "seeds": [int] | null, "max_tokens": int,
-"reset_prefix_cache": bool, "logprobs": bool, "prompt_logprobs": bool, "threads": int} (the log-probs of the sampled
-tokens and of the prompt's, both by default; vLLM reads no prefix cache for a request that asks for
-the prompt's).  RESULT: per engine, its start-up time and per run,
+"reset_prefix_cache": bool, "logprobs": bool, "prompt_logprobs": bool, "threads": int, "load_weights": dir} (the
+log-probs of the sampled tokens and of the prompt's, both by default; vLLM reads no prefix cache for
+a request that asks for the prompt's; "load_weights": first load that model folder's weights into
+the running engine, as TRL's colocated trainer does between steps, through the model's
+load_weights, and reset the prefix cache).  RESULT: per engine, its start-up time and per run,
 per prompt, the prompt and completion ids, the float32 bits of the log-prob vLLM reports for every
 prompt token (after the first) and every sampled token, and how many prompt tokens came from the
 prefix cache, and the threads the run had; an engine with "fails" must not start, and its error is recorded instead.  With
@@ -82,6 +84,8 @@ def rollout(llm: Any, run: dict[str, Any]) -> dict[str, Any]:
     ]
     if run.get("threads") and _in_process():
         _set_num_threads(int(run["threads"]))
+    if run.get("load_weights"):
+        load_weights(llm, run["load_weights"])
     if run.get("reset_prefix_cache"):
         llm.reset_prefix_cache()
     t0 = time.perf_counter()
@@ -102,6 +106,19 @@ def rollout(llm: Any, run: dict[str, Any]) -> dict[str, Any]:
             }
         )
     return {"name": run["name"], "seconds": seconds, "threads": torch.get_num_threads(), "outputs": results}
+
+
+def load_weights(llm: Any, folder: str) -> None:
+    """The weights of the model saved in ``folder``, loaded into the running engine the way TRL's
+    colocated GRPO trainer syncs its weights (the model's load_weights, in this process: the uni
+    executor); the prefix cache holds keys of the old weights, so it is reset."""
+    from safetensors.torch import load_file
+
+    if not _in_process():
+        raise SystemExit("vllm_worker: load_weights needs the engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+    state = load_file(os.path.join(folder, "model.safetensors"))
+    llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(iter(state.items()))
+    llm.reset_prefix_cache()
 
 
 def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
