@@ -284,6 +284,40 @@ def test_weights_loaded_into_a_running_engine_are_the_ones_it_uses(engines, upda
     assert old_equal == 0, "the updated weights changed no log-prob: the comparison cannot tell the models apart"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_weights_stored_k_major_give_det_linears_bits(package, dtype):
+    """The plugin's layouts (store_k_major, and store_k_major_with_bias: the bias as row K, added by
+    det_gemm's last step fma(1, b, acc)) give det_linear's bits on the weight as loaded, for a
+    decode step's rows (the weight read in place) and a prefill's (packed), with signed zeros and
+    an infinity among the biases and spread magnitudes among the inputs."""
+    import rlkernels
+    import rlkernels.vllm as rlkv
+
+    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[dtype]
+    g = torch.Generator().manual_seed(3)
+    for m, k, n in ((1, 64, 96), (8, 130, 70), (100, 33, 130), (3, 7, 5)):
+        x = (torch.randn(m, k, generator=g) * torch.exp2(torch.randint(-8, 9, (m, k), generator=g).float())).to(dtype)
+        for with_bias in (False, True):
+            weight = torch.nn.Parameter((torch.randn(n, k, generator=g) * 0.1).to(dtype), requires_grad=False)
+            bias = None
+            if with_bias:
+                bias = torch.nn.Parameter((torch.randn(n, generator=g) * 4).to(dtype), requires_grad=False)
+                bias.data[:3] = torch.tensor([0.0, -0.0, float("inf")], dtype=dtype)
+            want = rlkernels.det_linear(x, weight.detach().clone(), None if bias is None else bias.detach().clone())
+            if bias is None:
+                rlkv.store_k_major(weight)
+            else:
+                rlkv.store_k_major_with_bias(weight, bias)
+                assert rlkv.bias_follows(weight, bias)
+            assert rlkv.stored_k_major(weight) and not weight.is_contiguous()
+            got = rlkv.linear(x, weight, bias)
+            assert torch.equal(got.view(bits), want.view(bits)), (dtype, m, k, n, with_bias)
+        head = torch.nn.Parameter((torch.randn(n, k, generator=g) * 0.1).to(dtype), requires_grad=False)
+        want = rlkernels.det_linear(x, head.detach()[: n - 2].clone(), None, out_fp32=True)
+        rlkv.store_k_major(head)
+        assert torch.equal(rlkv.logits(x, head, n - 2).view(torch.int32), want.view(torch.int32)), (dtype, m, k, n)
+
+
 def test_stock_vllm_fails_the_same_comparison(stock):
     """The negative control: RLKERNELS_VLLM unset, the same engine settings (blocks of 32), vLLM's own kernels."""
     model, result = stock

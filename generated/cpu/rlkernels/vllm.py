@@ -104,14 +104,45 @@ def store_k_major(weight: torch.Tensor) -> None:
         weight.data = weight.data.t().contiguous().t()
 
 
+def store_k_major_with_bias(weight: torch.Tensor, bias: torch.Tensor) -> None:
+    """``store_k_major`` for a layer with a bias: the weight [N, K] and the bias [N] become views of
+    one [K + 1, N] tensor, the weight's transpose and then the bias as row K (``bias_follows``).
+    Both parameters keep their shapes and values, and the loaders write them in place."""
+    if weight.dim() != 2 or bias.shape != weight.shape[:1] or bias_follows(weight, bias):
+        return
+    n, k = weight.shape
+    joined = torch.empty(k + 1, n, dtype=weight.dtype, device=weight.device)
+    joined[:k].copy_(weight.data.t())
+    joined[k].copy_(bias.data)
+    weight.data, bias.data = joined[:k].t(), joined[k]
+
+
+def bias_follows(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether ``weight`` is stored K-major and ``bias`` is the row after its last (see
+    ``store_k_major_with_bias``)."""
+    if bias is None or not stored_k_major(weight) or bias.dim() != 1 or bias.stride(0) != 1 or bias.dtype != weight.dtype:
+        return False
+    n, k = weight.shape
+    return bias.shape[0] == n and bias.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr() and (
+        bias.storage_offset() == weight.storage_offset() + k * n
+    )
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """A linear layer, ``det_linear`` (a merged QKV or gate/up weight gives each column the bits of
     its own projection: every output column is one dot product in the same order).  A weight
-    stored K-major (``store_k_major``, a layer without a bias) runs ``det_gemm`` on its transpose,
-    which the catalog's contract makes det_gemm_nt's bits."""
+    stored K-major (``store_k_major``) runs ``det_gemm`` on its transpose, which the catalog's
+    contract makes det_gemm_nt's bits.  With its bias as the row after it
+    (``store_k_major_with_bias``), ``det_gemm`` runs on [x, 1] and that [K + 1, N] tensor: its
+    last step, fma(1, b, acc), is acc + b rounded once, det_linear's float32 bias add."""
+    rows = x.reshape(-1, x.shape[-1])
+    n, k = weight.shape
     if bias is None and stored_k_major(weight):
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
-        return _kernel(OPS["det_gemm"], x.device)(rows, weight.t(), False).view(*x.shape[:-1], weight.shape[0])
+        return _kernel(OPS["det_gemm"], x.device)(rows.contiguous(), weight.t(), False).view(*x.shape[:-1], n)
+    if bias_follows(weight, bias):
+        ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
+        joined = torch.as_strided(weight, (k + 1, n), (n, 1), weight.storage_offset())
+        return _kernel(OPS["det_gemm"], x.device)(torch.cat([rows, ones], dim=1), joined, False).view(*x.shape[:-1], n)
     return _kernel(OPS["det_gemm_nt"], x.device)(x.contiguous(), weight.contiguous(), bias, False)
 
 
@@ -369,11 +400,13 @@ def _install() -> None:
     class _LinearMethod(vllm_linear.UnquantizedLinearMethod):
         def process_weights_after_loading(self, layer: Any) -> None:
             # Called again after a reload (vLLM's reload_weights); loading through the weight
-            # loaders keeps the layout.  A layer with a bias keeps [N, K] for det_gemm_nt's bias.
-            if getattr(layer, "bias", None) is None:
+            # loaders keeps the layout.  A bias that vLLM adds outside the layer (skip_bias_add)
+            # is not the layer's: its weight is stored alone.
+            bias = getattr(layer, "bias", None)
+            if bias is None or getattr(layer, "skip_bias_add", False):
                 store_k_major(layer.weight)
             else:
-                layer.weight.data = layer.weight.data.contiguous()
+                store_k_major_with_bias(layer.weight, bias)
 
         def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
             return linear(x, layer.weight, bias)
