@@ -83,7 +83,11 @@ using Avx512Rows4Path = TilePath<Avx512Lanes, 4, 64>;
 // kStripsPerItem strips times a block of panels, the block sized to about kBlockBytes per
 // k-block.  Only the speed depends on these sizes; a tile's bits never do.
 constexpr int64_t kDepth = 256;
+// Where the tiles read B in place (products of at most kInPlaceStrips strips, see run), a k-block
+// is kInPlaceDepth steps and a work item a thread's share of the panels: each row of B is then
+// read panel after panel, in the order it is stored, which the CPU's prefetcher follows.
 constexpr int64_t kInPlaceDepth = 8;
+constexpr int64_t kInPlaceStrips = 2;
 constexpr int64_t kStripsPerItem = 8;
 constexpr int64_t kBlockBytes = 256 * 1024;
 // Products smaller than this many multiply-adds per thread run on fewer threads.

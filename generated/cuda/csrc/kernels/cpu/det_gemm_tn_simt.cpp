@@ -81,7 +81,11 @@ using Avx512Rows4Path = TilePath<Avx512Lanes, 4, 64>;
 // kStripsPerItem strips times a block of panels, the block sized to about kBlockBytes per
 // k-block.  Only the speed depends on these sizes; a tile's bits never do.
 constexpr int64_t kDepth = 256;
+// Where the tiles read B in place (products of at most kInPlaceStrips strips, see run), a k-block
+// is kInPlaceDepth steps and a work item a thread's share of the panels: each row of B is then
+// read panel after panel, in the order it is stored, which the CPU's prefetcher follows.
 constexpr int64_t kInPlaceDepth = 8;
+constexpr int64_t kInPlaceStrips = 2;
 constexpr int64_t kStripsPerItem = 8;
 constexpr int64_t kBlockBytes = 256 * 1024;
 // Products smaller than this many multiply-adds per thread run on fewer threads.
@@ -457,11 +461,12 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   // in cache, rather than B packed whole first, into memory B's size to fault in and clear (most
   // of a 12-row vocabulary projection's time).  Which memory holds a panel changes no bit.
   const bool items_pack_b = p.strip_items == 1;
-  // There, B stored [K, N] in float32 or bfloat16 is read in place by the tiles of whole panels
-  // (one cache line or two per k), not packed at all: a few rows' product is mostly packing.
+  // There, with at most kInPlaceStrips strips (a decode step's rows), B stored [K, N] in float32 or
+  // bfloat16 is read in place by the tiles of whole panels (one cache line or two per k), not
+  // packed at all: such a product is mostly reading B.  More strips would each widen it again.
   p.b_rows = nullptr;
   p.b_rows_bf16 = std::is_same<T, bfloat16_t>::value;
-  if (items_pack_b && !pairs && (std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value)) p.b_rows = b;
+  if (items_pack_b && p.strips <= kInPlaceStrips && !pairs && (std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value)) p.b_rows = b;
   if (p.b_rows != nullptr) {
     p.depth = kInPlaceDepth;
     p.panels_per_item = std::max<int64_t>(1, (p.panels + threads - 1) / threads);
