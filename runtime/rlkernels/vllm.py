@@ -14,7 +14,9 @@ embedding ``embedding``, RMS norm (with vLLM's fused residual add, the add in th
 ``rms_norm``, the gated MLP ``swiglu``, RoPE ``rope``, attention over vLLM's paged KV cache, the LM
 head ``det_linear`` in float32 and the sampler's log-probs ``z - lse`` with ``linear_logp``'s
 logsumexp.  The log-prob vLLM reports for a sampled or a prompt token is then
-``rlkernels.transformers.token_logprobs`` of the patched transformers model, bit for bit.
+``rlkernels.transformers.token_logprobs`` of the patched transformers model, bit for bit.  The
+linear layers' and the LM head's weights are kept K-major (``store_k_major``), one copy each, in the
+parameters vLLM's loaders write: ``det_gemm`` reads them in place in a decode step.
 
 Anything it cannot route -- another vLLM version than ``SUPPORTED_VLLM``, another model family,
 quantised weights, LoRA, tensor or pipeline parallelism, speculative decoding, a scaled RoPE, an
