@@ -68,21 +68,22 @@ def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 GEMM_SUMS_K_BACKWARDS_ABOVE_200_ROWS = [
     (
-        "inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero) {",
-        "inline void tile(const float* a_strip, const float* b_panel, int64_t steps, float* acc_out, bool from_zero, bool descending) {",
+        "inline void tile(const float* a_strip, const TB* b_panel, int64_t b_stride, int64_t steps, float* acc_out, bool from_zero) {",
+        "inline void tile(const float* a_strip, const TB* b_panel, int64_t b_stride, int64_t steps, float* acc_out, bool from_zero,"
+        " bool descending = false) {",
     ),
     (
         """\
   for (int64_t k = 0; k < steps; ++k) {
-    typename L::V bv[P::kVecs];""",
+    if constexpr (kInPlace) {""",
         """\
   for (int64_t step = 0; step < steps; ++step) {
     const int64_t k = descending ? steps - 1 - step : step;  // MUTANT
-    typename L::V bv[P::kVecs];""",
+    if constexpr (kInPlace) {""",
     ),
     (
-        "  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero);",
-        "  tile<TilePath>(p.a + (strip * p.K + k0) * Rows, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, steps, acc, from_zero, /* MUTANT */ p.M > 200);",
+        "  tile<TilePath, false>(a_strip, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, Cols, steps, acc, from_zero);",
+        "  tile<TilePath, false>(a_strip, p.b + ((panel - p.b_panel0) * p.K + k0) * Cols, Cols, steps, acc, from_zero, /* MUTANT */ p.M > 200);",
     ),
 ]
 
