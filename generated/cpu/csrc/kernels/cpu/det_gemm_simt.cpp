@@ -28,7 +28,9 @@ namespace {
 // C is [M, N].  The layout changes only where an element is read, never the order of the sum.
 // Host kernel.  Both operands are converted to float32 (exactly) and packed: A into strips of
 // kRows rows, B into panels of kCols columns, both k-major so the tile loop reads them in order
-// (A first; B first too, or, where one work item takes every row, by each item for its panels).
+// (A first; B first too, or, where one work item takes every row, by each item for its panels;
+// or, for a product of a few rows with B stored [K, N], not at all: its whole panels are read in
+// place, widened as packing widens them).
 // A register tile holds kRows x kCols accumulators; for each k in ascending order it broadcasts
 // a[m,k], loads b[k, n..n+kCols) and adds each product to its accumulator lane by lane,
 // one fused multiply-add per lane.  Vector lanes only hold
