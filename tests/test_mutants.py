@@ -69,8 +69,10 @@ def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 GEMM_SUMS_K_BACKWARDS_ABOVE_200_ROWS = [
     (
         "inline void tile(const float* a_strip, const TB* b_panel, int64_t b_stride, int64_t steps, float* acc_out, bool from_zero) {",
-        "inline void tile(const float* a_strip, const TB* b_panel, int64_t b_stride, int64_t steps, float* acc_out, bool from_zero,"
-        " bool descending = false) {",
+        (
+            "inline void tile(const float* a_strip, const TB* b_panel, int64_t b_stride, int64_t steps, float* acc_out, bool from_zero,"
+            " bool descending = false) {"
+        ),
     ),
     (
         """\
