@@ -133,3 +133,39 @@ def test_type_errors_name_the_argument_before_anything_else_runs():
         """
     )
     assert out.splitlines() == ["logp: argument 'ids' must be a torch.Tensor, got list", "rms_norm: attribute 'eps' must be a float, got str '1'"]
+
+
+def test_the_vocabulary_parallel_sums_are_the_orders_they_name():
+    """rlkernels.distributed's vectorised steps against their definitions, bitwise: _midsplit_sum is
+    _pairwise over its rows (every count up to 70; magnitudes 60 decades apart, signed zeros,
+    infinities and NaNs with payloads), and _exp_leaves is exp(z - shift) of each leaf alone, in
+    pieces of BLOCK elements (a leaf of 600 rows takes two)."""
+    out = in_package(
+        """
+        import torch
+        import rlkernels.distributed as d
+
+        def same(a, b):
+            return torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+
+        g = torch.Generator().manual_seed(0)
+        wrong = []
+        for count in range(1, 71):
+            values = torch.randn(count, 6, generator=g) * torch.logspace(-30, 30, 6)
+            values[count // 2, 0] = -0.0
+            values[count // 3, 1] = float("inf")
+            values[(2 * count) // 3, 2] = -float("inf")
+            values[count - 1, 3] = torch.tensor(0x7FC01234, dtype=torch.int32).view(torch.float32)
+            values[0, 4] = torch.tensor(-0x12345, dtype=torch.int32).view(torch.float32)  # a NaN, sign set
+            if not same(d._midsplit_sum(values), d._pairwise(list(values))):
+                wrong.append(f"midsplit {count}")
+        for rows in (3, 600):
+            z = torch.randn(rows, 5 * d.VOCAB_LEAF, generator=g) * 40
+            shift = z.amax(dim=1)
+            leaves = [d._blocked(torch.exp, z[:, i : i + d.VOCAB_LEAF] - shift.unsqueeze(1)) for i in range(0, z.shape[1], d.VOCAB_LEAF)]
+            if not same(d._exp_leaves(z, shift).reshape(z.shape), torch.cat(leaves, dim=1)):
+                wrong.append(f"exp {rows}")
+        print(wrong)
+        """
+    )
+    assert out.strip() == "[]"

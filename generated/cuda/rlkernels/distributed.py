@@ -33,6 +33,7 @@ naming the argument and what each rank holds, or none does.  ``CHECK`` (or ``che
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -476,20 +477,66 @@ def _blocked(fn: Any, x: torch.Tensor) -> torch.Tensor:
 
 
 def _exp_leaves(z: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """exp(z - shift) over [N, L * VOCAB_LEAF], one leaf's [N, VOCAB_LEAF] at a time: the same calls
-    on the same values whatever the number of ranks."""
-    column = shift.unsqueeze(1)
-    return torch.cat([_blocked(torch.exp, z[:, i : i + VOCAB_LEAF] - column) for i in range(0, z.shape[1], VOCAB_LEAF)], dim=1)
+    """exp(z - shift) of [N, L * VOCAB_LEAF] as a [N, L, VOCAB_LEAF] view: one call of exp per leaf's
+    [N, VOCAB_LEAF] (row-major, in blocks of BLOCK elements), the same calls on the same values
+    whatever the number of ranks.  The subtraction is one IEEE operation per element, the same bits
+    in any layout: it runs once over the part, into the leaf-major layout in which each leaf is one
+    contiguous block, and exp then runs on each block in place."""
+    rows, width = z.shape
+    leaves = width // VOCAB_LEAF
+    e = torch.empty(leaves, rows, VOCAB_LEAF, dtype=z.dtype, device=z.device)
+    torch.sub(z.view(rows, leaves, VOCAB_LEAF).transpose(0, 1), shift.view(1, rows, 1), out=e)
+    for leaf in e:
+        if leaf.numel() <= BLOCK:
+            leaf.exp_()
+        else:
+            for block in leaf.view(-1).split(BLOCK):
+                block.exp_()
+    return e.transpose(0, 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _midsplit_levels(count: int) -> tuple[tuple[int, list[int], list[int] | None], ...]:
+    """The mid-split tree over ``count`` values ([lo, hi) splits at lo + (hi - lo) // 2), level by
+    level from the root: per level, how many of its nodes are inner (their children, in order, make
+    the next level), the indices of the values its single-value nodes hold, and the order that puts
+    [inner nodes' sums, single values] back left to right (None when the level is all inner)."""
+    levels = []
+    nodes = [(0, count)]
+    while nodes:
+        inner = [(lo, hi) for lo, hi in nodes if hi - lo > 1]
+        singles = [lo for lo, hi in nodes if hi - lo == 1]
+        order = None
+        if singles and inner:
+            inner_at, single_at = iter(range(len(inner))), iter(range(len(inner), len(nodes)))
+            order = [next(inner_at) if hi - lo > 1 else next(single_at) for lo, hi in nodes]
+        levels.append((len(inner), singles, order))
+        nodes = [half for lo, hi in inner for half in ((lo, lo + (hi - lo) // 2), (lo + (hi - lo) // 2, hi))]
+    return tuple(levels)
+
+
+def _midsplit_sum(values: torch.Tensor) -> torch.Tensor:
+    """The sum over dim 0 of ``values`` [count, ...] by the mid-split tree, every add elementwise in
+    ``values``' dtype: _pairwise over its rows, one add per level of the tree rather than per node."""
+    below: torch.Tensor | None = None
+    for inner, singles, order in reversed(_midsplit_levels(values.shape[0])):
+        parts = [] if below is None else [below[0::2] + below[1::2]]
+        if singles:
+            parts.append(values[singles[0] : singles[-1] + 1] if singles == list(range(singles[0], singles[-1] + 1)) else values[singles])
+        level = parts[0] if len(parts) == 1 else torch.cat(parts)
+        below = level if order is None else level[order]
+        assert below.shape[0] == inner + len(singles)
+    assert below is not None and below.shape[0] == 1
+    return below[0]
 
 
 def _leaf_tree(values: torch.Tensor) -> torch.Tensor:
-    """Per row, the sum of [N, L * VOCAB_LEAF]: each leaf by a balanced pairwise tree of its
+    """Per row, the sum of [N, L * VOCAB_LEAF] (or [N, L, VOCAB_LEAF]): each leaf by a balanced pairwise tree of its
     entries, then the L leaves by mid-split, all float32 adds."""
-    rows = values.shape[0]
-    leaves = values.reshape(rows, -1, VOCAB_LEAF)
+    leaves = values.reshape(values.shape[0], -1, VOCAB_LEAF)
     while leaves.shape[2] > 1:
         leaves = leaves[:, :, 0::2] + leaves[:, :, 1::2]
-    return _pairwise([leaves[:, i, 0] for i in range(leaves.shape[1])])
+    return _midsplit_sum(leaves[:, :, 0].t())
 
 
 class _VocabParallelLogp(torch.autograd.Function):
@@ -504,8 +551,8 @@ class _VocabParallelLogp(torch.autograd.Function):
         m = maxima.amax(dim=0)
         m = torch.where(maxima.isnan().any(dim=0), torch.full_like(m, float("nan")), m)
         shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-        e = _exp_leaves(z, shift)
-        sums = torch.stack([_leaf_tree(e), _leaf_tree(e * z)], dim=0)  # [2, N]
+        e = _exp_leaves(z, shift)  # [N, L, VOCAB_LEAF]
+        sums = torch.stack([_leaf_tree(e), _leaf_tree(e * z.view(e.shape))], dim=0)  # [2, N]
         if reduce == "all_reduce":
             total = _combine(sums, group, "all_reduce")
         else:
@@ -534,7 +581,7 @@ class _VocabParallelLogp(torch.autograd.Function):
         h, weight, ids, lse, entropy = ctx.saved_tensors
         part = weight.shape[0]
         z = _ops.det_linear(h, weight, None, out_fp32=True)
-        p = _exp_leaves(z, lse)
+        p = _exp_leaves(z, lse).reshape(z.shape)
         grad_z = torch.zeros_like(z)
         if grad_lp is not None:
             local = (ids >= ctx.start) & (ids < ctx.start + part)
