@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the aten mode tests need torch (make test installs it)")
 import torch.nn.functional as F
 
+from bitwise import bits
 from package_build import import_built
 
 pytestmark = pytest.mark.slow
@@ -35,11 +36,6 @@ def aten(rlkernels) -> Iterator[object]:
     yield module
     module.disable()
     torch.compiler.reset()
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().contiguous()
-    return t.view({torch.float64: torch.int64, torch.float32: torch.int32}.get(t.dtype, torch.int16))
 
 
 class MLP(torch.nn.Module):

@@ -31,12 +31,12 @@ hypothesis = pytest.importorskip("hypothesis", reason="the K-tree's property tes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bitwise import bits, same_bits
 from package_build import import_built
 
 pytestmark = pytest.mark.slow
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-BITS = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
 # (M, K, N): none a multiple of the register tile (12, 8, 6, 4 or 3 rows x 16, 32 or 64 columns),
 # plus K = 0, K = 1, M = 1, N = 1, the few-row tiles with K and N past the sixteen-value packing
@@ -129,10 +129,6 @@ def emulate_column_sum(x: torch.Tensor, reverse: bool = False) -> torch.Tensor:
     for m in range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0]):
         acc = acc + x32[m]  # float32 sum, rounded
     return torch.from_numpy(acc).to(x.dtype)
-
-
-def same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
-    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(x.view(BITS[x.dtype]), y.view(BITS[y.dtype]))
 
 
 @pytest.mark.parametrize("threads", THREADS)
@@ -376,12 +372,8 @@ def exact_leaf_inputs(m: int, k: int, n: int, seed: int) -> tuple[torch.Tensor, 
     return make(m, k), make(k, n)
 
 
-def bits16(x: torch.Tensor) -> torch.Tensor:
-    return x.contiguous().view(torch.int16)
-
-
 def differing(got: torch.Tensor, want: torch.Tensor) -> int:
-    return int((bits16(got) != bits16(want)).sum())
+    return int((bits(got) != bits(want)).sum())
 
 
 # M and N on either side of the register tiles (3, 6 and 12 rows by 16 and 32 columns) and of a
@@ -445,5 +437,5 @@ def test_ktree_special_values_agree_on_every_code_path(rlkernels, threads):
     for simd in HOST_SIMD[1:]:
         assert differing(outputs[simd], outputs["native"]) == 0, f"{simd} differs from the CPU's own path"
     nan = outputs["native"].isnan()
-    assert nan[4].all() and nan[5].any() and (bits16(outputs["native"])[nan] == 0x7FC0).all()
+    assert nan[4].all() and nan[5].any() and (bits(outputs["native"])[nan] == 0x7FC0).all()
     assert outputs["native"][3].isinf().any()

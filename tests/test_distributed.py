@@ -25,6 +25,7 @@ if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with the gloo backend is not available in this torch build", allow_module_level=True)
 
 import tp_worker
+from bitwise import bits
 from package_build import build_inplace
 
 pytestmark = pytest.mark.slow
@@ -75,10 +76,6 @@ def whole(world: int, out: Path, reduce: str) -> dict[str, torch.Tensor]:
         for rank, r in enumerate(ranks[1:], 1):
             assert torch.equal(bits(r[name]), bits(result[name])), f"{name}: rank {rank} differs from rank 0"
     return result
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view({torch.bfloat16: torch.int16, torch.float32: torch.int32}[t.dtype])
 
 
 def differing(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> dict[str, int]:

@@ -19,6 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 
+from bitwise import bits
 from package_build import import_built
 
 pytestmark = pytest.mark.slow
@@ -37,10 +38,6 @@ IGNORE = -100
 @pytest.fixture(scope="module")
 def rlkernels(request):
     return import_built("cpu", request)
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
 
 
 def inputs(N: int, H: int, V: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -27,6 +27,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the mutants are built against torch (make test installs it)")
 
+from bitwise import same_bits
 from mutant_build import Mutant, build_mutant, call_kernels, run_generated_tests
 from package_build import build_inplace
 
@@ -57,11 +58,8 @@ def assert_caught(mutant: Mutant, source: str, op: str, caught_by: set[str], tmp
     assert "passed" in outcomes.of("test_accuracy").values()
 
 
-def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    def bits(t: torch.Tensor) -> torch.Tensor:
-        return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-    return all(x.dtype == y.dtype and x.shape == y.shape and torch.equal(bits(x), bits(y)) for x, y in zip(a, b, strict=True))
+def all_same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return all(same_bits(x, y) for x, y in zip(a, b, strict=True))
 
 
 # ---------------------------------------------------------------------------- det_gemm
@@ -107,7 +105,7 @@ def test_gemm_that_sums_k_backwards_for_large_batches_is_caught(built, tmp_path)
     sizes = (1, 5, 25, 64, 71, 256)
     calls = [("det_gemm", "simt", (torch.randn(m, 96, generator=g), torch.randn(96, 72, generator=g))) for m in sizes]
     real, mutated = call_kernels(built, calls, tmp_path / "real"), call_kernels(mutant.root, calls, tmp_path / "mutated")
-    assert [same_bits(r, m) for r, m in zip(real, mutated, strict=True)] == [m <= 71 for m in sizes]
+    assert [all_same_bits(r, m) for r, m in zip(real, mutated, strict=True)] == [m <= 71 for m in sizes]
 
 
 # ---------------------------------------------------------------------------- logp
@@ -158,7 +156,7 @@ def test_logp_whose_bits_change_between_calls_is_caught(built, tmp_path):
     g = torch.Generator().manual_seed(1)
     small, large = [(torch.randn(n, v, generator=g), torch.randint(0, v, (n,), generator=g)) for n, v in ((7, 50), (256, 1793))]
     runs = call_kernels(mutant.root, [("logp", "rows", args) for args in (small, small, large, large)], tmp_path / "mutated")
-    assert same_bits(runs[0], runs[1]) and not same_bits(runs[2], runs[3])
+    assert all_same_bits(runs[0], runs[1]) and not all_same_bits(runs[2], runs[3])
 
 
 # ---------------------------------------------------------------------------- rms_norm
@@ -208,7 +206,7 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
     changed = {}
     for i, h in enumerate(inputs):
         full, *alone = outputs[i * 65 : (i + 1) * 65]
-        changed[h] = sum(not same_bits([t[r : r + 1] for t in full], one) for r, one in enumerate(alone))
+        changed[h] = sum(not all_same_bits([t[r : r + 1] for t in full], one) for r, one in enumerate(alone))
     assert changed[300] == 0 and changed[897] > 0, changed
 
 
@@ -439,7 +437,7 @@ def test_linear_logp_whose_vocabulary_chunk_depends_on_the_batch_is_caught(built
     few, many, many_again = call_kernels(
         mutant.root, [("linear_logp", "rows", (h[:n], weight, ids[:n])) for n in (199, 256, 256)], tmp_path / "mutated"
     )
-    assert same_bits(many, many_again) and not same_bits([t[:199] for t in many], few)
+    assert all_same_bits(many, many_again) and not all_same_bits([t[:199] for t in many], few)
 
 
 def test_embedding_backward_whose_order_changes_between_calls_is_caught(tmp_path):

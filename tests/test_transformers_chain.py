@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 transformers = pytest.importorskip("transformers", reason="the transformers integration tests need transformers (make test installs it)")
 
+from bitwise import bits, same_bits
 from package_build import CACHE, import_built
 
 pytestmark = pytest.mark.slow
@@ -84,16 +85,6 @@ def make_model(family: str, dtype: torch.dtype, device: str = "cpu", **overrides
         cls = transformers.LlamaForCausalLM
     torch.manual_seed(0)
     return cls(config).to(dtype).to(device).eval()
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """The integer view of a tensor's bits: -0.0 is not +0.0, a NaN equals only the same NaN."""
-    t = t.detach().contiguous()
-    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()])
-
-
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
 
 
 def sequences(vocab: int) -> tuple[torch.Tensor, list[torch.Tensor]]:

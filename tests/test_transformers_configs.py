@@ -23,6 +23,7 @@ hypothesis = pytest.importorskip("hypothesis", reason="the property tests need h
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bitwise import bits
 from package_build import import_built
 
 pytestmark = pytest.mark.slow  # the CPU package is built first
@@ -55,10 +56,6 @@ def build(model_type: str, **overrides):
     config_class, model_class = (getattr(transformers, name) for name in CLASSES[model_type])
     torch.manual_seed(0)
     return model_class(config_class(**{**SIZES, **overrides})).eval()
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().view(torch.int32)
 
 
 def left_padded(vocab: int):
