@@ -135,6 +135,13 @@ def test_linear_logp_agrees_with_the_single_device_op(runs):
         torch.testing.assert_close(ours[name].float(), theirs[name].float(), atol=2e-2, rtol=2e-2, msg=lambda m, n=name: f"{n}: {m}")
 
 
+def test_logits_kept_for_the_backward_or_computed_again_give_the_same_bits(runs):
+    """linear_logp keeps a rank's logits from its forward for its backward up to KEEP_LOGITS_BYTES and
+    computes them again above: the same log-probs, entropy and gradients either way."""
+    kept, again = runs["single"]["distributed"], runs["single"]["recomputed"]
+    assert differing(kept, again) == {}
+
+
 @pytest.mark.parametrize("world", LAYOUTS)
 def test_scatter_and_gather_move_parts_and_gradients(runs, world):
     x = torch.arange(4 * 64, dtype=torch.float32).view(4, 64)

@@ -219,18 +219,23 @@ def outcomes(cases: dict[str, Any]) -> dict[str, str]:
 
 
 def against_single_device(torch: Any, rlk: Any, rlkd: Any, group: Any) -> dict[str, Any]:
-    """linear_logp at world size 1 and the single-device op on the same inputs: values and gradients."""
+    """linear_logp at world size 1 (its logits kept for the backward, and computed again there) and the
+    single-device op on the same inputs: values and gradients."""
     gen = torch.Generator().manual_seed(2)
     h = (torch.randn(40, HIDDEN, generator=gen)).to(torch.bfloat16)
     head = (torch.randn(VOCAB, HIDDEN, generator=gen) * 0.3).to(torch.bfloat16)
     ids = torch.randint(0, VOCAB, (40,), generator=gen)
     ids[3] = -100
     out = {}
-    for name, fn in (("distributed", lambda *a: rlkd.linear_logp(*a, group=group)), ("single", lambda *a: rlk.linear_logp(*a)[:2])):
+    keep = rlkd.KEEP_LOGITS_BYTES
+    for name, fn in (("distributed", lambda *a: rlkd.linear_logp(*a, group=group)), ("single", lambda *a: rlk.linear_logp(*a)[:2]),
+                     ("recomputed", lambda *a: rlkd.linear_logp(*a, group=group))):
+        rlkd.KEEP_LOGITS_BYTES = 0 if name == "recomputed" else keep  # the backward computes the logits again
         hh, ww = h.clone().requires_grad_(True), head.clone().requires_grad_(True)
         lp, entropy = fn(hh, ww, ids)
         (lp.sum() + 0.5 * entropy.sum()).backward()
         out[name] = {"lp": lp.detach(), "entropy": entropy.detach(), "grad h": hh.grad, "grad weight": ww.grad}
+    rlkd.KEEP_LOGITS_BYTES = keep
     return out
 
 

@@ -539,6 +539,11 @@ def _leaf_tree(values: torch.Tensor) -> torch.Tensor:
     return _midsplit_sum(leaves[:, :, 0].t())
 
 
+KEEP_LOGITS_BYTES = 64 << 20
+"""The largest float32 logits of a rank ([tokens, its part of the vocabulary]) that linear_logp keeps
+from its forward for its backward; larger ones are computed again there."""
+
+
 class _VocabParallelLogp(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, group: Any, ignore_index: int, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -572,15 +577,17 @@ class _VocabParallelLogp(torch.autograd.Function):
         entropy = lse - torch.where(s > 0, zs / s, torch.zeros_like(s))
         zero = torch.zeros_like(lse)
         lp, entropy, lse = (torch.where(ignored, zero, t) for t in (lp, entropy, lse))
-        ctx.save_for_backward(h, weight, ids, lse, entropy)
+        # The backward needs the logits again: kept where they are small, else computed again
+        # there (the same bits) rather than held from the forward to the backward.
+        ctx.save_for_backward(h, weight, ids, lse, entropy, z if z.numel() * z.element_size() <= KEEP_LOGITS_BYTES else None)
         ctx.group, ctx.ignore_index, ctx.reduce, ctx.start = group, ignore_index, reduce, start
         return lp, entropy
 
     @staticmethod
     def backward(ctx: Any, grad_lp: torch.Tensor | None, grad_entropy: torch.Tensor | None) -> tuple[Any, ...]:
-        h, weight, ids, lse, entropy = ctx.saved_tensors
+        h, weight, ids, lse, entropy, kept = ctx.saved_tensors
         part = weight.shape[0]
-        z = _ops.det_linear(h, weight, None, out_fp32=True)
+        z = kept if kept is not None else _ops.det_linear(h, weight, None, out_fp32=True)
         p = _exp_leaves(z, lse).reshape(z.shape)
         grad_z = torch.zeros_like(z)
         if grad_lp is not None:
