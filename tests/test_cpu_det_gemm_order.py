@@ -409,6 +409,24 @@ def test_ktree_is_fma_leaves_and_a_bfloat16_tree(rlkernels, m, leaves, n, simd, 
     assert differing(got, want) == 0, f"{m}x{leaves * KTREE_LEAF}x{n} ({simd}, {threads} threads, scale {scale}): {differing(got, want)} elements differ from the emulation"
 
 
+@KTREE_EXAMPLES
+@given(
+    m=ROWS, leaves=st.integers(0, 12), n=COLUMNS, simd=st.sampled_from(HOST_SIMD), scale=st.sampled_from([NORMAL, SUBNORMAL]),
+    seed=st.integers(0, 2**16),
+)
+def test_ktree_of_the_transposes_is_the_transpose(rlkernels, m, leaves, n, simd, scale, seed):
+    """det_gemm_ktree(b^T, a^T)^T has det_gemm_ktree(a, b)'s bits: each output is the same leaves of
+    the same fma chains over k, a product's two factors commuting exactly.  rlkernels.distributed
+    multiplies by a transposed weight that way (copying the smaller operand)."""
+    a, b = spread_inputs(m, leaves * KTREE_LEAF, n, scale, seed)
+    if seed % 2 and leaves:  # an infinity and a NaN (odd seeds; even ones take the pairs path where the CPU has it)
+        a[0, 0], b[0, n - 1] = float("inf"), float("nan")
+    with host_settings(simd, "1"):
+        got = rlkernels.det_gemm_ktree(b.t().contiguous(), a.t().contiguous()).t()
+        want = rlkernels.det_gemm_ktree(a, b)
+    assert differing(got, want) == 0
+
+
 def test_ktree_emulation_and_inputs_can_tell_orders_apart():
     """Guards the two tests above: on their inputs another split of the tree, or one float32
     accumulator over all of K, gives other bits; the subnormal inputs give nonzero results; and the

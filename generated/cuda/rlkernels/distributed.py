@@ -182,6 +182,12 @@ def _ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if pad:
         a = torch.cat([a, a.new_zeros(a.shape[0], pad)], dim=1)
         b = torch.cat([b, b.new_zeros(pad, b.shape[1])], dim=0)
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    if not b.is_contiguous() and b.t().is_contiguous() and m * (k + n) < k * n:
+        # b is a transpose (a weight's, weight.t()): (a b)^T = b^T a^T, whose output (n, m) is the
+        # same leaves of the same fma chains over k (a product's two factors commute exactly), so
+        # a^T and the output are copied rather than the larger b.
+        return _ops.det_gemm_ktree(b.t(), a.t().contiguous()).t().contiguous()
     return _ops.det_gemm_ktree(a.contiguous(), b.contiguous())
 
 
