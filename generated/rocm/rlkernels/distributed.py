@@ -502,12 +502,13 @@ def _exp_leaves(z: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=64)
-def _midsplit_levels(count: int) -> tuple[tuple[int, list[int], list[int] | None], ...]:
+def _midsplit_levels(count: int) -> tuple[tuple[int, slice | list[int], list[int] | None], ...]:
     """The mid-split tree over ``count`` values ([lo, hi) splits at lo + (hi - lo) // 2), level by
     level from the root: per level, how many of its nodes are inner (their children, in order, make
-    the next level), the indices of the values its single-value nodes hold, and the order that puts
-    [inner nodes' sums, single values] back left to right (None when the level is all inner)."""
-    levels = []
+    the next level), which values its single-value nodes hold (a slice where they are consecutive),
+    and the order that puts [inner nodes' sums, single values] back left to right (None when the
+    level has only one kind)."""
+    levels: list[tuple[int, slice | list[int], list[int] | None]] = []
     nodes = [(0, count)]
     while nodes:
         inner = [(lo, hi) for lo, hi in nodes if hi - lo > 1]
@@ -516,29 +517,29 @@ def _midsplit_levels(count: int) -> tuple[tuple[int, list[int], list[int] | None
         if singles and inner:
             inner_at, single_at = iter(range(len(inner))), iter(range(len(inner), len(nodes)))
             order = [next(inner_at) if hi - lo > 1 else next(single_at) for lo, hi in nodes]
-        levels.append((len(inner), singles, order))
+        consecutive = bool(singles) and singles == list(range(singles[0], singles[-1] + 1))
+        levels.append((len(inner), slice(singles[0], singles[-1] + 1) if consecutive else singles, order))
         nodes = [half for lo, hi in inner for half in ((lo, lo + (hi - lo) // 2), (lo + (hi - lo) // 2, hi))]
     return tuple(levels)
 
 
 def _midsplit_sum(values: torch.Tensor) -> torch.Tensor:
     """The sum over dim 0 of ``values`` [count, ...] by the mid-split tree, every add elementwise in
-    ``values``' dtype: _pairwise over its rows, one add per level of the tree rather than per node."""
+    ``values``' dtype: _pairwise over its rows, with one add per level of the tree, not per node."""
     below: torch.Tensor | None = None
-    for inner, singles, order in reversed(_midsplit_levels(values.shape[0])):
-        parts = [] if below is None else [below[0::2] + below[1::2]]
+    for _inner, singles, order in reversed(_midsplit_levels(values.shape[0])):
+        parts = [] if below is None else [below[0::2] + below[1::2]]  # the inner nodes: their children's sums
         if singles:
-            parts.append(values[singles[0] : singles[-1] + 1] if singles == list(range(singles[0], singles[-1] + 1)) else values[singles])
+            parts.append(values[singles])
         level = parts[0] if len(parts) == 1 else torch.cat(parts)
         below = level if order is None else level[order]
-        assert below.shape[0] == inner + len(singles)
-    assert below is not None and below.shape[0] == 1
+    assert below is not None and below.shape[0] == 1  # the root
     return below[0]
 
 
 def _leaf_tree(values: torch.Tensor) -> torch.Tensor:
-    """Per row, the sum of [N, L * VOCAB_LEAF] (or [N, L, VOCAB_LEAF]): each leaf by a balanced pairwise tree of its
-    entries, then the L leaves by mid-split, all float32 adds."""
+    """Per row, the sum of [N, L * VOCAB_LEAF] (or [N, L, VOCAB_LEAF]): each leaf by a balanced
+    pairwise tree of its entries, then the L leaves by mid-split, all float32 adds."""
     leaves = values.reshape(values.shape[0], -1, VOCAB_LEAF)
     while leaves.shape[2] > 1:
         leaves = leaves[:, :, 0::2] + leaves[:, :, 1::2]
