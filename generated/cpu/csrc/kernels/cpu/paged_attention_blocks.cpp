@@ -229,33 +229,41 @@ inline void add_values(float* const* outs, const float* const* weights, const fl
 // The largest of the block's scores, by value: the maximum is exact, so only which NaN or which
 // zero comes back depends on the order, and neither reaches an output (a NaN maximum makes the
 // row NaN, whichever NaN; m = +0 or -0 gives the same p and a, and the same lse since l >= 1).
-// Sixteen running maxima and a NaN test, two loops that vectorise.
+// A vector of running maxima and a NaN test, then the vector's largest lane.
+template <typename Lanes>
 inline float block_max_score(const float* s) {
-  constexpr int kRunning = 16;
-  float best[kRunning];
+  using Vec = typename Lanes::V;
+  constexpr int W = Lanes::kWidth;
+  static_assert(kBlock % W == 0, "the block is whole vectors");
+  Vec best, next;
+  Lanes::load(best, s);
+  for (int i = W; i < kBlock; i += W) {
+    Lanes::load(next, s + i);
+    Lanes::max(best, next);
+  }
   int nan = 0;
-  for (int l = 0; l < kRunning; ++l) best[l] = negative_infinity();
-  for (int i = 0; i < kBlock; i += kRunning)
-    for (int l = 0; l < kRunning; ++l) best[l] = s[i + l] > best[l] ? s[i + l] : best[l];
   for (int lane = 0; lane < kBlock; ++lane) nan |= s[lane] != s[lane] ? 1 : 0;
-  for (int half = kRunning / 2; half > 0; half /= 2)
-    for (int l = 0; l < half; ++l) best[l] = best[l + half] > best[l] ? best[l + half] : best[l];
-  return nan != 0 ? bits_float(kCanonicalNan) : best[0];
+  return nan != 0 ? bits_float(kCanonicalNan) : Lanes::max_lane(best);
 }
 
 // host_sum_lanes_tree<kBlock> of the block's kBlock terms, the same additions in the same order:
-// each lane 0 + its term, then halves added lane by lane.  Each level a loop of fixed length,
-// which vectorises.
+// each lane 0 + its term, then halves added lane by lane -- whole vectors while the half is a
+// vector or more, then within the last one (sum_halves).
+template <typename Lanes>
 inline float block_sum_tree(const float* p) {
-  static_assert(kBlock == 64, "the tree's levels below are written for 64 lanes");
-  float lane[kBlock];
-  for (int l = 0; l < kBlock; ++l) lane[l] = 0.0f + p[l];
-  for (int l = 0; l < 32; ++l) lane[l] = lane[l] + lane[l + 32];
-  for (int l = 0; l < 16; ++l) lane[l] = lane[l] + lane[l + 16];
-  for (int l = 0; l < 8; ++l) lane[l] = lane[l] + lane[l + 8];
-  for (int l = 0; l < 4; ++l) lane[l] = lane[l] + lane[l + 4];
-  for (int l = 0; l < 2; ++l) lane[l] = lane[l] + lane[l + 2];
-  return lane[0] + lane[1];
+  using Vec = typename Lanes::V;
+  constexpr int kVectors = kBlock / Lanes::kWidth;
+  static_assert(kBlock % Lanes::kWidth == 0 && (kVectors & (kVectors - 1)) == 0, "the block is a power of two of whole vectors");
+  Vec lanes[kVectors];
+  for (int i = 0; i < kVectors; ++i) {
+    Vec term;
+    Lanes::zero(lanes[i]);
+    Lanes::load(term, p + i * Lanes::kWidth);
+    Lanes::add(lanes[i], term);
+  }
+  for (int count = kVectors; count > 1; count /= 2)
+    for (int i = 0; i < count / 2; ++i) Lanes::add(lanes[i], lanes[i + count / 2]);
+  return Lanes::sum_halves(lanes[0]);
 }
 
 constexpr int64_t kItemPairs = 64;
@@ -410,10 +418,10 @@ inline void attend_item(ItemBuffers& buffers, int64_t n, int64_t first_block, in
       for (int lane = last; lane < kBlock; ++lane) s[lane] = negative_infinity();
       if (any_unreadable)
         for (int lane = first; lane < last; ++lane) pair.unreadable = pair.unreadable || readable[lane] == 0;
-      const float a = rescale(&pair.m, block_max_score(s));
+      const float a = rescale(&pair.m, block_max_score<Lanes>(s));
       const float shift = pair.m;
       for (int lane = 0; lane < kBlock; ++lane) s[lane] = exp_f32(add_rn(s[lane], -shift));
-      pair.l = add_rn(mul_rn(pair.l, a), block_sum_tree(s));
+      pair.l = add_rn(mul_rn(pair.l, a), block_sum_tree<Lanes>(s));
       float* out = acc + i * D;
       for (int64_t d = 0; d < D; ++d) out[d] = mul_rn(out[d], a);
     }

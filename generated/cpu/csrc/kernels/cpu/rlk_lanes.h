@@ -18,7 +18,11 @@
 // fusedMultiplyAdd; in software where the CPU has no fma instruction), so every copy gives
 // the same bits.  round_bf16 rounds each lane to the nearest bfloat16 (ties to even, every NaN
 // the canonical one), held in a float: rlk_numerics.h's float_to_bf16_bits, in integer
-// operations on every copy, never an instruction that flushes subnormals.
+// operations on every copy, never an instruction that flushes subnormals.  Two operations work
+// across lanes: sum_halves, whose additions are named one by one, and max_lane.  max and
+// max_lane give a maximum's value, which is exact; only which NaN or which signed zero they
+// return may differ between copies, so a caller tests NaN itself and uses the maximum where a
+// zero's sign cannot reach an output.
 //
 // The AVX copies' member functions carry their instruction set as a target attribute; they are
 // inlined into code compiled for that instruction set (rlk_parallel.h's run_piece copies, or a
@@ -78,6 +82,25 @@ struct GenericLanes {
   static void round_bf16(V& v) {
     for (int i = 0; i < kWidth; ++i) v.lane[i] = bf16_bits_to_float(float_to_bf16_bits(v.lane[i]));
   }
+  // best = x where x > best, lane by lane; and the largest lane.  For the values, not the bits:
+  // with a NaN, or zeros of both signs, which one comes back is unspecified.
+  static void max(V& best, const V& x) {
+    for (int i = 0; i < kWidth; ++i) best.lane[i] = x.lane[i] > best.lane[i] ? x.lane[i] : best.lane[i];
+  }
+  static float max_lane(const V& v) {
+    float best = v.lane[0];
+    for (int i = 1; i < kWidth; ++i) best = v.lane[i] > best ? v.lane[i] : best;
+    return best;
+  }
+  // The lanes summed by halves: lane l + lane l + kWidth / 2 for each l of the lower half, then
+  // again, down to lane 0 + lane 1 (rlk_reduce.h's lanes tree's last levels), a rounding each.
+  static float sum_halves(const V& v) {
+    float lane[kWidth];
+    for (int i = 0; i < kWidth; ++i) lane[i] = v.lane[i];
+    for (int half = kWidth / 2; half > 0; half /= 2)
+      for (int i = 0; i < half; ++i) lane[i] = lane[i] + lane[i + half];
+    return lane[0];
+  }
 };
 
 #ifdef RLK_HOST_X86_LANES
@@ -109,6 +132,20 @@ struct Avx2Lanes {
     const __m256 nan = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(kCanonicalNan)));
     v = _mm256_blendv_ps(rounded, nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   }
+  RLK_LANES_AVX2 static void max(V& best, const V& x) { best = _mm256_max_ps(x, best); }
+  // Halves folded onto each other: 8, 4, 2, then 1 lane.
+  RLK_LANES_AVX2 static float max_lane(const V& v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_max_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
+  RLK_LANES_AVX2 static float sum_halves(const V& v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+  }
 };
 
 struct Avx512Lanes {
@@ -135,6 +172,21 @@ struct Avx512Lanes {
     const __mmask16 number = _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
     v = _mm512_castsi512_ps(
         _mm512_mask_and_epi32(_mm512_set1_epi32(static_cast<int>(kCanonicalNan)), number, sum, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  RLK_LANES_AVX512 static void max(V& best, const V& x) { best = _mm512_max_ps(x, best); }
+  RLK_LANES_AVX512 static float max_lane(const V& v) {
+    __m256 x = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 y = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    y = _mm_max_ps(y, _mm_movehl_ps(y, y));
+    y = _mm_max_ss(y, _mm_movehdup_ps(y));
+    return _mm_cvtss_f32(y);
+  }
+  RLK_LANES_AVX512 static float sum_halves(const V& v) {
+    __m256 x = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 y = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    y = _mm_add_ps(y, _mm_movehl_ps(y, y));
+    y = _mm_add_ss(y, _mm_movehdup_ps(y));
+    return _mm_cvtss_f32(y);
   }
 };
 
