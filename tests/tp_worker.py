@@ -236,7 +236,29 @@ def against_single_device(torch: Any, rlk: Any, rlkd: Any, group: Any) -> dict[s
         (lp.sum() + 0.5 * entropy.sum()).backward()
         out[name] = {"lp": lp.detach(), "entropy": entropy.detach(), "grad h": hh.grad, "grad weight": ww.grad}
     rlkd.KEEP_LOGITS_BYTES = keep
+    out["lp only"] = lp_only_with_an_infinite_logit(torch, rlkd, group)
     return out
+
+
+def lp_only_with_an_infinite_logit(torch: Any, rlkd: Any, group: Any) -> dict[str, Any]:
+    """A loss of the log-probs alone, the entropy left as a metric, where one logit overflows to -inf
+    in float32 (h[2, 0] * head[5, 0] = -1e40; column 0 is zero elsewhere, so every other logit is
+    ordinary).  That logit's probability is 0, so the gradients are finite; the entropy's term,
+    0 * inf = NaN there, must not reach them.  With the float64 autograd reference on the same inputs."""
+    gen = torch.Generator().manual_seed(3)
+    h = torch.randn(8, HIDDEN, generator=gen).to(torch.bfloat16)
+    head = (torch.randn(VOCAB, HIDDEN, generator=gen) * 0.3).to(torch.bfloat16)
+    h[:, 0], head[:, 0] = 0, 0
+    h[2, 0], head[5, 0] = 1e20, -1e20
+    ids = torch.randint(0, VOCAB, (8,), generator=gen)
+    hh, ww = h.clone().requires_grad_(True), head.clone().requires_grad_(True)
+    lp, entropy = rlkd.linear_logp(hh, ww, ids, group=group)
+    lp.sum().backward()
+    h64, w64 = h.double().requires_grad_(True), head.double().requires_grad_(True)
+    lp64 = torch.log_softmax(h64 @ w64.t(), dim=1).gather(1, ids.unsqueeze(1)).squeeze(1)
+    lp64.sum().backward()
+    return {"lp": lp.detach(), "entropy": entropy.detach(), "grad h": hh.grad, "grad weight": ww.grad,
+            "reference": {"lp": lp64.detach(), "grad h": h64.grad, "grad weight": w64.grad}}
 
 
 def main(rank: int, world: int, init_file: str, package: str, out: str, layouts: tuple[int, ...]) -> None:

@@ -554,6 +554,9 @@ from its forward for its backward; larger ones are computed again there."""
 class _VocabParallelLogp(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, group: Any, ignore_index: int, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
+        # An output the loss does not use (the entropy, as a metric) reaches backward as None, not
+        # as zeros that would cost its whole term and carry 0 * inf = NaN into the other's.
+        ctx.set_materialize_grads(False)
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         part = weight.shape[0]
         start = rank * part
