@@ -17,10 +17,12 @@ over the rank's contiguous part of K, which is a whole subtree of the K-tree ove
 spec's ``layout_invariant``), so for a power-of-two number of ranks and K a multiple of
 LEAF (32) x world size, every layout gives the bits of one device -- forward and
 backward.  The vocabulary-parallel ``linear_logp`` combines maxima and sums of exponentials the
-same way, over fixed leaves of the vocabulary.
+same way, over fixed leaves of the vocabulary.  A product whose K no rank splits (a column-parallel
+forward, a row-parallel input gradient, every weight gradient, whose K is the tokens) is
+``det_gemm``: each output one float32 sum over all of K, rounded once, whichever rank computes it.
 
-The price: the K-tree product is bf16 at every node and runs on the portable kernel, and the
-gather moves world-size times the bytes of a reduce-scatter (each rank receives every partial).
+The price: a K-tree product is bf16 at every node, and the gather moves world-size times the
+bytes of a reduce-scatter (each rank receives every partial).
 Only bfloat16 is accepted: float32 has no layout-invariant product here, and silently falling
 back to one that is not would break the promise.
 
@@ -191,6 +193,22 @@ def _ktree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return _ops.det_gemm_ktree(a.contiguous(), b.contiguous())
 
 
+def _whole(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b for a product whose K every rank holds whole (a layer's input features, or the tokens of
+    a weight's gradient): det_gemm, one float32 fma chain per output over all of K in ascending
+    order, rounded once.  An output's bits do not depend on the rows and columns computed with it
+    (det_gemm's contract, which vLLM's merged projections rely on too), so a rank's part of the
+    output has the bits of the same part of one device's.  No K-tree is needed where no rank holds
+    a part of K, and this is the more accurate product (one rounding, not one per leaf and node)
+    and the faster one.  Operands that are transposes of contiguous tensors (a weight's ``.t()``, a
+    gradient's) are read as stored, by det_gemm_nt and det_gemm_tn: the same bits, no copies."""
+    if not a.is_contiguous() and a.t().is_contiguous():
+        return _ops.det_gemm_tn(a.t(), b.contiguous())
+    if not b.is_contiguous() and b.t().is_contiguous():
+        return _ops.det_gemm_nt(a.contiguous(), b.t())
+    return _ops.det_gemm(a.contiguous(), b.contiguous())
+
+
 def _device(tensor: object) -> torch.device:
     """Where a call's agreement vector lives: with its tensors (a device backend gathers device tensors)."""
     return tensor.device if isinstance(tensor, torch.Tensor) else torch.device("cpu")
@@ -215,14 +233,14 @@ class _ColumnParallel(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, group: Any, reduce: str) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.group, ctx.reduce = group, reduce
-        return _ktree(x, weight.t())
+        return _whole(x, weight.t())
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         x, weight = ctx.saved_tensors
         grad = grad.contiguous()
         grad_x = _combine(_ktree(grad, weight), ctx.group, ctx.reduce) if ctx.needs_input_grad[0] else None
-        grad_w = _ktree(grad.t(), x) if ctx.needs_input_grad[1] else None
+        grad_w = _whole(grad.t(), x) if ctx.needs_input_grad[1] else None
         return grad_x, grad_w, None, None
 
 
@@ -238,8 +256,8 @@ class _RowParallel(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         x, weight = ctx.saved_tensors
         grad = grad.contiguous()  # replicated: every rank holds the same gradient of y
-        grad_x = _ktree(grad, weight) if ctx.needs_input_grad[0] else None
-        grad_w = _ktree(grad.t(), x) if ctx.needs_input_grad[1] else None
+        grad_x = _whole(grad, weight) if ctx.needs_input_grad[0] else None
+        grad_w = _whole(grad.t(), x) if ctx.needs_input_grad[1] else None
         return grad_x, grad_w, None, None
 
 
@@ -611,7 +629,7 @@ class _VocabParallelLogp(torch.autograd.Function):
             grad_z = grad_z + grad_entropy.unsqueeze(1) * (p * ((lse - entropy).unsqueeze(1) - z))
         grad_z = torch.where((ids == ctx.ignore_index).unsqueeze(1), torch.zeros_like(grad_z), grad_z).to(torch.bfloat16)
         grad_h = _combine(_ktree(grad_z, weight), ctx.group, ctx.reduce) if ctx.needs_input_grad[0] else None
-        grad_w = _ktree(grad_z.t(), h) if ctx.needs_input_grad[1] else None
+        grad_w = _whole(grad_z.t(), h) if ctx.needs_input_grad[1] else None
         return grad_h, grad_w, None, None, None, None
 
 

@@ -125,7 +125,8 @@ def _step_params(rlkd: Any, inputs: dict[str, Any], group: Any) -> dict[str, Any
 
 def _rlkernels_step(rlk: Any, rlkd: Any, params: dict[str, Any], ids: Any, group: Any) -> dict[str, Any]:
     """up (column-parallel) → SiLU → down (row-parallel) → vocabulary-parallel log-probs, then the
-    backward of their negative mean: every product a K-tree product, every sum in the fixed order."""
+    backward of their negative mean: every sum over ranks' parts a K-tree product or the fixed-order
+    combine, every other product det_gemm's."""
     for p in params.values():
         p.grad = None
     h = rlk.silu(rlkd.column_parallel_linear(params["x"], params["up"], group=group))
