@@ -32,10 +32,10 @@ NOTES = """\
   Threads: `RLK_NUM_THREADS`, set with `torch.set_num_threads` for each row.
 * det_gemm_ktree (bfloat16 only): the same register tiles over each leaf of 32 values of k, from
   zero, each leaf's sums rounded to bfloat16 and added by the mid-split tree in bfloat16 (a stack
-  of tree nodes per tile). Its sizes after the square one are rlkernels.distributed's products in
-  the tensor-parallel step of the tp section on one rank (64 tokens: the input gradients of down
-  and up, the vocabulary head's input gradient, then weight gradients, whose K is the tokens; the
-  forward's products by a transposed weight run transposed, as 1024×512×64 and 512×1024×64).
+  of tree nodes per tile). Its sizes after the square one are rlkernels.distributed's K-tree
+  products in the tensor-parallel step of the tp section on one rank (64 tokens), those whose K the
+  ranks split: down's forward (by a transposed weight, so run transposed, as 512×1024×64), up's
+  input gradient and the vocabulary head's input gradient.
 * The bfloat16 baseline is torch.matmul on the bfloat16 tensors, which may use bfloat16
   dot-product instructions (AVX512-BF16, AMX) that add products in pairs at twice the float32
   rate or more.  det_gemm uses AVX512-BF16's vdpbf16ps where the CPU has it and the operands

@@ -284,8 +284,13 @@ struct PathChoice {
   void (*compute_item)(const Packed&, int64_t, T*);
 };
 
-// M picks among the AVX-512 tiles (the fewest rows that hold all M), for speed only: every output
-// is the same sequence of operations in any tile.
+// Rows that strips of `rows` rows compute for M rows: past M they are computed and dropped.
+inline int64_t padded_rows(int64_t M, int64_t rows) { return (M + rows - 1) / rows * rows; }
+
+// M picks among the AVX-512 tiles, for speed only: every output is the same sequence of
+// operations in any tile.  The fewest rows that hold all of M (a decode step's tokens); past
+// them the 12-row tile, or the 8-row one where it computes at least a sixteenth fewer rows (64
+// rows: 64 rather than 72), which only a product of at most 112 rows can.
 template <typename T>
 PathChoice<T> choose_path(Simd simd, int64_t M) {
 #ifdef RLK_HOST_X86_LANES
@@ -293,7 +298,8 @@ PathChoice<T> choose_path(Simd simd, int64_t M) {
     case Simd::avx512_bf16:
     case Simd::avx512:
       if (M <= Avx512Rows4Path::kRows) return {Avx512Rows4Path::kRows, Avx512Rows4Path::kCols, compute_item_avx512<T, Avx512Rows4Path>};
-      if (M <= Avx512Rows8Path::kRows) return {Avx512Rows8Path::kRows, Avx512Rows8Path::kCols, compute_item_avx512<T, Avx512Rows8Path>};
+      if (M <= Avx512Rows8Path::kRows || 16 * (padded_rows(M, Avx512Path::kRows) - padded_rows(M, Avx512Rows8Path::kRows)) >= M)
+        return {Avx512Rows8Path::kRows, Avx512Rows8Path::kCols, compute_item_avx512<T, Avx512Rows8Path>};
       return {Avx512Path::kRows, Avx512Path::kCols, compute_item_avx512<T, Avx512Path>};
     case Simd::avx2: return {Avx2Path::kRows, Avx2Path::kCols, compute_item_avx2<T>};
     case Simd::generic: break;
@@ -309,13 +315,39 @@ PathChoice<T> choose_path(Simd simd, int64_t M) {
 // pages) in sequence, and writes a block of at most kDepth k values at a time, which stays in
 // the L1 cache while it fills.  The values are the same whatever the loop order.
 
+#ifdef RLK_HOST_X86_LANES
+// The first `inside` of `width` (at most 16) float32 or bfloat16 values at src as float32 at dst,
+// the rest zeros: one masked load, a bfloat16 widened exactly (its bits into the high half).
+template <typename T>
+RLK_LANES_AVX512 void widen_strip_row(const T* src, int inside, int width, float* dst) {
+  const __mmask16 loaded = static_cast<__mmask16>((1u << inside) - 1), stored = static_cast<__mmask16>((1u << width) - 1);
+  if constexpr (std::is_same<T, float>::value) {
+    _mm512_mask_storeu_ps(dst, stored, _mm512_maskz_loadu_ps(loaded, src));
+  } else {
+    const __m512i words = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(loaded, src));
+    _mm512_mask_storeu_epi32(dst, stored, _mm512_slli_epi32(words, 16));
+  }
+}
+#endif
+
 // Strip s of A: rows [s*rows, s*rows + rows) as float32, k-major.  Rows past M are zeros;
 // their results are computed and dropped, which touches no other row.
 template <typename T>
 void pack_a_strip(const T* a, int64_t M, int64_t K, int rows, int64_t s, float* dst, bool avx512) {
   (void)avx512;
   // A is stored [K, M]: each k holds the strip's rows side by side.
-  for (int64_t k = 0; k < K; ++k)
+  int64_t first_scalar = 0;  // values of k before it are packed a vector at a time
+#ifdef RLK_HOST_X86_LANES
+  // float32 and bfloat16, where the call's code path runs AVX-512: each k's rows by one masked
+  // load and store (rows past M zeros), widened exactly.
+  if constexpr (std::is_same<T, float>::value || std::is_same<T, bfloat16_t>::value) {
+    if (avx512 && rows <= 16) {
+      const int inside = static_cast<int>(std::min<int64_t>(rows, M - s * rows));
+      for (; first_scalar < K; ++first_scalar) widen_strip_row(a + first_scalar * M + s * rows, inside, rows, dst + first_scalar * rows);
+    }
+  }
+#endif
+  for (int64_t k = first_scalar; k < K; ++k)
     for (int i = 0; i < rows; ++i) {
       const int64_t m = s * rows + i;
       dst[k * rows + i] = m < M ? to_float(a[a_index(m, k, M, K)]) : 0.0f;
