@@ -278,7 +278,8 @@ inline int64_t padded_rows(int64_t M, int64_t rows) { return (M + rows - 1) / ro
 // M picks among the AVX-512 tiles, for speed only: every output is the same sequence of
 // operations in any tile.  The fewest rows that hold all of M (a decode step's tokens); past
 // them the 12-row tile, or the 8-row one where it computes at least a sixteenth fewer rows (64
-// rows: 64 rather than 72), which only a product of at most 112 rows can.
+// rows: 64 rather than 72) and its strips still make one work item (M at most 64; more strips
+// than kStripsPerItem pack B whole first, which costs more than the rows saved).
 template <typename T>
 PathChoice<T> choose_path(Simd simd, int64_t M) {
 #ifdef RLK_HOST_X86_LANES
@@ -286,7 +287,8 @@ PathChoice<T> choose_path(Simd simd, int64_t M) {
     case Simd::avx512_bf16:
     case Simd::avx512:
       if (M <= Avx512Rows4Path::kRows) return {Avx512Rows4Path::kRows, Avx512Rows4Path::kCols, compute_item_avx512<T, Avx512Rows4Path>};
-      if (M <= Avx512Rows8Path::kRows || 16 * (padded_rows(M, Avx512Path::kRows) - padded_rows(M, Avx512Rows8Path::kRows)) >= M)
+      if (M <= Avx512Rows8Path::kRows ||
+          (M <= kStripsPerItem * Avx512Rows8Path::kRows && 16 * (padded_rows(M, Avx512Path::kRows) - padded_rows(M, Avx512Rows8Path::kRows)) >= M))
         return {Avx512Rows8Path::kRows, Avx512Rows8Path::kCols, compute_item_avx512<T, Avx512Rows8Path>};
       return {Avx512Path::kRows, Avx512Path::kCols, compute_item_avx512<T, Avx512Path>};
     case Simd::avx2: return {Avx2Path::kRows, Avx2Path::kCols, compute_item_avx2<T>};
