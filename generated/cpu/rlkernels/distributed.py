@@ -625,8 +625,9 @@ class _VocabParallelLogp(torch.autograd.Function):
             vocab = part * dist.get_world_size(ctx.group)
             g = torch.where((ids >= 0) & (ids < vocab), grad_lp, torch.full_like(grad_lp, float("nan")))
             grad_z = grad_z + g.unsqueeze(1) * (onehot - p)
-        if grad_entropy is not None:
-            grad_z = grad_z + grad_entropy.unsqueeze(1) * (p * ((lse - entropy).unsqueeze(1) - z))
+        if grad_entropy is not None:  # rows whose entropy gradient is 0 take no term, as linear_logp_backward's
+            from_entropy = grad_entropy.unsqueeze(1) * (p * ((lse - entropy).unsqueeze(1) - z))
+            grad_z = grad_z + torch.where((grad_entropy == 0).unsqueeze(1), 0.0, from_entropy)
         grad_z = torch.where((ids == ctx.ignore_index).unsqueeze(1), torch.zeros_like(grad_z), grad_z).to(torch.bfloat16)
         grad_h = _combine(_ktree(grad_z, weight), ctx.group, ctx.reduce) if ctx.needs_input_grad[0] else None
         grad_w = _whole(grad_z.t(), h) if ctx.needs_input_grad[1] else None

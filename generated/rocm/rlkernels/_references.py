@@ -281,8 +281,9 @@ def linear_logp_backward(
     ignore_index: int = -100,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dz = grad_lp (onehot(ids) - p) - grad_entropy p (z - mu) with p = exp(z - lse) and
-    mu = lse - entropy; grad_h = dz @ weight, grad_weight = dz.T @ h.  Rows of ignore_index add
-    nothing, rows of any other id outside [0, V) are NaN.  In float64, returned as float32."""
+    mu = lse - entropy, the entropy's term left out of rows whose grad_entropy is 0; grad_h = dz @
+    weight, grad_weight = dz.T @ h.  Rows of ignore_index add nothing, rows of any other id
+    outside [0, V) are NaN.  In float64, returned as float32."""
     h, weight, grad_lp, grad_entropy, lse, entropy = (t.double() for t in (h, weight, grad_lp, grad_entropy, lse, entropy))
     logits = F.linear(h, weight)
     ignored = ids == ignore_index
@@ -290,7 +291,8 @@ def linear_logp_backward(
     onehot = (torch.arange(logits.shape[-1]) == ids.unsqueeze(-1)).to(logits.dtype)
     p = torch.exp(logits - lse.unsqueeze(-1))
     mu = (lse - entropy).unsqueeze(-1)
-    dz = grad_lp.unsqueeze(-1) * (onehot - p) - grad_entropy.unsqueeze(-1) * (p * (logits - mu))
+    from_entropy = grad_entropy.unsqueeze(-1) * (p * (logits - mu))
+    dz = grad_lp.unsqueeze(-1) * (onehot - p) - torch.where((grad_entropy == 0).unsqueeze(-1), 0.0, from_entropy)
     dz = torch.where(valid.unsqueeze(-1), dz, torch.full_like(dz, float("nan")))
     dz = torch.where(ignored.unsqueeze(-1), torch.zeros_like(dz), dz)
     return (dz @ weight).float(), (dz.T @ h).float()
