@@ -35,7 +35,7 @@ namespace {
 // a[m,k], loads b[k, n..n+kCols) and adds each product to its accumulator lane by lane,
 // one fused multiply-add per lane.  Vector lanes only hold
 // different outputs side by side, so every output sees exactly the scalar sequence above,
-// whatever instruction set, tile or thread computes it.  K is consumed in blocks of kDepth
+// whatever instruction set, tile or thread computes it.  K is consumed in blocks of at most kDepth
 // steps; between two blocks an accumulator waits in float32 memory, which holds it exactly,
 // so the blocking changes no bit.  Threads share out tiles of rows and columns, never K.
 //
@@ -83,6 +83,16 @@ using Avx512Rows4Path = TilePath<Avx512Lanes, 4, 64>;
 // kStripsPerItem strips times a block of panels, the block sized to about kBlockBytes per
 // k-block.  Only the speed depends on these sizes; a tile's bits never do.
 constexpr int64_t kDepth = 256;
+// K is cut into equal blocks of at most kDepth steps, each a multiple of kBlockUnit (whole pairs of k):
+// a short last block (K = 513 as 256 + 256 + 1) would leave the stores of the outputs, made in
+// the last block, little work to overlap with.
+constexpr int64_t kBlockUnit = 16;
+static_assert(kDepth % kBlockUnit == 0, "kDepth is a whole number of units");
+inline int64_t block_depth(int64_t K) {
+  const int64_t blocks = std::max<int64_t>(1, (K + kDepth - 1) / kDepth);
+  const int64_t depth = (K + blocks - 1) / blocks;
+  return std::max(kBlockUnit, (depth + kBlockUnit - 1) / kBlockUnit * kBlockUnit);
+}
 // Where the tiles read B in place (products of at most kInPlaceStrips strips, see run), a k-block
 // is kInPlaceDepth steps and a work item a thread's share of the panels: each row of B is then
 // read panel after panel, in the order it is stored, which the CPU's prefetcher follows.
@@ -110,7 +120,7 @@ struct Packed {
   bool b_rows_bf16;
   const float* bias;  // [N] as float32, or null: added to each accumulator before the store
   int64_t strips, panels, panels_per_item, strip_items;
-  int64_t depth;      // k steps per block: kDepth, or kInPlaceDepth where B is read in place
+  int64_t depth;      // k steps per block: block_depth(K), or kInPlaceDepth where B is read in place
 };
 
 // One register tile over `steps` values of k: acc[i * kCols + j] (from 0 when from_zero, else
@@ -184,8 +194,24 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
   const int64_t panels = std::min(q0 + p.panels_per_item, p.panels) - q0;
   // The item's accumulators, tile (s, q) at (q * strips + s) * p.slots * R * C, its results first.
   const Scratch acc(strips * panels * p.slots * R * C);
+  // Tile (q, s)'s outputs, stored once, after the tile that follows its last block: the cache
+  // lines the stores write then arrive while tiles compute, not all at the item's end, and the
+  // tile's accumulators are read back once its own stores of them are done.
+  auto store_tile = [&](int64_t q, int64_t s) {
+    const int64_t n0 = (q0 + q) * C;
+    const int64_t cols = std::min(C, p.N - n0);
+    const int64_t m0 = (s0 + s) * R;
+    const int64_t rows = std::min(R, p.M - m0);
+    const float* out = acc.data() + (q * strips + s) * p.slots * R * C;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const float sum = out[i * C + j];
+        c[(m0 + i) * p.N + n0 + j] = from_float<T>(p.bias != nullptr ? add_rn(sum, p.bias[n0 + j]) : sum);
+      }
+  };
   // At least one block, so that K = 0 stores zeros.
   const int64_t blocks = std::max<int64_t>(1, (p.K + p.depth - 1) / p.depth);
+  int64_t pending = -1;  // the tile whose outputs are stored next (q * strips + s)
   for (int64_t block = 0; block < blocks; ++block) {
     const int64_t k0 = block * p.depth;
     const int64_t steps = std::min(p.depth, p.K - k0);
@@ -194,22 +220,13 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
       for (int64_t s = 0; s < strips; ++s) {
         float* tile_acc = acc.data() + (q * strips + s) * p.slots * R * C;
         P::run_tile(p, s0 + s, q0 + q, k0, steps, tile_acc, block == 0);
+        if (block == blocks - 1) {
+          if (pending >= 0) store_tile(pending / strips, pending % strips);
+          pending = q * strips + s;
+        }
       }
   }
-  for (int64_t q = 0; q < panels; ++q) {
-    const int64_t n0 = (q0 + q) * C;
-    const int64_t cols = std::min(C, p.N - n0);
-    for (int64_t s = 0; s < strips; ++s) {
-      const int64_t m0 = (s0 + s) * R;
-      const int64_t rows = std::min(R, p.M - m0);
-      const float* out = acc.data() + (q * strips + s) * p.slots * R * C;
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) {
-          const float sum = out[i * C + j];
-          c[(m0 + i) * p.N + n0 + j] = from_float<T>(p.bias != nullptr ? add_rn(sum, p.bias[n0 + j]) : sum);
-        }
-    }
-  }
+  store_tile(pending / strips, pending % strips);
 }
 
 template <typename T>
@@ -240,7 +257,7 @@ struct PairPath {
   static constexpr int kCols = Avx512Path::kCols;
   static void run_tile(const Packed& p, int64_t strip, int64_t panel, int64_t k0, int64_t steps, float* acc, bool from_zero);
 };
-static_assert(kDepth % 2 == 0, "a k-block holds whole pairs");
+static_assert(kBlockUnit % 2 == 0, "a k-block holds whole pairs");
 
 // a_strip, b_panel: pair words (two bfloat16 bit patterns, stored in floats' places);
 // `pairs` pairs of k from the start of each.
@@ -510,7 +527,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   // Item sizes depend on the path's tile only.  No tiling choice changes a bit (see the top).
   p.panels_per_item = std::max<int64_t>(1, kBlockBytes / (kDepth * path.cols * int64_t{sizeof(float)}));
   p.strip_items = (p.strips + kStripsPerItem - 1) / kStripsPerItem;
-  p.depth = kDepth;
+  p.depth = block_depth(K);
   // With the rows of one item's strips (a decode step's few tokens), each panel of B is read by
   // one work item only: the item packs its own panels, into its thread's scratch where they stay
   // in cache, rather than B packed whole first, into memory B's size to fault in and clear (most
