@@ -1,13 +1,13 @@
-"""linear_logp's gradients where the entropy is a metric, not part of the loss.
+"""linear_logp where a logit overflowed to -inf: its probability is 0, and so are its terms.
 
-Trainers report the entropy and leave it out of the loss; autograd then hands linear_logp's
-backward no gradient for it (zeros, by the time it reaches the kernel).  The entropy's term of
-dz, grad_entropy * p * (z - mu), must then add nothing -- also where a logit overflowed to -inf,
-whose p is 0 and whose factor p * (z - mu) is 0 * inf = NaN.  So a row whose entropy gradient is
-zero takes no entropy term (specs/ops/linear_logp_backward.yaml), on the built CPU package's
-every host code path; the device kernels share the function (tests/test_device_emulated.py
-checks their bits against the CPU's).  A nonzero entropy gradient in the same row still gives
-NaN, which shows the case reaches the term.
+A logit of -inf (a product past float32's range) has p = 0.  The entropy's sum of p z and the
+entropy's gradient term p (z - mu) go to 0 with p, but computed as written they are 0 * inf = NaN,
+which made the row's entropy NaN and, through the backward, every gradient of the row NaN --
+even where the entropy is only a metric, left out of the loss (autograd then hands the backward
+zeros for it).  So a logit whose p is 0 adds nothing to either (specs/ops/linear_logp.yaml,
+linear_logp_backward.yaml), checked here on the built CPU package's every host code path against
+float64 autograd, where the same product is -1e40 and nothing overflows; the device kernels share
+the functions (tests/test_device_emulated.py checks their bits against the CPU's).
 """
 
 from __future__ import annotations
@@ -40,37 +40,48 @@ def overflowing(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return h, weight, torch.randint(0, 300, (8,), generator=gen)
 
 
-def reference_gradients(h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """d(sum of the log-probs) / d(h, weight) by autograd in float64, where nothing overflows."""
+def float64_step(h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, entropy_weight: float):
+    """The entropy, and d(sum of the log-probs + entropy_weight * sum of the entropies) / d(h, weight),
+    by autograd in float64, where nothing overflows."""
     h64, w64 = h.double().requires_grad_(True), weight.double().requires_grad_(True)
-    torch.log_softmax(h64 @ w64.t(), dim=1).gather(1, ids.unsqueeze(1)).sum().backward()
-    return h64.grad, w64.grad
+    logprobs = torch.log_softmax(h64 @ w64.t(), dim=1)
+    entropy = -(logprobs.exp() * logprobs).sum(dim=1)
+    (logprobs.gather(1, ids.unsqueeze(1)).sum() + entropy_weight * entropy.sum()).backward()
+    return entropy.detach(), h64.grad, w64.grad
+
+
+def check_step(rlkernels, dtype: torch.dtype, entropy_weight: float) -> None:
+    h, weight, ids = overflowing(dtype)
+    logits = rlkernels.det_linear(h, weight, None, out_fp32=True)
+    assert logits[OVERFLOW_ROW, 5] == float("-inf"), "the case no longer overflows a logit: it shows nothing"
+    hh, ww = h.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    lp, entropy = rlkernels.linear_logp(hh, ww, ids)[:2]
+    loss = lp.sum() + entropy_weight * entropy.sum() if entropy_weight else lp.sum()
+    loss.backward()
+    want_entropy, want_h, want_w = float64_step(h, weight, ids, entropy_weight)
+    tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
+    assert torch.isfinite(entropy).all(), f"entropy {entropy.tolist()}: the -inf logit's 0 * inf reached it"
+    torch.testing.assert_close(entropy.double(), want_entropy, atol=1e-4, rtol=1e-4)
+    for name, got, want in (("grad h", hh.grad, want_h), ("grad weight", ww.grad, want_w)):
+        assert torch.isfinite(got.float()).all(), f"{name} is not finite: the -inf logit's 0 * inf reached it"
+        torch.testing.assert_close(got.double(), want, **tolerance, msg=lambda m, n=name: f"{n}: {m}")
 
 
 @pytest.mark.parametrize("simd,threads", PATHS, ids=[f"{s or 'native'}-{t}" for s, t in PATHS])
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
 def test_an_unused_entropy_adds_nothing_to_the_gradients(rlkernels, dtype, simd, threads, monkeypatch):
+    """The entropy a metric: its gradient reaches the backward as zeros."""
     if simd is not None:
         monkeypatch.setenv("RLK_CPU_SIMD", simd)
     monkeypatch.setenv("RLK_NUM_THREADS", threads)
-    h, weight, ids = overflowing(dtype)
-    hh, ww = h.clone().requires_grad_(True), weight.clone().requires_grad_(True)
-    lp, entropy = rlkernels.linear_logp(hh, ww, ids)[:2]
-    assert torch.isnan(entropy[OVERFLOW_ROW]), "the case no longer overflows a logit: it shows nothing"
-    lp.sum().backward()
-    want_h, want_w = reference_gradients(h, weight, ids)
-    tolerance = {"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}
-    for name, got, want in (("grad h", hh.grad, want_h), ("grad weight", ww.grad, want_w)):
-        assert torch.isfinite(got.float()).all(), f"{name} is not finite: the unused entropy's term reached it"
-        torch.testing.assert_close(got.double(), want, **tolerance, msg=lambda m, n=name: f"{n}: {m}")
+    check_step(rlkernels, dtype, 0.0)
 
 
-def test_a_used_entropy_still_carries_its_nan(rlkernels):
-    """The same row with an entropy gradient of 0.5: its term is NaN, and so is the row's gradient."""
-    h, weight, ids = overflowing(torch.float32)
-    _lp, entropy, lse = rlkernels.linear_logp(h, weight, ids)
-    grad_entropy = torch.zeros(8)
-    grad_entropy[OVERFLOW_ROW] = 0.5
-    grad_h, _ = rlkernels.linear_logp_backward(torch.ones(8), grad_entropy, h, weight, ids, lse, entropy)
-    assert torch.isnan(grad_h[OVERFLOW_ROW]).any()
-    assert torch.isfinite(grad_h[torch.arange(8) != OVERFLOW_ROW]).all()
+@pytest.mark.parametrize("simd,threads", PATHS, ids=[f"{s or 'native'}-{t}" for s, t in PATHS])
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_a_used_entropy_has_its_true_value_and_gradient(rlkernels, dtype, simd, threads, monkeypatch):
+    """An entropy bonus in the loss: the overflowed logit's terms are 0, not NaN, forward and backward."""
+    if simd is not None:
+        monkeypatch.setenv("RLK_CPU_SIMD", simd)
+    monkeypatch.setenv("RLK_NUM_THREADS", threads)
+    check_step(rlkernels, dtype, 0.5)

@@ -236,15 +236,16 @@ def against_single_device(torch: Any, rlk: Any, rlkd: Any, group: Any) -> dict[s
         (lp.sum() + 0.5 * entropy.sum()).backward()
         out[name] = {"lp": lp.detach(), "entropy": entropy.detach(), "grad h": hh.grad, "grad weight": ww.grad}
     rlkd.KEEP_LOGITS_BYTES = keep
-    out["lp only"] = lp_only_with_an_infinite_logit(torch, rlkd, group)
+    out["lp only"] = lp_only_with_an_infinite_logit(torch, rlk, rlkd, group)
     return out
 
 
-def lp_only_with_an_infinite_logit(torch: Any, rlkd: Any, group: Any) -> dict[str, Any]:
+def lp_only_with_an_infinite_logit(torch: Any, rlk: Any, rlkd: Any, group: Any) -> dict[str, Any]:
     """A loss of the log-probs alone, the entropy left as a metric, where one logit overflows to -inf
     in float32 (h[2, 0] * head[5, 0] = -1e40; column 0 is zero elsewhere, so every other logit is
-    ordinary).  That logit's probability is 0, so the gradients are finite; the entropy's term,
-    0 * inf = NaN there, must not reach them.  With the float64 autograd reference on the same inputs."""
+    ordinary).  That logit's probability is 0, so the entropy and the gradients are finite; its
+    terms, 0 * inf = NaN as written, must reach neither.  With the float64 autograd reference on the
+    same inputs, where nothing overflows."""
     gen = torch.Generator().manual_seed(3)
     h = torch.randn(8, HIDDEN, generator=gen).to(torch.bfloat16)
     head = (torch.randn(VOCAB, HIDDEN, generator=gen) * 0.3).to(torch.bfloat16)
@@ -255,10 +256,13 @@ def lp_only_with_an_infinite_logit(torch: Any, rlkd: Any, group: Any) -> dict[st
     lp, entropy = rlkd.linear_logp(hh, ww, ids, group=group)
     lp.sum().backward()
     h64, w64 = h.double().requires_grad_(True), head.double().requires_grad_(True)
-    lp64 = torch.log_softmax(h64 @ w64.t(), dim=1).gather(1, ids.unsqueeze(1)).squeeze(1)
+    logprobs = torch.log_softmax(h64 @ w64.t(), dim=1)
+    lp64 = logprobs.gather(1, ids.unsqueeze(1)).squeeze(1)
     lp64.sum().backward()
-    return {"lp": lp.detach(), "entropy": entropy.detach(), "grad h": hh.grad, "grad weight": ww.grad,
-            "reference": {"lp": lp64.detach(), "grad h": h64.grad, "grad weight": w64.grad}}
+    entropy64 = -(logprobs.exp() * logprobs).sum(dim=1)
+    overflowed = bool(torch.isneginf(rlk.det_linear(h, head, None, out_fp32=True)[2, 5]))
+    return {"lp": lp.detach(), "entropy": entropy.detach(), "grad h": hh.grad, "grad weight": ww.grad, "overflowed": overflowed,
+            "reference": {"lp": lp64.detach(), "entropy": entropy64.detach(), "grad h": h64.grad, "grad weight": w64.grad}}
 
 
 def main(rank: int, world: int, init_file: str, package: str, out: str, layouts: tuple[int, ...]) -> None:

@@ -584,7 +584,10 @@ class _VocabParallelLogp(torch.autograd.Function):
         m = torch.where(maxima.isnan().any(dim=0), torch.full_like(m, float("nan")), m)
         shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
         e = _exp_leaves(z, shift)  # [N, L, VOCAB_LEAF]
-        sums = torch.stack([_leaf_tree(e), _leaf_tree(e * z.view(e.shape))], dim=0)  # [2, N]
+        # A logit whose e is 0 adds 0 to the sum of e z, as linear_logp's weighted_term: e z goes to 0
+        # with e, also for a logit of -inf, where it is NaN.
+        weighted = torch.where(e == 0, 0.0, e * z.view(e.shape))
+        sums = torch.stack([_leaf_tree(e), _leaf_tree(weighted)], dim=0)  # [2, N]
         if reduce == "all_reduce":
             total = _combine(sums, group, "all_reduce")
         else:
@@ -624,9 +627,9 @@ class _VocabParallelLogp(torch.autograd.Function):
             vocab = part * dist.get_world_size(ctx.group)
             g = torch.where((ids >= 0) & (ids < vocab), grad_lp, torch.full_like(grad_lp, float("nan")))
             grad_z = grad_z + g.unsqueeze(1) * (onehot - p)
-        if grad_entropy is not None:  # rows whose entropy gradient is 0 take no term, as linear_logp_backward's
+        if grad_entropy is not None:  # no term in rows whose entropy gradient is 0, nor where p is 0, as linear_logp_backward's
             from_entropy = grad_entropy.unsqueeze(1) * (p * ((lse - entropy).unsqueeze(1) - z))
-            grad_z = grad_z + torch.where((grad_entropy == 0).unsqueeze(1), 0.0, from_entropy)
+            grad_z = grad_z + torch.where((grad_entropy == 0).unsqueeze(1) | (p == 0), 0.0, from_entropy)
         grad_z = torch.where((ids == ctx.ignore_index).unsqueeze(1), torch.zeros_like(grad_z), grad_z).to(torch.bfloat16)
         grad_h = _combine(_ktree(grad_z, weight), ctx.group, ctx.reduce) if ctx.needs_input_grad[0] else None
         grad_w = _whole(grad_z.t(), h) if ctx.needs_input_grad[1] else None

@@ -254,7 +254,9 @@ def linear_logp(
     valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
     lse = torch.logsumexp(logits, dim=-1)
     logprobs = logits - lse.unsqueeze(-1)
-    entropy = lse - (logprobs.exp() * logits).sum(dim=-1)
+    p = logprobs.exp()
+    # A logit whose p is 0 adds 0 (p z goes to 0 with p), also one of -inf, where p z is NaN.
+    entropy = lse - torch.where(p == 0, 0.0, p * logits).sum(dim=-1)
     if logits.shape[-1] > 0:
         picked = logits.gather(-1, torch.where(valid, ids, torch.zeros_like(ids)).unsqueeze(-1)).squeeze(-1)
     else:  # no column to pick
@@ -281,7 +283,8 @@ def linear_logp_backward(
     ignore_index: int = -100,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """dz = grad_lp (onehot(ids) - p) - grad_entropy p (z - mu) with p = exp(z - lse) and
-    mu = lse - entropy, the entropy's term left out of rows whose grad_entropy is 0; grad_h = dz @
+    mu = lse - entropy, the entropy's term left out of rows whose grad_entropy is 0 and of logits
+    whose p is 0 (where it goes to 0 with p, and p (z - mu) is NaN for z = -inf); grad_h = dz @
     weight, grad_weight = dz.T @ h.  Rows of ignore_index add nothing, rows of any other id
     outside [0, V) are NaN.  In float64, returned as float32."""
     h, weight, grad_lp, grad_entropy, lse, entropy = (t.double() for t in (h, weight, grad_lp, grad_entropy, lse, entropy))
@@ -292,7 +295,7 @@ def linear_logp_backward(
     p = torch.exp(logits - lse.unsqueeze(-1))
     mu = (lse - entropy).unsqueeze(-1)
     from_entropy = grad_entropy.unsqueeze(-1) * (p * (logits - mu))
-    dz = grad_lp.unsqueeze(-1) * (onehot - p) - torch.where((grad_entropy == 0).unsqueeze(-1), 0.0, from_entropy)
+    dz = grad_lp.unsqueeze(-1) * (onehot - p) - torch.where((grad_entropy == 0).unsqueeze(-1) | (p == 0), 0.0, from_entropy)
     dz = torch.where(valid.unsqueeze(-1), dz, torch.full_like(dz, float("nan")))
     dz = torch.where(ignored.unsqueeze(-1), torch.zeros_like(dz), dz)
     return (dz @ weight).float(), (dz.T @ h).float()

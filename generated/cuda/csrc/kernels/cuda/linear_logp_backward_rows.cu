@@ -47,13 +47,13 @@ RLK_ARITH RowFactors row_factors(const float* grad_lp, const float* grad_entropy
 }
 
 // dz of logit z in a row whose id is inside [0, V), given the one-hot term (1 at the id, else 0).
-// A row whose entropy gradient is zero (the entropy a metric, not in the loss) takes no entropy
-// term: where a logit is -inf its factor p (z - mu) is 0 * inf = NaN, which a term that adds
-// nothing must not carry into the gradient.
+// The entropy's term is left out where it adds nothing: in a row whose entropy gradient is zero
+// (the entropy a metric, not in the loss), and for a logit whose p is 0, where p (z - mu) goes
+// to 0 with p (the forward's weighted_term) -- for a logit of -inf it would be 0 * inf = NaN.
 RLK_ARITH float dz_of(const RowFactors& f, float onehot, float z) {
   const float p = exp_f32(add_rn(z, -f.lse));
   const float from_lp = mul_rn(f.grad_lp, add_rn(onehot, -p));
-  if (f.grad_entropy == 0.0f) return from_lp;
+  if (f.grad_entropy == 0.0f || p == 0.0f) return from_lp;
   const float from_entropy = mul_rn(f.grad_entropy, mul_rn(p, add_rn(z, -f.mean_logit)));
   return add_rn(from_lp, -from_entropy);
 }

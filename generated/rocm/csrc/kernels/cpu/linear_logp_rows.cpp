@@ -8,6 +8,8 @@
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
 //   S, Z  = lanes tree (LANES = 256) over v of e = exp_f32(z[v] - shift) and of e * z[v]
 //   lse   = shift + log_f32(S),  lp = z[ids[r]] - lse,  entropy = lse - Z / S (0 for Z / S if S is 0)
+// where a logit whose e is 0 adds 0 to Z (weighted_term): p z goes to 0 with p, also for a logit
+// of -inf (an overflowed product), whose e * z would be 0 * inf = NaN.
 // with one rounding per operation, and any NaN stored as 0x7fc00000.  Lane l adds
 // v = l, l + LANES, ... in ascending order -- vocabulary chunks of LANES, one term per lane
 // each -- before the lanes' pairwise tree.  The device gives each row one block of LANES
@@ -47,6 +49,11 @@ RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
 RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0f; }
 
 RLK_ARITH float shifted_exp(float z, float shift) { return exp_f32(add_rn(z, -shift)); }
+
+// A logit's term of Z: e * z, and 0 where e is 0 -- the limit of p z as p goes to 0, where
+// e * z would be NaN for z = -inf and is a zero (+0 or -0) for any finite z, so no finite row
+// changes.
+RLK_ARITH float weighted_term(float e, float z) { return e == 0.0f ? 0.0f : mul_rn(e, z); }
 
 // lp, entropy and lse of one reduced row; z_id is the selected logit, or NaN for an id
 // outside [0, V), which is never read.
@@ -397,7 +404,7 @@ inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* 
     for (int l = 0; l < n; ++l) {
       const float e = shifted_exp(zc[l], shift);
       lane[l] = add_rn(lane[l], e);
-      weighted_lane[l] = add_rn(weighted_lane[l], mul_rn(e, zc[l]));
+      weighted_lane[l] = add_rn(weighted_lane[l], weighted_term(e, zc[l]));
     }
   }
   for (int half = kLanes / 2; half > 0; half >>= 1)
