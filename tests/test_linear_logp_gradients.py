@@ -67,21 +67,16 @@ def check_step(rlkernels, dtype: torch.dtype, entropy_weight: float) -> None:
         torch.testing.assert_close(got.double(), want, **tolerance, msg=lambda m, n=name: f"{n}: {m}")
 
 
+ENTROPY_WEIGHTS = {"entropy-unused": 0.0, "entropy-in-the-loss": 0.5}
+
+
+@pytest.mark.parametrize("entropy_weight", list(ENTROPY_WEIGHTS.values()), ids=list(ENTROPY_WEIGHTS))
 @pytest.mark.parametrize("simd,threads", PATHS, ids=[f"{s or 'native'}-{t}" for s, t in PATHS])
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
-def test_an_unused_entropy_adds_nothing_to_the_gradients(rlkernels, dtype, simd, threads, monkeypatch):
-    """The entropy a metric: its gradient reaches the backward as zeros."""
+def test_an_overflowed_logit_adds_nothing(rlkernels, dtype, simd, threads, entropy_weight, monkeypatch):
+    """The entropy a metric (its gradient reaches the backward as zeros), or an entropy bonus in
+    the loss: either way the overflowed logit's terms are 0, not NaN, forward and backward."""
     if simd is not None:
         monkeypatch.setenv("RLK_CPU_SIMD", simd)
     monkeypatch.setenv("RLK_NUM_THREADS", threads)
-    check_step(rlkernels, dtype, 0.0)
-
-
-@pytest.mark.parametrize("simd,threads", PATHS, ids=[f"{s or 'native'}-{t}" for s, t in PATHS])
-@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
-def test_a_used_entropy_has_its_true_value_and_gradient(rlkernels, dtype, simd, threads, monkeypatch):
-    """An entropy bonus in the loss: the overflowed logit's terms are 0, not NaN, forward and backward."""
-    if simd is not None:
-        monkeypatch.setenv("RLK_CPU_SIMD", simd)
-    monkeypatch.setenv("RLK_NUM_THREADS", threads)
-    check_step(rlkernels, dtype, 0.5)
+    check_step(rlkernels, dtype, entropy_weight)

@@ -39,8 +39,8 @@ namespace {
 // steps; between two blocks an accumulator waits in float32 memory, which holds it exactly,
 // so the blocking changes no bit.  Threads share out tiles of rows and columns, never K.
 //
-// Code paths, one chosen per call: AVX-512 (12 x 32 tiles; 8 x 32 and 4 x 64 for products of at
-// most 8 and 4 rows), AVX2 with FMA (6 x 16) and the
+// Code paths, one chosen per call: AVX-512 (12 x 32 tiles; 8 x 32, 4 x 64, 2 x 128 and 1 x 128 for
+// products of at most 8, 4, 2 and 1 rows), AVX2 with FMA (6 x 16) and the
 // portable one (3 x 16), on rlk_lanes.h's lanes types, and for bfloat16 operands on
 // AVX512-BF16 the pairs path (12 x 32, below).  Threads and the code path: as
 // rlk_parallel.h says (the caller's request or RLK_NUM_THREADS; RLK_CPU_SIMD=avx512, avx2 or
@@ -76,6 +76,11 @@ using Avx512Path = TilePath<Avx512Lanes, kRowsAvx512, 32>;
 // mostly rows past M, so narrower strips take wider panels, still 16 accumulators in flight.
 using Avx512Rows8Path = TilePath<Avx512Lanes, 8, 32>;
 using Avx512Rows4Path = TilePath<Avx512Lanes, 4, 64>;
+// One or two rows (a decode step of one sequence or two) read B widest: per value of B loaded and
+// widened, the 4-row tile would do two or four multiply-adds of which one or two are kept; these
+// do one or two, on panels of 128 columns (8 accumulators for one row, 16 for two).
+using Avx512Rows2Path = TilePath<Avx512Lanes, 2, 128>;
+using Avx512Rows1Path = TilePath<Avx512Lanes, 1, 128>;
 #endif
 
 // k steps per block: a panel's block (kDepth x kCols floats) stays in the L1 cache while the
@@ -315,6 +320,8 @@ PathChoice<T> choose_path(Simd simd, int64_t M) {
   switch (simd) {
     case Simd::avx512_bf16:
     case Simd::avx512:
+      if (M <= Avx512Rows1Path::kRows) return {Avx512Rows1Path::kRows, Avx512Rows1Path::kCols, compute_item_avx512<T, Avx512Rows1Path>};
+      if (M <= Avx512Rows2Path::kRows) return {Avx512Rows2Path::kRows, Avx512Rows2Path::kCols, compute_item_avx512<T, Avx512Rows2Path>};
       if (M <= Avx512Rows4Path::kRows) return {Avx512Rows4Path::kRows, Avx512Rows4Path::kCols, compute_item_avx512<T, Avx512Rows4Path>};
       if (M <= Avx512Rows8Path::kRows ||
           (M <= kStripsPerItem * Avx512Rows8Path::kRows && 16 * (padded_rows(M, Avx512Path::kRows) - padded_rows(M, Avx512Rows8Path::kRows)) >= M))
