@@ -40,7 +40,9 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 # (M, K, N): none a multiple of the register tile (12, 8, 6, 4 or 3 rows x 16, 32 or 64 columns),
 # plus K = 0, K = 1, M = 1, N = 1, the few-row tiles with K and N past the sixteen-value packing
-# blocks, and one product large enough to be split over threads.
+# blocks, one product large enough to be split over threads, and one whose output passes the size
+# the kernel stores past the caches (2 MiB, in every output dtype), in rows that do and do not start
+# on a cache line (N = 1030).
 SHAPES = [
     (3, 0, 5),
     (1, 1, 1),
@@ -52,6 +54,7 @@ SHAPES = [
     (37, 65, 17),
     (13, 300, 129),
     (131, 257, 301),
+    (1024, 5, 1030),
 ]
 # Code paths and thread counts the kernel reads from the environment on every call: the CPU's own
 # (its widest instructions; bfloat16 pairs where it runs them faster), the portable one, and the

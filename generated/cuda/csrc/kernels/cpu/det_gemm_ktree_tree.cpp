@@ -106,6 +106,11 @@ constexpr int64_t kInPlaceDepth = 8;
 constexpr int64_t kInPlaceStrips = 2;
 constexpr int64_t kStripsPerItem = 8;
 constexpr int64_t kBlockBytes = 256 * 1024;
+// Outputs of at least this many bytes are stored past the caches (streaming stores, whole cache
+// lines): stored as usual, each line of C is first read into the cache, then pushes out lines of
+// A and B that the next tiles read again (a 1024 x 1024 float32 output through a 2 MiB L2 cost a
+// sixth of the product's time).  Where C fits in the L2 cache, its reader finds it there instead.
+constexpr int64_t kStreamBytes = int64_t{2} << 20;
 // Products smaller than this many multiply-adds per thread run on fewer threads.
 constexpr int64_t kMinWorkPerThread = int64_t{1} << 21;
 // What packing B costs, in rows of multiply-adds.
@@ -126,6 +131,7 @@ struct Packed {
   const void* b_rows;
   bool b_rows_bf16;
   const float* bias;  // [N] as float32, or null: added to each accumulator before the store
+  bool stream_c;      // the output is stored past the caches (see kStreamBytes)
   int64_t strips, panels, panels_per_item, strip_items;
   int64_t depth;      // k steps per block: block_depth(K), or kInPlaceDepth where B is read in place
 };
@@ -249,6 +255,36 @@ inline void push_leaf(float* stack, TreeStep step) {
   }
 }
 
+// A tile row of kCols outputs, value(j) for j in [0, kCols), at dst by streaming stores, where
+// the row is whole cache lines (x86-64: SSE2's, on every such CPU); false, storing nothing,
+// elsewhere.  The values are from_float's either way: only the store instruction differs.
+template <typename T, int kCols, typename Value>
+inline bool stream_row(T* dst, const Value& value) {
+#ifdef RLK_HOST_X86_LANES
+  constexpr int kBytes = kCols * int{sizeof(T)};
+  if constexpr (kBytes % 64 == 0) {
+    if (reinterpret_cast<uintptr_t>(dst) % 64 != 0) return false;
+    alignas(64) T row[kCols];
+    for (int j = 0; j < kCols; ++j) row[j] = value(j);
+    for (int byte = 0; byte < kBytes; byte += 16)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(reinterpret_cast<char*>(dst) + byte),
+                       _mm_load_si128(reinterpret_cast<const __m128i*>(reinterpret_cast<const char*>(row) + byte)));
+    return true;
+  }
+#endif
+  (void)dst;
+  (void)value;
+  return false;
+}
+
+// Orders the streaming stores before whatever follows (the thread's end of its work, which
+// publishes C to the caller).
+inline void stream_fence() {
+#ifdef RLK_HOST_X86_LANES
+  _mm_sfence();
+#endif
+}
+
 // Computes work item `item` and stores each of its outputs once, with from_float<T>.
 template <typename T, typename P>
 inline void compute_item(const Packed& p, int64_t item, T* c) {
@@ -268,11 +304,15 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
     const int64_t m0 = (s0 + s) * R;
     const int64_t rows = std::min(R, p.M - m0);
     const float* out = acc.data() + (q * strips + s) * p.slots * R * C;
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
+    for (int64_t i = 0; i < rows; ++i) {
+      T* dst = c + (m0 + i) * p.N + n0;
+      auto value = [&](int64_t j) {
         const float sum = out[i * C + j];
-        c[(m0 + i) * p.N + n0 + j] = from_float<T>(p.bias != nullptr ? add_rn(sum, p.bias[n0 + j]) : sum);
-      }
+        return from_float<T>(p.bias != nullptr ? add_rn(sum, p.bias[n0 + j]) : sum);
+      };
+      if (p.stream_c && cols == C && stream_row<T, C>(dst, value)) continue;
+      for (int64_t j = 0; j < cols; ++j) dst[j] = value(j);
+    }
   };
   // At least one block, so that K = 0 stores zeros.
   const int64_t blocks = std::max<int64_t>(1, (p.K + p.depth - 1) / p.depth);
@@ -297,6 +337,7 @@ inline void compute_item(const Packed& p, int64_t item, T* c) {
       }
   }
   store_tile(pending / strips, pending % strips);
+  if (p.stream_c) stream_fence();
 }
 
 template <typename T>
@@ -645,6 +686,7 @@ void run(const void* a_ptr, const void* b_ptr, const void* bias_ptr, void* c_ptr
   const Scratch bias_f32(bias_ptr != nullptr ? N : 0);
   for (int64_t n = 0; bias_ptr != nullptr && n < N; ++n) bias_f32.data()[n] = to_float(static_cast<const T*>(bias_ptr)[n]);
   p.bias = bias_ptr != nullptr ? bias_f32.data() : nullptr;
+  p.stream_c = M * N * int64_t{sizeof(TC)} >= kStreamBytes;
 
   if (items_pack_b) {
     parallel_for(panel_items, threads, [&](int64_t item) {
