@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .model import FLOAT32_MAX
+from .model import FLOAT32_MAX, FLOAT32_ZERO_BELOW
 from .signature import Signature
 
 CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "equals_dim", "count_nonzero", "contiguous", "finite", "bound"]
@@ -47,14 +47,22 @@ def _words(items: tuple[str, ...]) -> str:
 
 
 def attribute_checks(sig: Signature) -> tuple[Check, ...]:
-    """Every check of the op's number attributes' values: a float finite and within float32's
-    range (the kernels receive float32; NaN would pass every comparison a kernel makes), then the
-    spec's range bounds."""
+    """Every check of the op's number attributes' values: a float finite, within float32's range and
+    not a nonzero value that float32 holds as 0 (the kernels receive float32; NaN would pass every
+    comparison a kernel makes, and a scale of 1e-46 would arrive as the 0 that means "the
+    default"), then the spec's range bounds, which a float meets both as given and in float32."""
     op = sig.spec.name
     out: list[Check] = []
     for a in sig.spec.attrs:
         if a.type == "float":
-            out.append(Check("finite", a.name, f"{op}: attribute '{a.name}' must be a finite number within float32's range (|x| <= {FLOAT32_MAX:.9g})"))
+            out.append(
+                Check(
+                    "finite",
+                    a.name,
+                    f"{op}: attribute '{a.name}' must be a finite number that float32, which the kernels receive, holds: 0 or "
+                    f"{FLOAT32_ZERO_BELOW:.9g} < |x| <= {FLOAT32_MAX:.9g}",
+                )
+            )
         for relation, bound in a.range.bounds() if a.range is not None else ():
             out.append(Check("bound", a.name, f"{op}: attribute '{a.name}' must be {relation} {bound!r}", relation=relation, bound=bound))  # type: ignore[arg-type]
     return tuple(out)

@@ -61,6 +61,18 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 """An int attribute reaches the torch schema and the kernels as int64_t."""
 FLOAT32_MAX = 3.4028234663852886e38
 """A float attribute reaches the kernels as float: a default must be a finite float32."""
+FLOAT32_ZERO_BELOW = 2.0**-150
+"""Half the smallest float32 subnormal: float32 holds a value of this magnitude or less as 0."""
+
+
+def float32_trouble(value: float) -> str | None:
+    """What float32, which the kernels receive a float attribute as, makes of ``value``, where that
+    is not ``value`` rounded: past its range, or a nonzero value held as 0.  None where it is."""
+    if abs(value) > FLOAT32_MAX:
+        return "overflows float32"
+    if value != 0 and abs(value) <= FLOAT32_ZERO_BELOW:
+        return "is 0 in float32"
+    return None
 MAX_PARAM = 1 << 16
 """Integer kernel params are extents and counts (tile sizes, warps, stages) the templates multiply."""
 MAX_TILE_ROWS = 1024
@@ -540,8 +552,8 @@ class Attr(StrictModel):
             raise ValueError(f"default {self.default!r} is not a {self.type}")
         if isinstance(self.default, float) and not math.isfinite(self.default):
             raise ValueError(f"default {self.default!r} is not a finite number")
-        if self.type == "float" and abs(self.default) > FLOAT32_MAX:
-            raise ValueError(f"default {self.default!r} overflows float32, which the kernels receive")
+        if self.type == "float" and (trouble := float32_trouble(self.default)):
+            raise ValueError(f"default {self.default!r} {trouble}, which the kernels receive")
         if self.type == "int" and not INT64_MIN <= self.default <= INT64_MAX:
             raise ValueError(f"default {self.default!r} does not fit int64, which the torch schema and kernels receive")
         if self.range is not None:
@@ -550,8 +562,8 @@ class Attr(StrictModel):
             for relation, bound in self.range.bounds():
                 if self.type == "int" and not isinstance(bound, int):
                     raise ValueError(f"range bound {bound!r} of an int attribute is not an int")
-                if self.type == "float" and abs(bound) > FLOAT32_MAX:
-                    raise ValueError(f"range bound {bound!r} overflows float32, which the kernels receive")
+                if self.type == "float" and (trouble := float32_trouble(bound)):
+                    raise ValueError(f"range bound {bound!r} {trouble}, which the kernels receive")
                 if self.type == "int" and not INT64_MIN <= bound <= INT64_MAX:
                     raise ValueError(f"range bound {bound!r} does not fit int64")
             if not isinstance(self.default, bool) and not self.range.admits(self.default):
@@ -1098,8 +1110,8 @@ class OpSpec(StrictModel):
                     raise ValueError(f"tests.variants[{index}]: {name} = {value!r} is not a {attr.type}")
                 if attr.type == "int" and not INT64_MIN <= value <= INT64_MAX:
                     raise ValueError(f"tests.variants[{index}]: {name} = {value!r} does not fit int64, which the kernels receive")
-                if attr.type == "float" and abs(value) > FLOAT32_MAX:
-                    raise ValueError(f"tests.variants[{index}]: {name} = {value!r} overflows float32, which the kernels receive")
+                if attr.type == "float" and (trouble := float32_trouble(value)):
+                    raise ValueError(f"tests.variants[{index}]: {name} = {value!r} {trouble}, which the kernels receive")
         for index, shape in enumerate(self.tests.shapes):
             if set(shape) != bound:
                 raise ValueError(f"tests.shapes entries must give exactly the dimensions {', '.join(sorted(bound))}")

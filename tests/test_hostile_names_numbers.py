@@ -71,6 +71,7 @@ EPS = "{name: eps, type: float, default: 1.0e-6"
         (LOGP, IGNORE, "  - {name: ignore_index, type: int, default: 9223372036854775808", "attrs.0", "does not fit int64"),
         (LOGP, IGNORE, "  - {name: ignore_index, type: int, default: -9223372036854775809", "attrs.0", "does not fit int64"),
         (RMS, EPS, "{name: eps, type: float, default: 1.0e+39", "attrs.0", "overflows float32"),
+        (RMS, EPS, "{name: eps, type: float, default: 1.0e-46", "attrs.0", "default 1e-46 is 0 in float32, which the kernels receive"),
         (OP, "block_k: 32,", "block_k: 0,", "kernels.mma.params.block_k", "must be between 1 and 65536, got 0"),
         (OP, "block_k: 32,", "block_k: 1000000,", "kernels.mma.params.block_k", "must be between 1 and 65536"),
         (OP, "block_m: 128, block_n: 128, block_k: 32,", "block_m: 4096, block_n: 128, block_k: 32,", "kernels.mma.params.block_m", "may be at most 1024"),

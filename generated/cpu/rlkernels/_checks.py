@@ -12,6 +12,7 @@ spec says can become code.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Sequence
 from numbers import Integral, Real
 from typing import Any
@@ -60,6 +61,12 @@ def dtype_name(t: torch.Tensor) -> str:
     return name if name is not None else str(t.dtype).removeprefix("torch.")
 
 
+def _float32(x: float) -> float:
+    """``x`` as the kernels receive it: rounded to float32 (``x`` within float32's range)."""
+    value: float = struct.unpack("<f", struct.pack("<f", x))[0]
+    return value
+
+
 def _wrong_type(prefix: str, value: object) -> InputTypeError:
     return InputTypeError(f"{prefix}, got {_type_name(value)}")
 
@@ -100,6 +107,7 @@ class _Source:
             "has_data": _has_data,
             "wrong_type": _wrong_type,
             "wrong_attribute": _wrong_attribute,
+            "float32": _float32,
         }
         exec(compile(source, f"<{what}>", "exec"), namespace)  # noqa: S102 -- integers and fixed fragments only (see the module's docstring)
         check: Callable[[Values], None] = namespace["check"]
@@ -128,26 +136,31 @@ def _type_check(op: Op) -> Callable[[Values], None]:
         code.add(f"not ({fits})", f"wrong_attribute({prefix}, v[{index}])")
     for c in op.checks:
         if c.kind in _ATTRIBUTE_KINDS:
-            _attribute_rule(code, c)
+            _attribute_rule(code, c, op.attrs[c.arg - len(op.args)].type == "float")
     return code.compile(f"{op.name} argument types")
 
 
 _ATTRIBUTE_KINDS = frozenset({"finite", "bound"})
 _FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT32_ZERO_BELOW = 2.0**-150  # float32 holds a magnitude of this or less as 0
 # The comparison a bound check fails on, per relation: a closed table, so the relation a registry
 # holds selects a fragment and never becomes source itself.
 _FAILS = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
 
 
-def _attribute_rule(code: _Source, c: Check) -> None:
-    """One check of a number attribute's value, once its type holds: finite within float32's
-    range (NaN fails the comparison), or the spec's bound.  Raises ``InputError``."""
+def _attribute_rule(code: _Source, c: Check, is_float: bool) -> None:
+    """One check of a number attribute's value, once its type holds: finite within float32's range
+    (NaN fails the comparison) and not a nonzero value float32 holds as 0, or the spec's bound,
+    which a float must meet both as given and as float32, the value the kernels receive (its
+    finite check runs first).  Raises ``InputError``."""
     v, m = f"v[{c.arg}]", code.constant(c.message)
     if c.kind == "finite":
-        limit = code.constant(_FLOAT32_MAX)
-        code.add(f"not (-{limit} <= {v} <= {limit})", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
+        limit, tiny = code.constant(_FLOAT32_MAX), code.constant(_FLOAT32_ZERO_BELOW)
+        code.add(f"not (-{limit} <= {v} <= {limit}) or ({v} != 0 and -{tiny} <= {v} <= {tiny})", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
     else:
-        code.add(f"{v} {_FAILS[c.relation]} {code.constant(c.bound)}", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
+        fails, bound = _FAILS[c.relation], code.constant(c.bound)
+        rounded = f" or float32({v}) {fails} {bound}" if is_float else ""
+        code.add(f"{v} {fails} {bound}{rounded}", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
 
 
 def _value_rule(code: _Source, c: Check) -> None:

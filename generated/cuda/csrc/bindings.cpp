@@ -121,6 +121,19 @@ namespace {
   return false;
 }
 
+// A bool tensor as the kernels read it: each byte 0 or 1.  Torch lets any bytes be viewed as bool
+// (a uint8 mask's .view(torch.bool) prints as True and False), but C++ defines a bool only as 0 or
+// 1, and a kernel may read a byte of 2 as 2 (a row counter that skips one).  So every bool argument
+// is passed as its bytes compared with zero; another dtype is passed as it is, for the checks.
+[[maybe_unused]] at::Tensor canonical_bools(const at::Tensor& t) {
+  return t.scalar_type() == at::kBool ? t.view(at::kByte).ne(0) : t;
+}
+
+[[maybe_unused]] std::optional<at::Tensor> canonical_bools(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return t;
+  return canonical_bools(*t);
+}
+
 [[maybe_unused]] rlk::Dtype to_rlk_dtype(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return rlk::Dtype::float32;
@@ -133,8 +146,9 @@ namespace {
 // ---------------------------------------------------------------- attention (specs/ops/attention.yaml)
 
 void check_attention(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX), "attention: attribute 'scale' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_scale);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX) && (attr_scale == 0.0 || std::fabs(attr_scale) > 0x1p-150),
+              "attention: attribute 'scale' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_scale);
   TORCH_CHECK(arg_q.dim() == 3, "attention: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", arg_q.sizes());
   TORCH_CHECK(arg_k.dim() == 3, "attention: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", arg_k.sizes());
   TORCH_CHECK(arg_v.dim() == 3, "attention: argument 'v' must be 3-D with shape [TK, HK, D], got shape ", arg_v.sizes());
@@ -214,8 +228,9 @@ std::tuple<at::Tensor, at::Tensor> attention_blocks_cpu(const at::Tensor& arg_q,
 // ---------------------------------------------------------------- attention_backward (specs/ops/attention_backward.yaml)
 
 void check_attention_backward(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX), "attention_backward: attribute 'scale' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_scale);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX) && (attr_scale == 0.0 || std::fabs(attr_scale) > 0x1p-150),
+              "attention_backward: attribute 'scale' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_scale);
   TORCH_CHECK(arg_grad_o.dim() == 3, "attention_backward: argument 'grad_o' must be 3-D with shape [TQ, HQ, D], got shape ", arg_grad_o.sizes());
   TORCH_CHECK(arg_q.dim() == 3, "attention_backward: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", arg_q.sizes());
   TORCH_CHECK(arg_k.dim() == 3, "attention_backward: argument 'k' must be 3-D with shape [TK, HK, D], got shape ", arg_k.sizes());
@@ -794,14 +809,21 @@ at::Tensor gelu_tanh_backward_elementwise_cpu(const at::Tensor& arg_grad_y, cons
 // ---------------------------------------------------------------- grpo_loss (specs/ops/grpo_loss.yaml)
 
 void check_grpo_loss(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX), "grpo_loss: attribute 'eps_low' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_low);
-  TORCH_CHECK(attr_eps_low >= 0.0, "grpo_loss: attribute 'eps_low' must be >= 0.0, got ", attr_eps_low);
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_eps_high) <= static_cast<double>(FLT_MAX), "grpo_loss: attribute 'eps_high' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_high);
-  TORCH_CHECK(attr_eps_high >= 0.0, "grpo_loss: attribute 'eps_high' must be >= 0.0, got ", attr_eps_high);
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_beta) <= static_cast<double>(FLT_MAX), "grpo_loss: attribute 'beta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_beta);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX) && (attr_eps_low == 0.0 || std::fabs(attr_eps_low) > 0x1p-150),
+              "grpo_loss: attribute 'eps_low' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps_low);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_eps_low >= 0.0 && static_cast<float>(attr_eps_low) >= 0.0,
+              "grpo_loss: attribute 'eps_low' must be >= 0.0, got ", attr_eps_low);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_eps_high) <= static_cast<double>(FLT_MAX) && (attr_eps_high == 0.0 || std::fabs(attr_eps_high) > 0x1p-150),
+              "grpo_loss: attribute 'eps_high' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps_high);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_eps_high >= 0.0 && static_cast<float>(attr_eps_high) >= 0.0,
+              "grpo_loss: attribute 'eps_high' must be >= 0.0, got ", attr_eps_high);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_beta) <= static_cast<double>(FLT_MAX) && (attr_beta == 0.0 || std::fabs(attr_beta) > 0x1p-150),
+              "grpo_loss: attribute 'beta' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_beta);
   TORCH_CHECK(arg_ratio.dim() == 3, "grpo_loss: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", arg_ratio.sizes());
   TORCH_CHECK(arg_kl.dim() == 3, "grpo_loss: argument 'kl' must be 3-D with shape [G, S, T], got shape ", arg_kl.sizes());
   TORCH_CHECK(arg_mask.dim() == 3, "grpo_loss: argument 'mask' must be 3-D with shape [G, S, T], got shape ", arg_mask.sizes());
@@ -842,8 +864,9 @@ void check_grpo_loss(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, cons
   TORCH_CHECK(arg_rewards.is_contiguous(), "grpo_loss: argument 'rewards' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cuda(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  check_grpo_loss(arg_ratio, arg_kl, arg_mask, arg_rewards, attr_eps_low, attr_eps_high, attr_beta);
+std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cuda(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& given_arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss(arg_ratio, arg_kl, given_arg_mask, arg_rewards, attr_eps_low, attr_eps_high, attr_beta);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   at::cuda::OptionalCUDAGuard device_guard(arg_ratio.device());
   const int64_t dim_G = arg_ratio.size(0);
   const int64_t dim_S = arg_ratio.size(1);
@@ -858,8 +881,9 @@ std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cuda(const at::Tensor& arg_ra
   return { out_loss, out_adv };
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  check_grpo_loss(arg_ratio, arg_kl, arg_mask, arg_rewards, attr_eps_low, attr_eps_high, attr_beta);
+std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& given_arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss(arg_ratio, arg_kl, given_arg_mask, arg_rewards, attr_eps_low, attr_eps_high, attr_beta);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   const int64_t dim_G = arg_ratio.size(0);
   const int64_t dim_S = arg_ratio.size(1);
   const int64_t dim_T = arg_ratio.size(2);
@@ -872,14 +896,21 @@ std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& arg_rat
 // ---------------------------------------------------------------- grpo_loss_backward (specs/ops/grpo_loss_backward.yaml)
 
 void check_grpo_loss_backward(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX), "grpo_loss_backward: attribute 'eps_low' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_low);
-  TORCH_CHECK(attr_eps_low >= 0.0, "grpo_loss_backward: attribute 'eps_low' must be >= 0.0, got ", attr_eps_low);
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_eps_high) <= static_cast<double>(FLT_MAX), "grpo_loss_backward: attribute 'eps_high' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps_high);
-  TORCH_CHECK(attr_eps_high >= 0.0, "grpo_loss_backward: attribute 'eps_high' must be >= 0.0, got ", attr_eps_high);
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_beta) <= static_cast<double>(FLT_MAX), "grpo_loss_backward: attribute 'beta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_beta);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX) && (attr_eps_low == 0.0 || std::fabs(attr_eps_low) > 0x1p-150),
+              "grpo_loss_backward: attribute 'eps_low' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps_low);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_eps_low >= 0.0 && static_cast<float>(attr_eps_low) >= 0.0,
+              "grpo_loss_backward: attribute 'eps_low' must be >= 0.0, got ", attr_eps_low);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_eps_high) <= static_cast<double>(FLT_MAX) && (attr_eps_high == 0.0 || std::fabs(attr_eps_high) > 0x1p-150),
+              "grpo_loss_backward: attribute 'eps_high' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps_high);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_eps_high >= 0.0 && static_cast<float>(attr_eps_high) >= 0.0,
+              "grpo_loss_backward: attribute 'eps_high' must be >= 0.0, got ", attr_eps_high);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_beta) <= static_cast<double>(FLT_MAX) && (attr_beta == 0.0 || std::fabs(attr_beta) > 0x1p-150),
+              "grpo_loss_backward: attribute 'beta' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_beta);
   TORCH_CHECK(arg_grad_loss.dim() == 0, "grpo_loss_backward: argument 'grad_loss' must be 0-D with shape [], got shape ", arg_grad_loss.sizes());
   TORCH_CHECK(arg_ratio.dim() == 3, "grpo_loss_backward: argument 'ratio' must be 3-D with shape [G, S, T], got shape ", arg_ratio.sizes());
   TORCH_CHECK(arg_mask.dim() == 3, "grpo_loss_backward: argument 'mask' must be 3-D with shape [G, S, T], got shape ", arg_mask.sizes());
@@ -914,8 +945,9 @@ void check_grpo_loss_backward(const at::Tensor& arg_grad_loss, const at::Tensor&
   TORCH_CHECK(arg_adv.is_contiguous(), "grpo_loss_backward: argument 'adv' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cuda(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  check_grpo_loss_backward(arg_grad_loss, arg_ratio, arg_mask, arg_adv, attr_eps_low, attr_eps_high, attr_beta);
+std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cuda(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& given_arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss_backward(arg_grad_loss, arg_ratio, given_arg_mask, arg_adv, attr_eps_low, attr_eps_high, attr_beta);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   at::cuda::OptionalCUDAGuard device_guard(arg_grad_loss.device());
   const int64_t dim_G = arg_ratio.size(0);
   const int64_t dim_S = arg_ratio.size(1);
@@ -930,8 +962,9 @@ std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cuda(const at::Tenso
   return { out_grad_ratio, out_grad_kl };
 }
 
-std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cpu(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
-  check_grpo_loss_backward(arg_grad_loss, arg_ratio, arg_mask, arg_adv, attr_eps_low, attr_eps_high, attr_beta);
+std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cpu(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& given_arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  check_grpo_loss_backward(arg_grad_loss, arg_ratio, given_arg_mask, arg_adv, attr_eps_low, attr_eps_high, attr_beta);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   const int64_t dim_G = arg_ratio.size(0);
   const int64_t dim_S = arg_ratio.size(1);
   const int64_t dim_T = arg_ratio.size(2);
@@ -1196,8 +1229,9 @@ void check_pack(const at::Tensor& arg_x, const at::Tensor& arg_mask) {
   TORCH_CHECK(arg_mask.is_contiguous(), "pack: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> pack_rows_cuda(const at::Tensor& arg_x, const at::Tensor& arg_mask) {
-  check_pack(arg_x, arg_mask);
+std::tuple<at::Tensor, at::Tensor> pack_rows_cuda(const at::Tensor& arg_x, const at::Tensor& given_arg_mask) {
+  check_pack(arg_x, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   at::cuda::OptionalCUDAGuard device_guard(arg_x.device());
   const int64_t dim_B = arg_x.size(0);
   const int64_t dim_S = arg_x.size(1);
@@ -1215,8 +1249,9 @@ std::tuple<at::Tensor, at::Tensor> pack_rows_cuda(const at::Tensor& arg_x, const
   return { out_packed, out_cu_seqlens };
 }
 
-std::tuple<at::Tensor, at::Tensor> pack_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_mask) {
-  check_pack(arg_x, arg_mask);
+std::tuple<at::Tensor, at::Tensor> pack_rows_cpu(const at::Tensor& arg_x, const at::Tensor& given_arg_mask) {
+  check_pack(arg_x, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   const int64_t dim_B = arg_x.size(0);
   const int64_t dim_S = arg_x.size(1);
   const int64_t dim_H = arg_x.size(2);
@@ -1232,8 +1267,9 @@ std::tuple<at::Tensor, at::Tensor> pack_rows_cpu(const at::Tensor& arg_x, const 
 // ---------------------------------------------------------------- paged_attention (specs/ops/paged_attention.yaml)
 
 void check_paged_attention(const at::Tensor& arg_q, const at::Tensor& arg_k_cache, const at::Tensor& arg_v_cache, const at::Tensor& arg_block_table, const at::Tensor& arg_seq_lens, const at::Tensor& arg_query_start_loc, double attr_scale, bool attr_causal, int64_t attr_window) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX), "paged_attention: attribute 'scale' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_scale);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX) && (attr_scale == 0.0 || std::fabs(attr_scale) > 0x1p-150),
+              "paged_attention: attribute 'scale' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_scale);
   TORCH_CHECK(arg_q.dim() == 3, "paged_attention: argument 'q' must be 3-D with shape [TQ, HQ, D], got shape ", arg_q.sizes());
   TORCH_CHECK(arg_k_cache.dim() == 4, "paged_attention: argument 'k_cache' must be 4-D with shape [NB, BS, HK, D], got shape ", arg_k_cache.sizes());
   TORCH_CHECK(arg_v_cache.dim() == 4, "paged_attention: argument 'v_cache' must be 4-D with shape [NB, BS, HK, D], got shape ", arg_v_cache.sizes());
@@ -1365,8 +1401,9 @@ void check_ratio_kl(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, cons
   TORCH_CHECK(arg_mask.is_contiguous(), "ratio_kl: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cuda(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
-  check_ratio_kl(arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cuda(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& given_arg_mask) {
+  check_ratio_kl(arg_lp, arg_old_lp, arg_ref_lp, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   at::cuda::OptionalCUDAGuard device_guard(arg_lp.device());
   const int64_t dim_B = arg_lp.size(0);
   const int64_t dim_T = arg_lp.size(1);
@@ -1380,8 +1417,9 @@ std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cuda(const at::Tensor& a
   return { out_ratio, out_kl };
 }
 
-std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cpu(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
-  check_ratio_kl(arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cpu(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& given_arg_mask) {
+  check_ratio_kl(arg_lp, arg_old_lp, arg_ref_lp, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   const int64_t dim_B = arg_lp.size(0);
   const int64_t dim_T = arg_lp.size(1);
   at::Tensor out_ratio = at::empty({dim_B, dim_T}, arg_lp.options().dtype(scalar_type_of("float32")));
@@ -1449,8 +1487,9 @@ void check_ratio_kl_backward(const at::Tensor& arg_grad_ratio, const at::Tensor&
   TORCH_CHECK(arg_mask.is_contiguous(), "ratio_kl_backward: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor ratio_kl_backward_elementwise_cuda(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
-  check_ratio_kl_backward(arg_grad_ratio, arg_grad_kl, arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+at::Tensor ratio_kl_backward_elementwise_cuda(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& given_arg_mask) {
+  check_ratio_kl_backward(arg_grad_ratio, arg_grad_kl, arg_lp, arg_old_lp, arg_ref_lp, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   at::cuda::OptionalCUDAGuard device_guard(arg_grad_ratio.device());
   const int64_t dim_B = arg_grad_ratio.size(0);
   const int64_t dim_T = arg_grad_ratio.size(1);
@@ -1463,8 +1502,9 @@ at::Tensor ratio_kl_backward_elementwise_cuda(const at::Tensor& arg_grad_ratio, 
   return out_grad_lp;
 }
 
-at::Tensor ratio_kl_backward_elementwise_cpu(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
-  check_ratio_kl_backward(arg_grad_ratio, arg_grad_kl, arg_lp, arg_old_lp, arg_ref_lp, arg_mask);
+at::Tensor ratio_kl_backward_elementwise_cpu(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& given_arg_mask) {
+  check_ratio_kl_backward(arg_grad_ratio, arg_grad_kl, arg_lp, arg_old_lp, arg_ref_lp, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   const int64_t dim_B = arg_grad_ratio.size(0);
   const int64_t dim_T = arg_grad_ratio.size(1);
   at::Tensor out_grad_lp = at::empty({dim_B, dim_T}, arg_lp.options());
@@ -1475,9 +1515,12 @@ at::Tensor ratio_kl_backward_elementwise_cpu(const at::Tensor& arg_grad_ratio, c
 // ---------------------------------------------------------------- rms_norm (specs/ops/rms_norm.yaml)
 
 void check_rms_norm(const at::Tensor& arg_x, const at::Tensor& arg_w, double attr_eps) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_eps) <= static_cast<double>(FLT_MAX), "rms_norm: attribute 'eps' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_eps);
-  TORCH_CHECK(attr_eps >= 0.0, "rms_norm: attribute 'eps' must be >= 0.0, got ", attr_eps);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_eps) <= static_cast<double>(FLT_MAX) && (attr_eps == 0.0 || std::fabs(attr_eps) > 0x1p-150),
+              "rms_norm: attribute 'eps' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_eps >= 0.0 && static_cast<float>(attr_eps) >= 0.0,
+              "rms_norm: attribute 'eps' must be >= 0.0, got ", attr_eps);
   TORCH_CHECK(arg_x.dim() == 2, "rms_norm: argument 'x' must be 2-D with shape [T, H], got shape ", arg_x.sizes());
   TORCH_CHECK(arg_w.dim() == 1, "rms_norm: argument 'w' must be 1-D with shape [H], got shape ", arg_w.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1580,9 +1623,12 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_rows_cpu(const at::Tensor& 
 // ---------------------------------------------------------------- rope (specs/ops/rope.yaml)
 
 void check_rope(const at::Tensor& arg_x, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX), "rope: attribute 'theta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_theta);
-  TORCH_CHECK(attr_theta > 0.0, "rope: attribute 'theta' must be > 0.0, got ", attr_theta);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX) && (attr_theta == 0.0 || std::fabs(attr_theta) > 0x1p-150),
+              "rope: attribute 'theta' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_theta);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_theta > 0.0 && static_cast<float>(attr_theta) > 0.0,
+              "rope: attribute 'theta' must be > 0.0, got ", attr_theta);
   TORCH_CHECK(arg_x.dim() == 3, "rope: argument 'x' must be 3-D with shape [N, H, D], got shape ", arg_x.sizes());
   TORCH_CHECK(arg_position_ids.dim() == 1, "rope: argument 'position_ids' must be 1-D with shape [N], got shape ", arg_position_ids.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1626,9 +1672,12 @@ at::Tensor rope_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_position
 // ---------------------------------------------------------------- rope_backward (specs/ops/rope_backward.yaml)
 
 void check_rope_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
-  // NaN fails the comparison too.
-  TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX), "rope_backward: attribute 'theta' must be a finite number within float32's range (|x| <= 3.40282347e+38), got ", attr_theta);
-  TORCH_CHECK(attr_theta > 0.0, "rope_backward: attribute 'theta' must be > 0.0, got ", attr_theta);
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX) && (attr_theta == 0.0 || std::fabs(attr_theta) > 0x1p-150),
+              "rope_backward: attribute 'theta' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_theta);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_theta > 0.0 && static_cast<float>(attr_theta) > 0.0,
+              "rope_backward: attribute 'theta' must be > 0.0, got ", attr_theta);
   TORCH_CHECK(arg_grad_y.dim() == 3, "rope_backward: argument 'grad_y' must be 3-D with shape [N, H, D], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_position_ids.dim() == 1, "rope_backward: argument 'position_ids' must be 1-D with shape [N], got shape ", arg_position_ids.sizes());
   TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1857,8 +1906,9 @@ void check_unpack(const at::Tensor& arg_packed, const at::Tensor& arg_mask) {
   TORCH_CHECK(arg_mask.is_contiguous(), "unpack: argument 'mask' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor unpack_rows_cuda(const at::Tensor& arg_packed, const at::Tensor& arg_mask) {
-  check_unpack(arg_packed, arg_mask);
+at::Tensor unpack_rows_cuda(const at::Tensor& arg_packed, const at::Tensor& given_arg_mask) {
+  check_unpack(arg_packed, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   at::cuda::OptionalCUDAGuard device_guard(arg_packed.device());
   const int64_t dim_TOTAL = arg_packed.size(0);
   const int64_t dim_H = arg_packed.size(1);
@@ -1873,8 +1923,9 @@ at::Tensor unpack_rows_cuda(const at::Tensor& arg_packed, const at::Tensor& arg_
   return out_x;
 }
 
-at::Tensor unpack_rows_cpu(const at::Tensor& arg_packed, const at::Tensor& arg_mask) {
-  check_unpack(arg_packed, arg_mask);
+at::Tensor unpack_rows_cpu(const at::Tensor& arg_packed, const at::Tensor& given_arg_mask) {
+  check_unpack(arg_packed, given_arg_mask);
+  const at::Tensor arg_mask = canonical_bools(given_arg_mask);
   const int64_t dim_TOTAL = arg_packed.size(0);
   const int64_t dim_H = arg_packed.size(1);
   const int64_t dim_B = arg_mask.size(0);

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from . import _runtime
-from ._checks import CHECK_TYPES, CHECK_VALUES
+from ._checks import CHECK_TYPES, CHECK_VALUES, InputError
 from ._registry import CARRIED_PLATFORMS, OPS, PACKAGE, PLATFORMS, Op
 
 Values = tuple[Any, ...]
@@ -48,6 +48,23 @@ def _leading(tensor: Any, rank: int) -> tuple[int, ...] | None:
     if isinstance(tensor, torch.Tensor) and tensor.dim() > rank:
         return tuple(tensor.shape[: tensor.dim() - rank + 1])
     return None
+
+
+def _check_leads(op: Op, values: Values, lead_arg: int, lead: tuple[int, ...], positions: frozenset[int]) -> None:
+    """Every argument that starts with the leading dimension gives it as the same several sizes as
+    ``values[lead_arg]`` (with its own dimensions after them): flattened alone, a [T, B] index
+    beside [B, T] rows would pair each row with another row's index, or a flat one would fail in
+    ``flatten``."""
+    for i in sorted(positions):
+        v, a = values[i], op.args[i]
+        if i == lead_arg or v is None:
+            continue
+        if v.dim() != len(a.shape) + len(lead) - 1 or tuple(v.shape[: len(lead)]) != lead:
+            want = ", ".join([*map(str, lead), *a.shape[1:]])
+            raise InputError(
+                f"{op.name}: argument '{a.name}' must have shape [{want}] (argument '{op.args[lead_arg].name}' gives its leading "
+                f"dimension {op.leading_dim} as {list(lead)}), got shape {list(v.shape)}"
+            )
 
 
 def _restore(result: Any, lead: tuple[int, ...], leads: tuple[bool, ...]) -> Any:
@@ -237,6 +254,7 @@ def _public(op: Op, run: Callable[[Values], Any]) -> Callable[..., Any]:
             # The leading dimension may come as several: the kernels see them flattened.
             lead = _leading(values[lead_arg], lead_rank)
             if lead is not None:
+                _check_leads(op, values, lead_arg, lead, lead_positions)
                 flat = tuple(v.flatten(0, len(lead) - 1) if i in lead_positions and v is not None else v for i, v in enumerate(values))
                 return _restore(public(*flat), lead, output_leads)
         return run(values)

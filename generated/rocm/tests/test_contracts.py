@@ -898,6 +898,53 @@ def test_leading_dimensions_are_flattened_and_restored(case: OpCase, device: str
     case.assert_bitwise_equal(case.run(*lifted), expected, "leading dimensions")
 
 
+def bool_bytes(case: OpCase) -> Iterator[Any]:
+    """Each bool argument, its true entries stored as another nonzero byte."""
+    for index, (name, dtype, _, _, _) in enumerate(case.args):
+        if dtype == "bool":
+            for byte in (2, 255):
+                yield f"{name}-{byte}", (index, byte), ()
+
+
+@parametrize("case, index, byte, device", bool_bytes, on_devices)
+def test_a_bool_argument_reads_each_byte_as_its_truth(case: OpCase, index: int, byte: int, device: str) -> None:
+    """Torch lets any bytes be viewed as bool (a uint8 mask's .view(torch.bool)), and indexes by
+    such a mask as by its truth: every nonzero byte true.  The op gives the bits it gives for the
+    same mask stored as 0s and 1s."""
+    inputs = case.make_inputs(case.shapes[0], case.dtypes[0], device, seed=21)
+    want = case.run(*inputs)
+    spoiled = list(inputs)
+    spoiled[index] = (inputs[index].view(torch.uint8) * byte).view(torch.bool)
+    assert spoiled[index].view(torch.uint8).max() == byte  # the test's own premise: such bytes reach the op
+    case.assert_bitwise_equal(case.run(*spoiled), want, f"{case.args[index][0]} stored as bytes 0 and {byte}")
+
+
+def disagreeing_leads(case: OpCase) -> Iterator[Any]:
+    """Each further argument that starts with the leading dimension, given flat or with its
+    leading sizes in another order than the first such argument's."""
+    lead = (case.leading_dim,)
+    positions = [i for i, (_, _, shape, optional, _) in enumerate(case.args) if case.leading_dim is not None and shape[:1] == lead and not optional]
+    for index in positions[1:]:
+        for how in ("flat", "transposed"):
+            yield f"{case.args[index][0]}-{how}", (positions[0], index, how), ()
+
+
+@parametrize("case, first, index, how", disagreeing_leads)
+def test_leading_dimensions_that_disagree_are_an_input_error(case: OpCase, first: int, index: int, how: str) -> None:
+    """Every argument that starts with the leading dimension must give it as the same several
+    sizes: flattened alone, [T, B] ids beside [B, T] rows would pair each row with another's."""
+    shape = next((s for s in case.shapes if s[case.leading_dim] >= 2), None)
+    if shape is None:
+        pytest.skip(f"every test shape has {case.leading_dim} = 1, whose sizes cannot be put in another order")
+    inputs = case.make_inputs(shape, case.dtypes[0], "cpu", seed=12)
+    lead = (case.leading_dim,)
+    given = [t.unsqueeze(0) if spec[:1] == lead else t for t, (_, _, spec, _, _) in zip(inputs, case.args)]  # [1, N, ...]
+    given[index] = inputs[index] if how == "flat" else inputs[index].unsqueeze(1)  # [N, ...] or [N, 1, ...]
+    name, first_name = case.args[index][0], case.args[first][0]
+    with pytest.raises(package.InputError, match=f"^{case.name}: argument '{name}' must have shape .* \\(argument '{first_name}' gives its leading dimension"):
+        getattr(package, case.name)(*given, **case.attrs)
+
+
 @parametrize("case", _ids(only(lambda c: True)))
 def test_public_function_under_torch_compile(case: OpCase) -> None:
     """Backend choice and checks trace too: the public function compiles into one graph, its
@@ -1142,16 +1189,25 @@ def test_wrong_attribute_type_is_an_input_error(case: OpCase, attr: str, value: 
 
 # ---------------------------------------------------------------------------- attribute values
 # A float attribute must be finite within float32's range (the kernels receive float32, and a NaN
-# passes no comparison a kernel makes); a spec's range bounds narrow it.  Both the public function
-# and the native op refuse a value outside, naming the attribute and the value.
+# passes no comparison a kernel makes), and not a nonzero value that float32 holds as 0 (a scale of
+# 1e-46 would arrive as the 0 that means "the default"); a spec's range bounds narrow it, met by
+# the value as given and as float32.  Both the public function and the native op refuse a value
+# outside, naming the attribute and the value.
+
+
+def _next_float32(x: float, toward: float) -> float:
+    """The float32 next to ``x`` (a float32) in the direction of ``toward``."""
+    return float(torch.nextafter(torch.tensor(x, dtype=torch.float32), torch.tensor(toward, dtype=torch.float32)))
 
 
 def _just_outside(relation: str, bound: float, integral: bool) -> float:
-    """The value nearest ``bound`` that breaks ``value <relation> bound``."""
+    """The value nearest ``bound`` that breaks ``value <relation> bound``: for a float, the nearest
+    float32 (one nearer, a float64, could be one float32 holds as 0, which the finite check refuses
+    first)."""
     if relation in (">", "<"):
         return int(bound) if integral else float(bound)
     step = -1 if relation == ">=" else 1
-    return int(bound) + step if integral else math.nextafter(float(bound), step * math.inf)
+    return int(bound) + step if integral else _next_float32(float(bound), step * math.inf)
 
 
 def attribute_values_outside(case: OpCase) -> Iterator[Any]:
@@ -1160,11 +1216,16 @@ def attribute_values_outside(case: OpCase) -> Iterator[Any]:
     for check in case.op.checks:
         attr = names[check.arg] if check.kind in ("finite", "bound") else None
         if check.kind == "finite":
-            for value in (math.nan, math.inf, -math.inf, 1e39, -(10**39)):
+            for value in (math.nan, math.inf, -math.inf, 1e39, -(10**39), 1e-46, -(2.0**-150)):
                 yield f"{attr}-{value!r}", (attr, value, check.message), ()
         elif check.kind == "bound":
             value = _just_outside(check.relation, check.bound, kinds[attr] == "int")
             yield f"{attr}-{check.relation}-{value!r}", (attr, value, check.message), ()
+            if kinds[attr] == "float" and check.relation in (">", "<") and check.bound != 0:
+                # Inside as a float64, the bound itself as float32 (a bound of 0 leaves no such
+                # value that the finite check does not refuse first).
+                inside = math.nextafter(float(check.bound), math.inf if check.relation == ">" else -math.inf)
+                yield f"{attr}-{check.relation}-float32-{inside!r}", (attr, inside, check.message), ()
 
 
 @parametrize("case, attr, value, message, entry", attribute_values_outside, entries)
@@ -1179,13 +1240,13 @@ def test_attribute_value_outside_its_range_is_refused(case: OpCase, attr: str, v
 
 
 def attribute_values_at_the_edge(case: OpCase) -> Iterator[Any]:
-    """The edge values a range admits: an inclusive bound itself, the next float inside an
-    exclusive one."""
+    """The edge values a range admits: an inclusive bound itself, the next float32 inside an
+    exclusive one (the kernels receive float32)."""
     names = [a.name for a in case.op.args] + [a.name for a in case.op.attrs]
     for check in case.op.checks:
         if check.kind == "bound":
             attr = names[check.arg]
-            value = float(check.bound) if check.relation in (">=", "<=") else math.nextafter(float(check.bound), math.inf if check.relation == ">" else -math.inf)
+            value = float(check.bound) if check.relation in (">=", "<=") else _next_float32(float(check.bound), math.inf if check.relation == ">" else -math.inf)
             yield f"{attr}-{check.relation}-{value!r}", (attr, value), ()
 
 
