@@ -363,6 +363,8 @@ class _Config:
         ({}, None),
         ({"model": {"architectures": ["GemmaForCausalLM"]}}, "model architecture GemmaForCausalLM is not one the plugin routes"),
         ({"model": {"quantization": "awq"}}, "quantised weights (awq)"),
+        ({"model": {"model_impl": "transformers"}}, "model_impl='transformers' builds the model from other modules"),
+        ({"model": {"model_impl": "vllm"}}, None),
         ({"lora_config": object()}, "LoRA adapters"),
         ({"speculative_config": object()}, "speculative decoding"),
         ({"parallel": {"tensor_parallel_size": 2}}, "tensor_parallel_size=2"),

@@ -260,6 +260,11 @@ def _config_refusal(config: Any) -> str | None:
     architectures = list(getattr(model, "architectures", None) or [])
     if not architectures or any(a not in ARCHITECTURES for a in architectures):
         return f"model architecture {', '.join(architectures) or '(none)'} is not one the plugin routes ({', '.join(ARCHITECTURES)})"
+    # vLLM builds these architectures from its own modules, which the plugin routes, unless told to
+    # build them another way: its Transformers backend keeps transformers' rotary embedding, in torch.
+    impl = getattr(model, "model_impl", "auto")
+    if impl not in ("auto", "vllm"):
+        return f"model_impl={impl!r} builds the model from other modules than vLLM's own, which are the ones the plugin routes"
     if config.quant_config is not None or getattr(model, "quantization", None):
         return f"quantised weights ({getattr(model, 'quantization', None) or type(config.quant_config).__name__}) have no batch-invariant kernels"
     if config.lora_config is not None:
