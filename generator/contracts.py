@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import get_args
 
-from . import vocabulary
+from . import reserved, vocabulary
 from .admission import admissible
 from .errors import ContractError, SpecError, SpecProblem
 from .load import PACKAGE_KEY, Catalog, SourceMap
@@ -408,11 +408,24 @@ def _name_clashes(catalog: Catalog, names: PackageNames | None) -> list[SpecProb
             if name in exported:
                 problems.append(src.problem(path, f"{name} is already exported by {exported[name]}; the package would export it twice"))
             exported.setdefault(name, f"op {op.name}")
+        # The bindings' own functions of the op: check_{op} and {op}_unsupported_{platform}.
+        for name in [f"check_{op.name}", *(f"{op.name}_unsupported_{p.name}" for p in catalog.platforms)]:
+            clashes = reserved.clash(name)
+            if clashes is not None:
+                problems.append(src.problem(("name",), f"op {op.name} generates the name {name}, which clashes with {clashes}; pick another name"))
+                break
         for kernel in op.kernels:
             if not isinstance(op.kernels[kernel], NativeKernel):
                 continue
-            # Launchers, headers and sources are named {op}_{kernel}.
+            # Launchers, headers and sources are named {op}_{kernel}: a name that can meet a macro of
+            # a header the sources include (st + atime is <sys/stat.h>'s st_atime) like any other.
             symbol = f"{op.name}_{kernel}"
+            derived = [symbol, f"{symbol}_kernel", *(f"{symbol}_{p.name}" for p in catalog.platforms)]
+            for name in derived:
+                clashes = reserved.clash(name)
+                if clashes is not None:
+                    problems.append(src.problem(("kernels", kernel), f"op {op.name} kernel {kernel} generates the name {name}, which clashes with {clashes}; pick another name"))
+                    break
             if symbol in symbols:
                 problems.append(
                     src.problem(("kernels", kernel), f"op {op.name} kernel {kernel} and {symbols[symbol]} both generate the name {symbol} (launcher, header, source)")

@@ -72,6 +72,14 @@ def read_regular(file: Path, limit: int, inside: Path | None = None, follow_link
     return b"".join(chunks)
 
 
+def read_bounded(file: Path, limit: int, inside: Path | None = None) -> bytes:
+    """``read_regular``, refusing a file past ``limit`` bytes too (``FileProblem``, kind "unreadable")."""
+    data = read_regular(file, limit, inside)
+    if len(data) > limit:
+        raise FileProblem(f"larger than {limit} bytes", "unreadable")
+    return data
+
+
 MAX_JSON_BYTES = 16 * 1024 * 1024
 MAX_JSON_DEPTH = 64
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)

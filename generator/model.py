@@ -53,6 +53,10 @@ _RESERVED = frozenset(
     {"self", "out", "stream", "torch", "at", "c10", "std", "rlk", "device"}
     # locals and helpers of the generated bindings, launchers and Python wrappers
     | {"kernel", "lead", "ctx", "needs", "grads", "result", "count", "status", "num_threads", "device_guard"}
+    # attributes of torch's op objects, which getattr finds before an op or overload of that name:
+    # an op namespace's name (torch.ops.<package>.name), an op's op, overloads and op_overloads,
+    # and the overload names torch itself gives (default, out)
+    | {"name", "op", "overloads", "op_overloads", "default", "out"}
 )
 # Macros, types and functions of the headers the generated sources include, Python's builtins and
 # the generated modules' own names are derived from the sources into reserved_names.json (``reserved``).

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from . import contracts, evidence, readme
 from .errors import GeneratorError
+from .files import FileProblem, read_bounded
 from .load import Catalog, load_catalog
 from .paths import README, Layout
 from .plan import REGISTRY_MD, make_plan
@@ -36,6 +37,9 @@ def load_checked(layout: Layout, workers: int | None = None) -> Catalog:
     return catalog
 
 
+MAX_README_BYTES = 1024 * 1024
+
+
 def produce_all(layout: Layout, workers: int | None = None) -> Output:
     """Every output, generated/ and extras, rendered in memory after the contracts hold.
     ``workers``: processes to read and render in (None: as many as the CPUs, for a large
@@ -52,10 +56,12 @@ def produce_all(layout: Layout, workers: int | None = None) -> Output:
     files = dict(sorted(files.items()))
     extras = {**schema_files(), **spec_doc_files()}
     readme_path = layout.root / README
-    if readme_path.is_file():
+    # A README that is absent has no blocks to splice; any other (a FIFO, a link out of the
+    # project, one too large) is read through the one bounded reader, which refuses it.
+    if readme_path.exists() or readme_path.is_symlink():
         try:
-            text = readme_path.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_bounded(readme_path, MAX_README_BYTES, inside=layout.root).decode("utf-8")
+        except (FileProblem, UnicodeDecodeError) as exc:
             raise GeneratorError(f"{README}: cannot read it ({exc})") from None
         context = {"package": catalog.package, "ops": catalog.views, "platforms": catalog.platforms, "evidence": judged, "writers": evidence.WRITERS}
         spliced_any = False

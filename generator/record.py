@@ -21,7 +21,7 @@ from .errors import GeneratorError
 from .evidence import How, Record
 from .load import Catalog
 from .pipeline import Layout, produce_all
-from .source_hash import COMMIT_ENV, UNKNOWN_COMMIT, commit_of, source_sha256
+from .source_hash import COMMIT_ENV, UNKNOWN_COMMIT, commit_of, read_source, source_sha256
 from .write import compute_changes, exclusive, manifest_bytes, write_tree
 
 __all__ = ["Recorded", "checked_commit", "commit_of", "executed_records", "record", "records_for_kernels", "tree_files"]
@@ -227,4 +227,4 @@ def records_for_kernels(
 
 def tree_files(generated: Path) -> dict[str, bytes]:
     """The C++ sources of every package under a generated/ tree, keyed relative to it."""
-    return {path.relative_to(generated).as_posix(): path.read_bytes() for path in sorted(generated.glob("*/csrc/**/*")) if path.is_file()}
+    return {path.relative_to(generated).as_posix(): read_source(path, generated) for path in sorted(generated.glob("*/csrc/**/*")) if path.is_file()}

@@ -23,6 +23,9 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from . import files
+from .errors import GeneratorError
+
 # `#include "…"`, found from its "#" (a literal the regex engine finds quickly) and then checked
 # to open its line but for blanks: the same lines as ^[ \t]*#… in multi-line mode, which tries a
 # match at every byte.
@@ -120,11 +123,23 @@ def source_sha256(
     return digest.hexdigest()
 
 
+MAX_SOURCE_BYTES = 16 * 1024 * 1024
+
+
+def read_source(path: Path, root: Path) -> bytes:
+    """A generated C++ source, through the generator's bounded reader: a regular file inside
+    ``root``, at most MAX_SOURCE_BYTES."""
+    try:
+        return files.read_bounded(path, MAX_SOURCE_BYTES, inside=root)
+    except files.FileProblem as exc:
+        raise GeneratorError(f"{path}: {exc}") from None
+
+
 def package_files(package_dir: Path, platform: str) -> dict[str, bytes]:
     """A package's C++ sources on disk (every file under ``<package_dir>/csrc``), keyed as under
     generated/ (``<platform>/csrc/…``): e.g. an in-place build that copied ``generated/<platform>``."""
     return {
-        f"{platform}/{path.relative_to(package_dir).as_posix()}": path.read_bytes()
+        f"{platform}/{path.relative_to(package_dir).as_posix()}": read_source(path, package_dir)
         for path in sorted((package_dir / "csrc").rglob("*"))
         if path.is_file()
     }

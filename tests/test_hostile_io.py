@@ -75,6 +75,25 @@ def test_a_fifo_package_spec_is_refused_without_blocking(project: Project):
     assert project.snapshot() == before
 
 
+def test_a_fifo_readme_is_refused_without_blocking(project: Project):
+    """The README's generated blocks are spliced into it: read, like every input, through the one
+    bounded reader."""
+    before = project.snapshot()
+    os.mkfifo(project.root / "README.md")
+    refused(run_cli(project, "generate", timeout=30), "README.md: cannot read it (not a regular file (a FIFO))")
+    assert project.snapshot() == before
+
+
+def test_a_readme_linked_outside_the_project_is_refused(project: Project, tmp_path: Path):
+    outside = tmp_path / "elsewhere.md"
+    outside.write_text("# elsewhere\n")
+    (project.root / "README.md").symlink_to(outside)
+    before = project.snapshot()
+    refused(run_cli(project, "generate", timeout=30), "README.md: cannot read it (a symbolic link to", "outside the project")
+    assert project.snapshot() == before
+    assert outside.read_text() == "# elsewhere\n"
+
+
 def test_a_symlink_to_an_endless_device_is_refused_without_reading_it(project: Project):
     """Read whole, /dev/zero fills memory; the child is limited to 2 GiB so that a regression fails fast."""
     before = project.snapshot()

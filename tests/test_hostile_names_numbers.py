@@ -41,6 +41,10 @@ def refused(project: Project, capsys, file: str, old: str, new: str, field: str,
         (NT, "aliases: [det_linear]", "aliases: [det_linear, select_backend]", "aliases.1", "is already the package's own select_backend"),
         (OP, ARG, "  - {name: int64_t, dtype: T", "args.0.name", "C/C++ type"),
         (OP, ARG, "  - {name: errno, dtype: T", "args.0.name", "C/C++ macro"),
+        # torch's op objects answer these before an op or overload of the name: a kernel named op
+        # would never run through its own overload
+        (OP, ARG, "  - {name: overloads, dtype: T", "args.0.name", "reserved in C++, Python or generated code"),
+        (OP, "name: det_gemm\n", "name: name\n", "name", "reserved in C++, Python or generated code"),
         (OP, ARG, "  - {name: stdin, dtype: T", "args.0.name", "C/C++ macro"),
         (OP, "  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [EINTR, K]", "args.0.shape.0", "C/C++ macro"),
         (OP, "  - {name: a, dtype: T, shape: [M, K]", "  - {name: a, dtype: T, shape: [SIGINT, K]", "args.0.shape.0", "C/C++ macro"),
@@ -49,6 +53,26 @@ def refused(project: Project, capsys, file: str, old: str, new: str, field: str,
 )
 def test_names_that_clash_with_generated_code_are_refused(generated, capsys, file, old, new, field, message):
     refused(generated, capsys, file, old, new, field, message)
+
+
+def test_an_op_and_kernel_whose_joined_name_is_a_macro_are_refused(generated, capsys):
+    """Launchers, headers and sources are named {op}_{kernel}, and the bindings' functions
+    {op}_{kernel}_{platform}: st + atime is <sys/stat.h>'s st_atime, which Python.h brings in."""
+    spec = generated.root / "specs/ops/st.yaml"
+    text = (generated.root / "specs/ops/column_sum.yaml").read_text()
+    text = text.replace("name: column_sum", "name: st").replace("  columns:\n", "  atime:\n").replace("[columns]", "[atime]")
+    before = generated.snapshot()
+    spec.write_text(text)
+    try:
+        assert generated.run("generate") == 2
+        err = capsys.readouterr().err
+        line = text.splitlines().index("  atime:") + 1
+        prefix = f"specs/ops/st.yaml:{line}: kernels.atime: "
+        message = "op st kernel atime generates the name st_atime, which clashes with a C/C++ macro"
+        assert any(l.startswith(prefix) and message in l for l in err.splitlines()), err
+        assert generated.snapshot() == before
+    finally:
+        spec.unlink()
 
 
 def test_the_reserved_lists_cover_every_namespace():
