@@ -441,6 +441,27 @@ class PlatformSpec(StrictModel):
     wheel: Wheel
 
     @model_validator(mode="after")
+    def _contraction_off(self) -> PlatformSpec:
+        """Numerics are contraction off in source and flags: the source's mul_rn and add_rn may be
+        plain operators only because the flags keep the compilers from fusing them."""
+        if vocabulary.HOST_CONTRACTION_OFF not in self.build.host_flags:
+            raise ValueError(
+                f"build.host_flags lacks {vocabulary.HOST_CONTRACTION_OFF}: without it the host compiler may fuse a multiply and an add "
+                "into one rounding, which changes the kernels' bits"
+            )
+        if self.kind == "device":
+            needed = vocabulary.DEVICE_CONTRACTION_OFF.get(self.compiler)
+            if needed is None:
+                raise ValueError(f"Unknown device compiler {self.compiler}. Expected one of {', '.join(sorted(vocabulary.DEVICE_CONTRACTION_OFF))}")
+            missing = sorted(needed - set(self.build.device_flags))
+            if missing:
+                raise ValueError(
+                    f"build.device_flags lacks {', '.join(missing)}: without {'them' if len(missing) > 1 else 'it'} {self.compiler} may fuse a multiply "
+                    "and an add into one rounding, which changes the kernels' bits"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _device_needs_runtime(self) -> PlatformSpec:
         if self.kind == "device":
             missing = [

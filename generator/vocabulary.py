@@ -92,6 +92,18 @@ HOST_FLAGS = frozenset({"-O0", "-O1", "-O2", "-O3", "-std=c++17", "-std=c++20", 
 DEVICE_FLAGS = HOST_FLAGS | frozenset({"-fmad=false", "-Xcompiler=-ffp-contract=off", "-prec-div=true", "-prec-sqrt=true", "-ftz=false"})
 """Options of the device compilers (nvcc, hipcc, mcc): the host's and those that keep float32 exact."""
 
+HOST_CONTRACTION_OFF = "-ffp-contract=off"
+"""The host flag every platform's build carries: the kernels' bits assume each product and sum rounded
+where the source rounds it, which a fused multiply-add the compiler chose itself would not be."""
+
+DEVICE_CONTRACTION_OFF = {
+    "nvcc": frozenset({"-fmad=false", "-Xcompiler=-ffp-contract=off"}),
+    "hipcc": frozenset({"-ffp-contract=off"}),
+    "mcc": frozenset({"-ffp-contract=off"}),
+}
+"""Per device compiler, the device flags that turn contraction off in what it compiles (nvcc: in
+device code, and in the host code of its sources through the host compiler)."""
+
 STRIP_FLAGS = frozenset({"-march=native", "-mtune=native"})
 """Flags an extension builder adds by itself that a wheel for other machines must not carry."""
 

@@ -71,6 +71,34 @@ def test_what_becomes_code_or_flags_must_be_a_word_of_the_vocabulary(generated, 
     refused(generated, capsys, file, old, new, field, message)
 
 
+@pytest.mark.parametrize(
+    "file, old, new, message",
+    [
+        (CPU, "  host_flags: [-O3, -std=c++17, -ffp-contract=off]", "  host_flags: [-O3, -std=c++17]", "build.host_flags lacks -ffp-contract=off"),
+        (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false, -Xcompiler=-ffp-contract=off]", "  device_flags: [-O3, -std=c++17, -Xcompiler=-ffp-contract=off]",
+         "build.device_flags lacks -fmad=false: without it nvcc may fuse"),
+        (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false, -Xcompiler=-ffp-contract=off]", "  device_flags: [-O3, -std=c++17, -fmad=false]",
+         "build.device_flags lacks -Xcompiler=-ffp-contract=off"),
+        (MUSA, "  device_flags: [-O3, -std=c++17, -ffp-contract=off]", "  device_flags: [-O3, -std=c++17]", "build.device_flags lacks -ffp-contract=off: without it mcc"),
+        (MUSA, "compiler: mcc", "compiler: clang", "Unknown device compiler clang. Expected one of hipcc, mcc, nvcc"),
+    ],
+)
+def test_a_platform_without_contraction_off_is_refused(generated: Project, capsys: pytest.CaptureFixture[str], file: str, old: str, new: str, message: str):
+    """The kernels' mul_rn and add_rn may be plain operators only because every build turns the
+    compilers' contraction off: a platform whose flags would let them fuse is refused."""
+    before = generated.snapshot()
+    original = (generated.root / file).read_text()
+    generated.edit(file, old, new)
+    try:
+        assert generated.run("generate") == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert any(l.startswith(f"{file}:") and message in l for l in err.splitlines()), err
+        assert generated.snapshot() == before
+    finally:
+        (generated.root / file).write_text(original)
+
+
 def test_a_second_host_platform_is_refused(generated: Project, capsys: pytest.CaptureFixture[str]):
     """Every package carries the host's kernels: a second host would register two CPU kernels per op."""
     second = generated.root / "specs/platforms/zhost.yaml"
