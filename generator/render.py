@@ -169,6 +169,29 @@ def _require(ok: bool, what: str) -> str:
     return ""
 
 
+_REDUCTION_DEFAULTS: dict[str, Any] = {"step": "add", "leaf": None, "lanes": None, "block": None}
+
+
+def _states_reduction(spec: Any, stated: Mapping[str, Any] | None) -> bool:
+    """``{{ states_reduction(op.spec.reduction, stated) }}``: whether the spec's reduction is the one
+    a kernel template states it renders -- both none, or the same order, dimension, step, size of
+    the order (leaf, lanes, block) and inner reduction.  A key the template leaves out is that
+    field's default (step add, no size, no inner reduction)."""
+    if spec is None or stated is None:
+        return spec is None and stated is None
+    if any(getattr(spec, key) != stated.get(key, _REDUCTION_DEFAULTS.get(key)) for key in ("order", "dim", "step", "leaf", "lanes", "block")):
+        return False
+    return _states_reduction(spec.inner, stated.get("inner"))
+
+
+def _reduction_text(stated: Mapping[str, Any] | None) -> str:
+    """A stated reduction as a spec writes it: ``{dim: M, order: ascending}``."""
+    if stated is None:
+        return "no reduction"
+    parts = [f"{key}: {_reduction_text(value) if key == 'inner' else value}" for key, value in sorted(stated.items())]
+    return "{" + ", ".join(parts) + "}"
+
+
 class _ProjectLoader(jinja2.FileSystemLoader):
     """Jinja's file loader, reading each template through the generator's bounded reader: a
     regular file that lies inside the project (the templates folder's parent), through any
@@ -230,6 +253,8 @@ def _environment(templates_dir: str, cache_dir: str | None = None) -> jinja2.Env
     env.filters["json"] = lambda value: json.dumps(value, indent=2, sort_keys=True)
     env.filters["mdcell"] = _md_cell
     env.globals["require"] = _require
+    env.globals["states_reduction"] = _states_reduction
+    env.globals["reduction_text"] = _reduction_text
     return env
 
 
