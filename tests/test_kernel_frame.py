@@ -113,6 +113,19 @@ def test_an_unknown_functor_is_refused_naming_the_ones_there_are(tmp_path: Path,
     assert not project.generated.exists()
 
 
+def test_an_op_the_functor_does_not_fit_is_refused_at_generation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A template's assumptions about its spec are require()s, refused when generating, naming the
+    spec's kernel -- not an #error that only the compiler meets."""
+    project = copy_project(tmp_path / "proj", with_generated=False, ops=("silu", "silu_backward"))
+    output = "  - {name: y, dtype: T, shape: [R, C], doc: x * sigmoid(x) in x's dtype}\n"
+    project.edit("specs/ops/silu.yaml", output, output + "  - {name: z, dtype: T, shape: [R, C], doc: another output}\n")
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert ": kernels.elementwise.template: cannot render " in err, err
+    assert "functor silu takes 1 inputs (x) and gives 1 outputs (y); op silu has 1 arguments and 2 outputs" in err, err
+    assert not project.generated.exists()
+
+
 def test_a_functor_file_linked_from_outside_the_project_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = copy_project(tmp_path / "proj", with_generated=False, ops=("silu", "silu_backward"))
     outside = tmp_path / "elsewhere.j2"

@@ -108,26 +108,29 @@ def test_generated_mma_kernel_compiles_for_sm90_without_spills(tmp_path: Path, o
         assert int(registers) <= 255, name
 
 
-def test_mma_for_another_layout_renders_a_named_compile_error(tmp_path):
-    """The template computes the layout its params name; given another it must not compile quietly.
-    (det_gemm alone, without its backward: the contracts refuse backward steps that no longer fit
-    B's new shape, the other GEMMs' included.)"""
+def test_mma_for_another_layout_is_refused_naming_what_it_computes(tmp_path, capsys):
+    """The template computes the layout its params name; given another, generation refuses the spec
+    rather than render a kernel that computes something else.  (det_gemm alone, without its
+    backward: the contracts refuse backward steps that no longer fit B's new shape, the other
+    GEMMs' included.)"""
     project = copy_project(tmp_path / "proj", with_generated=False, ops=("det_gemm",))
     project.edit(OP, "  - {name: b, dtype: T, shape: [K, N]", "  - {name: b, dtype: T, shape: [N, K]")
     project.edit(OP, '  - {op: det_gemm_nt, args: ["grad(c)", b], gives: [a], attrs: []}\n  - {op: det_gemm_tn, args: [a, "grad(c)"], gives: [b], attrs: []}\n', "")
     project.edit(OP, "backward:\n", "")
-    assert project.run("generate") == 0
-    source = (project.generated / "cuda/csrc/kernels/cuda/det_gemm_mma.cu").read_text()
-    assert '#error "the mma kernel with these params computes M,K x K,N -> M,N' in source
-    assert "det_gemm has layout M,K x N,K -> M,N" in source
-    assert "#error" not in MMA_SOURCE.read_text()
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "kernels.mma.template: cannot render cuda/csrc/kernels/cuda/det_gemm_mma.cu: " in err, err
+    assert "implements only with these params, M,K x K,N -> M,N" in err and "det_gemm has layout M,K x N,K -> M,N" in err, err
+    assert not (project.generated / "cuda").exists()
 
 
-def test_mma_without_a_tile_parameter_renders_a_named_compile_error(project: Project):
+def test_mma_without_a_tile_parameter_is_refused(project: Project, capsys):
+    before = project.snapshot()
     project.edit(OP, " warps_m: 2,", "")
-    assert project.run("generate") == 0
-    source = (project.generated / "cuda/csrc/kernels/cuda/det_gemm_mma.cu").read_text()
-    assert '#error "the mma kernel of det_gemm needs the tile parameter warps_m in its spec\'s params"' in source
+    assert project.run("generate") == 2
+    err = capsys.readouterr().err
+    assert "implements only kernels whose spec gives the tile parameter warps_m in its params" in err, err
+    assert project.snapshot() == before
 
 
 def _gpu_check():
