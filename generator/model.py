@@ -293,6 +293,14 @@ class DeviceTypes(StrictModel):
     stream: VendorType | None
     error: VendorType | None
 
+    @model_validator(mode="after")
+    def _each_type_in_its_role(self) -> DeviceTypes:
+        for field, allowed in vocabulary.TYPE_ROLES.items():
+            value = getattr(self, field)
+            if value is not None and value not in allowed:
+                raise ValueError(f"{field} is {value}, not a {field} type. Expected one of {', '.join(sorted(allowed))}")
+        return self
+
 
 class RuntimeApi(StrictModel):
     success: RuntimeName
@@ -317,6 +325,24 @@ class RuntimeApi(StrictModel):
     copy_from_symbol: RuntimeName | None = None
     """Copies a device variable to the host (cudaMemcpyFromSymbol): what the code loaded for the
     device says about how it was compiled."""
+
+    @model_validator(mode="after")
+    def _each_word_in_its_field_of_one_vendor(self) -> RuntimeApi:
+        """A runtime word names what its field does (success is a Success constant, not an error
+        code), and every word is one vendor's: a swapped or mixed pair compiles and inverts a check."""
+        vendors: dict[str, list[str]] = {}
+        for field in vocabulary.RUNTIME_PARTS:
+            value = getattr(self, field)
+            if value is None:
+                continue
+            allowed = vocabulary.runtime_words(field)
+            if value not in allowed:
+                raise ValueError(f"{field} is {value}, which is not what {field} names. Expected one of {', '.join(allowed)}")
+            vendors.setdefault(vocabulary.vendor_of(value), []).append(field)
+        if len(vendors) > 1:
+            mixed = "; ".join(f"{vendor}: {', '.join(fields)}" for vendor, fields in sorted(vendors.items()))
+            raise ValueError(f"the runtime's words are of one vendor, got several ({mixed})")
+        return self
 
 
 class Intrinsics(StrictModel):
@@ -459,6 +485,18 @@ class PlatformSpec(StrictModel):
                     f"build.device_flags lacks {', '.join(missing)}: without {'them' if len(missing) > 1 else 'it'} {self.compiler} may fuse a multiply "
                     "and an add into one rounding, which changes the kernels' bits"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _types_of_the_runtimes_vendor(self) -> PlatformSpec:
+        """The stream and error types are the runtime's own vendor's (a hipStream_t handed to CUDA's
+        launches would compile where the types convert, and mean another runtime's stream)."""
+        if self.runtime is not None:
+            vendor = vocabulary.vendor_of(self.runtime.success)
+            for field in ("stream", "error"):
+                value = getattr(self.types, field)
+                if value is not None and not value.startswith(vendor):
+                    raise ValueError(f"types.{field} is {value}, not of the runtime's vendor {vendor} (runtime.success: {self.runtime.success})")
         return self
 
     @model_validator(mode="after")

@@ -15,26 +15,37 @@ from collections.abc import Callable
 _VENDORS = ("cuda", "hip", "musa")
 
 
+RUNTIME_PARTS: dict[str, tuple[str, ...]] = {
+    "success": ("Success",),
+    "invalid_value": ("ErrorInvalidValue",),
+    "get_last_error": ("GetLastError",),
+    "error_string": ("GetErrorString",),
+    "set_function_attribute": ("FuncSetAttribute",),
+    "max_dynamic_shared_memory": ("FuncAttributeMaxDynamicSharedMemorySize",),
+    "current_device": ("GetDevice",),
+    "device_attribute": ("DeviceGetAttribute",),
+    "compute_major": ("DevAttrComputeCapabilityMajor", "DeviceAttributeComputeCapabilityMajor"),
+    "compute_minor": ("DevAttrComputeCapabilityMinor", "DeviceAttributeComputeCapabilityMinor"),
+    "multiprocessor_count": ("DevAttrMultiProcessorCount", "DeviceAttributeMultiprocessorCount"),
+    "copy_from_symbol": ("MemcpyFromSymbol",),
+}
+"""Per field of a platform's runtime: the calls or constants it may name, after the vendor's prefix
+(cudaSuccess, hipSuccess): a word of the vocabulary is also the word for its field."""
+
+
+def runtime_words(field: str) -> tuple[str, ...]:
+    """Each vendor's spelling of what ``field`` of a platform's runtime names."""
+    return tuple(f"{vendor}{part}" for vendor in _VENDORS for part in RUNTIME_PARTS[field])
+
+
+def vendor_of(word: str) -> str:
+    """The vendor prefix of a runtime word (cuda, hip, musa)."""
+    return next(vendor for vendor in _VENDORS if word.startswith(vendor))
+
+
 def _runtime_api() -> frozenset[str]:
     """Each vendor's spelling of the runtime calls and constants the kernels use."""
-    parts = (
-        "Success",
-        "ErrorInvalidValue",
-        "GetLastError",
-        "GetErrorString",
-        "FuncSetAttribute",
-        "FuncAttributeMaxDynamicSharedMemorySize",
-        "GetDevice",
-        "DeviceGetAttribute",
-        "DevAttrComputeCapabilityMajor",
-        "DevAttrComputeCapabilityMinor",
-        "DevAttrMultiProcessorCount",
-        "MemcpyFromSymbol",
-        "DeviceAttributeComputeCapabilityMajor",
-        "DeviceAttributeComputeCapabilityMinor",
-        "DeviceAttributeMultiprocessorCount",
-    )
-    return frozenset(f"{vendor}{part}" for vendor in _VENDORS for part in parts)
+    return frozenset(word for field in RUNTIME_PARTS for word in runtime_words(field))
 
 
 HEADERS = frozenset(
@@ -64,6 +75,14 @@ TYPES = frozenset(
     }
 )  # fmt: skip
 """C++ types: the 16-bit floats, streams and error codes."""
+
+TYPE_ROLES: dict[str, frozenset[str]] = {
+    "half": frozenset({"rlk_half_bits", "__half"}),
+    "bfloat16": frozenset({"rlk_bfloat16_bits", "__nv_bfloat16", "hip_bfloat16", "__hip_bfloat16", "__mt_bfloat16"}),
+    "stream": frozenset({"cudaStream_t", "hipStream_t", "musaStream_t"}),
+    "error": frozenset({"cudaError_t", "hipError_t", "musaError_t"}),
+}
+"""Per field of a platform's types, the types it may name: a float16 type for half, never a bfloat16 one."""
 
 RUNTIME_API = _runtime_api()
 """The runtime calls and constants (cudaGetLastError, hipSuccess, ...)."""

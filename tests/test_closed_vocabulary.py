@@ -74,6 +74,33 @@ def test_what_becomes_code_or_flags_must_be_a_word_of_the_vocabulary(generated, 
 @pytest.mark.parametrize(
     "file, old, new, message",
     [
+        (CUDA, "  half: __half\n  bfloat16: __nv_bfloat16", "  half: __nv_bfloat16\n  bfloat16: __half", "half is __nv_bfloat16, not a half type"),
+        (CUDA, "  success: cudaSuccess\n  invalid_value: cudaErrorInvalidValue", "  success: cudaErrorInvalidValue\n  invalid_value: cudaSuccess",
+         "success is cudaErrorInvalidValue, which is not what success names. Expected one of cudaSuccess, hipSuccess, musaSuccess"),
+        (CUDA, "  success: cudaSuccess", "  success: hipSuccess", "the runtime's words are of one vendor, got several (cuda: invalid_value"),
+        (CUDA, "  stream: cudaStream_t", "  stream: hipStream_t", "types.stream is hipStream_t, not of the runtime's vendor cuda"),
+    ],
+)
+def test_a_word_of_the_vocabulary_in_another_field_is_refused(generated: Project, capsys: pytest.CaptureFixture[str], file: str, old: str, new: str, message: str):
+    """The vocabulary is closed per field: a float16 type is not a bfloat16 one, success is not an
+    error code, and a platform's runtime words and types are one vendor's (swapped, each would
+    compile and reinterpret data or invert a launch check)."""
+    before = generated.snapshot()
+    original = (generated.root / file).read_text()
+    generated.edit(file, old, new)
+    try:
+        assert generated.run("generate") == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        assert any(l.startswith(f"{file}:") and message in l for l in err.splitlines()), err
+        assert generated.snapshot() == before
+    finally:
+        (generated.root / file).write_text(original)
+
+
+@pytest.mark.parametrize(
+    "file, old, new, message",
+    [
         (CPU, "  host_flags: [-O3, -std=c++17, -ffp-contract=off]", "  host_flags: [-O3, -std=c++17]", "build.host_flags lacks -ffp-contract=off"),
         (CUDA, "  device_flags: [-O3, -std=c++17, -fmad=false, -Xcompiler=-ffp-contract=off]", "  device_flags: [-O3, -std=c++17, -Xcompiler=-ffp-contract=off]",
          "build.device_flags lacks -fmad=false: without it nvcc may fuse"),
