@@ -171,6 +171,17 @@ def test_addmm_rows_do_not_depend_on_the_batch_whatever_the_bias(aten, bias_shap
         torch.testing.assert_close(torch.addmm(bias, a, w.t(), beta=beta, alpha=alpha).double(), expected, atol=1e-4, rtol=1e-4)
 
 
+def test_addmm_with_alpha_zero_ignores_the_product_as_torch_does(aten):
+    """alpha = 0 takes nothing of mat1 @ mat2, an infinite or NaN product included (as beta = 0
+    takes nothing of the input)."""
+    a, w, bias = torch.randn(4, 8), torch.randn(3, 8), torch.randn(3)
+    a[0, 0] = float("inf")
+    want = torch.addmm(bias, a, w.t(), alpha=0, beta=0.5)
+    with aten.batch_invariant():
+        got = torch.addmm(bias, a, w.t(), alpha=0, beta=0.5)
+    assert torch.equal(bits(got), bits(want)), (got, want)
+
+
 def test_strict_mode_refuses_what_it_cannot_route_naming_op_argument_expected_and_got(aten, rlkernels):
     a, b = torch.randn(4, 8, dtype=torch.float64), torch.randn(8, 3, dtype=torch.float64)
     with aten.batch_invariant():

@@ -199,6 +199,9 @@ REFUSED = {
     "uneven row-parallel": f"LayoutError: weight: expected the columns of each rank's part (in / world) {WHOLE_LEAVES} 160 on rank 0, 96 on rank 1",
     "uneven modules": f"LayoutError: weight: expected the rows of each rank's part (out / world) {WHOLE_LEAVES} 160 on rank 0, 96 on rank 1",
     "uneven gather": "LayoutError: x: expected its last dimension to be the same on every rank, got 160 on rank 0, 96 on rank 1",
+    "other dtype gathered": "LayoutError: x: expected its dtype to be the same on every rank, got 'bfloat16' on rank 0, 'float16' on rank 1",
+    "x's gradient on one rank": "LayoutError: x: expected whether its gradient is computed (requires_grad, under grad mode) to be the same on every "
+                                "rank, got 'yes' on rank 0, 'no' on rank 1",
     "other reduce": "LayoutError: reduce: expected the combine to be the same on every rank, got 'tree' on rank 0, 'all_reduce' on rank 1",
     "other ignore_index": "LayoutError: ignore_index: expected its value to be the same on every rank, got -100 on rank 0, -200 on rank 1",
     "one rank's float32": ("LayoutError: row_parallel_linear: rank 1 refused its own inputs (see the error raised there); every rank stops",

@@ -101,3 +101,27 @@ def test_temperature_other_than_one_is_refused(rltrl, tmp_path):
             model=model(), reward_funcs=lambda completions, **kw: [0.0] * len(completions), args=args,
             train_dataset=datasets.Dataset.from_dict({"prompt": ["t3 t4"] * 2}), processing_class=tokenizer(),
         )
+
+
+def test_a_model_wrapped_for_several_processes_is_refused(rltrl):
+    """Scoring goes through the unwrapped model, so a wrapper's forward never runs: for
+    DistributedDataParallel, the one that averages the replicas' gradients.  Any wrapper but
+    torch.compile's is refused before a log-prob is computed."""
+    import rlkernels.transformers as rlkt
+
+    inner = model()
+    rlkt.patch(inner)
+
+    class Wrapper(torch.nn.Module):  # stands for DistributedDataParallel, which needs a process group
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+    trainer = object.__new__(rltrl.GRPOTrainer)
+    trainer.accelerator = type("Accelerator", (), {"unwrap_model": staticmethod(lambda wrapped: wrapped.module if isinstance(wrapped, Wrapper) else wrapped)})()
+    ids = torch.randint(3, VOCAB, (2, 6))
+    mask = torch.ones_like(ids)
+    with pytest.raises(ValueError, match="is wrapped in Wrapper, whose forward the log-probs would bypass"):
+        trainer._get_per_token_logps_and_entropies(Wrapper(inner), ids, mask, logits_to_keep=3)
+    lp, _, _ = trainer._get_per_token_logps_and_entropies(inner, ids, mask, logits_to_keep=3)  # unwrapped: scored
+    assert lp.shape == (2, 3)

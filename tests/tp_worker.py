@@ -176,6 +176,10 @@ def disagreements(torch: Any, rlkd: Any, groups: dict[int, Any], rank: int) -> d
         "uneven row-parallel": lambda: rlkd.row_parallel_linear(uneven(ffn, 1, 160), uneven(down, 1, 160), group=group),
         "uneven modules": lambda: modules_with_parts(160),
         "uneven gather": lambda: rlkd.gather_last_dim(uneven(ffn, 1, 160), group=group),
+        # gathered as bytes: another dtype would be read as this one (a last dimension of its own, first called here)
+        "other dtype gathered": lambda: rlkd.gather_last_dim(ffn[:, :72].to((torch.bfloat16, torch.float16)[rank]), group=group),
+        # a rank that asks for x's gradient would wait in the backward's combine alone
+        "x's gradient on one rank": lambda: rlkd.column_parallel_linear(x.detach().requires_grad_(rank == 0), rlkd.shard(up, 0, group=group), group=group),
         # settings, and one rank's own refusal
         "other reduce": lambda: rlkd.row_parallel_linear(ffn[:, :128], rlkd.shard(down, 1, group=group), group=group, reduce=("tree", "all_reduce")[rank]),
         "other ignore_index": lambda: rlkd.linear_logp(h, rlkd.shard(head, 0, group=group), ids, group=group, ignore_index=-100 * own),

@@ -11,7 +11,9 @@ log-probs and entropies taken from ``token_logprobs`` of the patched model::
 The model is patched when the trainer is built (unless it already is).  A sequence's log-probs then
 do not depend on the generation batch, the per-device batch or padding, and equal what vLLM with the
 rlkernels plugin reports for it.  TRL's ``temperature`` must be 1 (the log-probs are the model's,
-not a tempered distribution's); multimodal inputs are refused.
+not a tempered distribution's); multimodal inputs are refused, and so is a model wrapped for
+several processes (DistributedDataParallel, FSDP): the log-probs are computed through the
+unwrapped model, which would skip the wrapper's forward and with it the gradients' averaging.
 """
 
 from __future__ import annotations
@@ -74,6 +76,14 @@ class GRPOTrainer(trl.GRPOTrainer):
         if given or compute_aux_loss:
             raise ValueError(f"rlkernels.trl: multimodal inputs and MoE auxiliary losses are not supported (got {given or 'aux loss'})")
         unwrapped = self.accelerator.unwrap_model(model)
+        if model is not unwrapped and not isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+            # The log-probs are computed through the unwrapped model: what a wrapper does in its
+            # forward (DistributedDataParallel's gradient averaging, FSDP's gathering of the
+            # parameters) would not happen, and each process's replica would drift on its own.
+            raise ValueError(
+                f"rlkernels.trl: the model TRL scores with is wrapped in {type(model).__name__}, whose forward the log-probs would bypass "
+                "(a DistributedDataParallel replica's gradients would never be averaged); run one process"
+            )
         if not rlkt.is_patched(unwrapped):
             raise ValueError("rlkernels.trl: the model TRL scores with is not patched by rlkernels.transformers")
         step = batch_size or input_ids.shape[0]

@@ -72,12 +72,14 @@ vocabulary is a whole number of them."""
 CHECK: Check = "first"
 """When the ranks compare what they must agree on; a call's ``check=`` (or a layer's) overrides it.
 ``"first"``: on the first call of each layer (each weight; for gather_last_dim and
-scatter_last_dim, each last dimension), the parts' sizes, the settings (``reduce``,
-``ignore_index``), the bits of the replicated inputs (their checksums) and where each rank's part
-of the weight was cut from (``shard``, ``load_full``).  ``"every"``: all of that on every call
-(a small all_gather and a host synchronisation each).  ``"layout"``: sizes and settings only, on
-the first call of each layer.  The sizes are never left unchecked: a part of another size than
-the others' gives other bits."""
+scatter_last_dim, each last dimension), the parts' sizes (and dtypes, where parts are gathered),
+the settings (``reduce``, ``ignore_index``, whether an input's gradient is computed), the bits of
+the replicated inputs (their checksums) and where each rank's part of the weight was cut from
+(``shard``, ``load_full``).  ``"every"``: all of that on every call (a small all_gather and a host
+synchronisation each).  ``"layout"``: sizes and settings only, on the first call of each layer.
+Under ``"first"`` and ``"layout"`` a later call is not compared: the ranks must keep what was
+compared, the check mode included (a rank that alone asks for an input's gradient, or alone checks
+again, meets the others in another collective); ``"every"`` is the mode that compares each call."""
 
 Reduce = Literal["tree", "all_reduce"]
 """``tree``: the fixed-order combine (layout-invariant).  ``all_reduce``: torch.distributed's
@@ -279,7 +281,7 @@ def column_parallel_linear(
         rows = _rows(x, "x", weight.shape[1])
         return Terms(
             (Same("weight", "the rows of each rank's part (out / world)", weight.shape[0], LEAF), Same("weight", "its columns (in)", weight.shape[1]),
-             Same("x", "its rows", rows.shape[0]), _reduce_term(reduce), _check_term(mode)),
+             Same("x", "its rows", rows.shape[0]), _grad_term("x", x), _reduce_term(reduce), _check_term(mode)),
             (Replicated("x", "a column-parallel layer's input is replicated", x),),
             Part("weight", weight, 0),
         )
@@ -364,16 +366,29 @@ class _ScatterLastDim(torch.autograd.Function):
         return torch.cat(_all_gather(grad, ctx.group), dim=-1), None
 
 
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+
+
 def _shape_terms(x: torch.Tensor) -> tuple[Same, ...]:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
     if x.dim() < 1:
         raise LayoutError(f"x: expected at least 1 dimension, got shape {tuple(x.shape)}")
+    if x.dtype not in _DTYPES:
+        raise LayoutError(f"x: expected one of the dtypes {', '.join(str(d).removeprefix('torch.') for d in _DTYPES)}, got {x.dtype}")
     return (
         Same("x", "its number of dimensions", x.dim()),
         Same("x", "its last dimension", x.shape[-1]),
         Same("x", "its rows (the leading dimensions' product)", x.shape[:-1].numel()),
+        # Gathered as bytes: parts of different dtypes would be read as one another's.
+        Same("x", "its dtype", _DTYPES.index(x.dtype), names=tuple(str(d).removeprefix("torch.") for d in _DTYPES)),
     )
+
+
+def _grad_term(argument: str, x: torch.Tensor) -> Same:
+    """Whether this call's backward combines ``argument``'s gradient across the ranks: a rank that
+    asks for it would wait in a collective that another rank, not asking, never joins."""
+    return Same(argument, "whether its gradient is computed (requires_grad, under grad mode)", int(torch.is_grad_enabled() and x.requires_grad), names=("no", "yes"))
 
 
 def gather_last_dim(x: torch.Tensor, *, group: Any = None, check: Check | None = None) -> torch.Tensor:
@@ -400,7 +415,7 @@ def scatter_last_dim(x: torch.Tensor, *, group: Any = None, check: Check | None 
         sizes = _shape_terms(x)
         if x.shape[-1] % world:
             raise LayoutError(f"x: last dimension ({x.shape[-1]}) must divide evenly among {world} ranks")
-        return Terms((*sizes, _check_term(mode)), (Replicated("x", "scatter_last_dim cuts a replicated tensor", x),))
+        return Terms((*sizes, _grad_term("x", x), _check_term(mode)), (Replicated("x", "scatter_last_dim cuts a replicated tensor", x),))
 
     agree("scatter_last_dim", group, mode, ("last dimension", _last(x)), _device(x), terms)
     return _ScatterLastDim.apply(x, group)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
@@ -678,7 +693,7 @@ def linear_logp(
             raise TypeError(f"ignore_index: expected an int64 integer, got {ignore_index!r}")
         return Terms(
             (Same("weight", "the rows of each rank's part (V / world)", weight.shape[0], max(LEAF, VOCAB_LEAF)), Same("weight", "its columns (H)", weight.shape[1]),
-             Same("h", "its rows", rows.shape[0]), Same("ignore_index", "its value", ignore_index), _reduce_term(reduce), _check_term(mode)),
+             Same("h", "its rows", rows.shape[0]), _grad_term("h", h), Same("ignore_index", "its value", ignore_index), _reduce_term(reduce), _check_term(mode)),
             (Replicated("h", "the hidden states of a vocabulary-parallel head are replicated", h),
              Replicated("ids", "every rank scores the same tokens", ids)),
             Part("weight", weight, 0),

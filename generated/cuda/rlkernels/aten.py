@@ -167,8 +167,11 @@ def _addmm(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: 
         bt = mat2.t().contiguous() if bt is None else bt
         return _ops.det_gemm_nt(mat1.contiguous(), bt, self.contiguous())
     # Any other bias, beta or alpha: the float32 product, then elementwise, then one rounding.
-    product = _ops.det_gemm(mat1.contiguous(), mat2.contiguous(), out_fp32=True)
-    if alpha != 1:
+    if alpha == 0:  # alpha == 0 ignores the product, an infinite or NaN one included, as torch does
+        product = torch.zeros((mat1.shape[0], mat2.shape[1]), dtype=torch.float32, device=mat1.device)
+    else:
+        product = _ops.det_gemm(mat1.contiguous(), mat2.contiguous(), out_fp32=True)
+    if alpha not in (0, 1):
         product = product * alpha
     if beta != 0:  # beta == 0 ignores self, NaN included, as torch does
         product = product + (self.float() if beta == 1 else self.float() * beta)
