@@ -7,6 +7,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,24 @@ class Project:
 
     def run(self, *args: str) -> int:
         return main(["--root", str(self.root), *args])
+
+    def refuses_edit(self, errors: Any, rel: str, old: str, new: str, *needles: str) -> str:
+        """Edit ``rel``, run generate, and restore the file: the run exits 2 without a traceback,
+        leaves generated/ as it was, and one line of its errors names ``rel`` and holds every
+        needle.  ``errors`` gives the errors written (pytest's capsys).  Returns that line."""
+        before = self.snapshot()
+        original = (self.root / rel).read_text()
+        self.edit(rel, old, new)
+        try:
+            assert self.run("generate") == 2
+            err = errors.readouterr().err
+            assert "Traceback" not in err
+            found = [line for line in err.splitlines() if line.startswith(f"{rel}:") and all(n in line for n in needles)]
+            assert found, f"no line of {rel} with {needles!r} in:\n{err}"
+            assert self.snapshot() == before
+            return found[0]
+        finally:
+            (self.root / rel).write_text(original)
 
     def snapshot(self) -> dict[str, tuple[str, int]]:
         """Every file under generated/: content hash and mtime (ns)."""

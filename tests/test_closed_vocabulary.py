@@ -85,17 +85,7 @@ def test_a_word_of_the_vocabulary_in_another_field_is_refused(generated: Project
     """The vocabulary is closed per field: a float16 type is not a bfloat16 one, success is not an
     error code, and a platform's runtime words and types are one vendor's (swapped, each would
     compile and reinterpret data or invert a launch check)."""
-    before = generated.snapshot()
-    original = (generated.root / file).read_text()
-    generated.edit(file, old, new)
-    try:
-        assert generated.run("generate") == 2
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        assert any(l.startswith(f"{file}:") and message in l for l in err.splitlines()), err
-        assert generated.snapshot() == before
-    finally:
-        (generated.root / file).write_text(original)
+    generated.refuses_edit(capsys, file, old, new, message)
 
 
 @pytest.mark.parametrize(
@@ -113,17 +103,7 @@ def test_a_word_of_the_vocabulary_in_another_field_is_refused(generated: Project
 def test_a_platform_without_contraction_off_is_refused(generated: Project, capsys: pytest.CaptureFixture[str], file: str, old: str, new: str, message: str):
     """The kernels' mul_rn and add_rn may be plain operators only because every build turns the
     compilers' contraction off: a platform whose flags would let them fuse is refused."""
-    before = generated.snapshot()
-    original = (generated.root / file).read_text()
-    generated.edit(file, old, new)
-    try:
-        assert generated.run("generate") == 2
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        assert any(l.startswith(f"{file}:") and message in l for l in err.splitlines()), err
-        assert generated.snapshot() == before
-    finally:
-        (generated.root / file).write_text(original)
+    generated.refuses_edit(capsys, file, old, new, message)
 
 
 def test_a_second_host_platform_is_refused(generated: Project, capsys: pytest.CaptureFixture[str]):
