@@ -15,7 +15,7 @@ from generator.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 # Where the packages the tests build live; every build there sits at the same depth.
-BUILDS = REPO / ".build"
+BUILDS = REPO / os.environ.get("RLKERNELS_TEST_BUILDS", ".build")
 
 
 def _use_ccache() -> None:

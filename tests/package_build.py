@@ -7,6 +7,7 @@ recompiles only the translation units that changed.
 from __future__ import annotations
 
 import importlib
+import os
 import importlib.util
 import subprocess
 import sys
@@ -18,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tools"))
 from build_wheel import sync_tree  # the project's one copy-if-changed
 
-CACHE = REPO / ".build"
+# RLKERNELS_TEST_BUILDS names another folder beside .build (one per concurrent test run).
+CACHE = REPO / os.environ.get("RLKERNELS_TEST_BUILDS", ".build")
 
 
 def build_inplace(platform: str = "cpu", generated: Path = REPO / "generated", python: str = sys.executable) -> Path:
