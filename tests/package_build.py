@@ -7,8 +7,8 @@ recompiles only the translation units that changed.
 from __future__ import annotations
 
 import importlib
-import os
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path

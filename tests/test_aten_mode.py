@@ -220,21 +220,152 @@ def test_without_strict_it_warns_once_per_call_and_runs_torchs_kernel(aten):
     assert torch.equal(bits(got), bits(expected))
 
 
-def _kernels() -> dict[tuple[str, str], str]:
-    """What the dispatcher runs for each routed op, at the keys the mode overrides."""
+def _watch_routes(aten, monkeypatch) -> list[str]:
+    """The op of every route the mode runs from now on, in order."""
+    ran: list[str] = []
+
+    def watched(route):
+        def run(*args, **kwargs):
+            ran.append(route.op)
+            return route.run(*args, **kwargs)
+
+        return dataclasses.replace(route, run=run)
+
+    monkeypatch.setattr(aten, "_ROUTES", tuple(watched(r) for r in aten._ROUTES))
+    return ran
+
+
+def _variants() -> dict[str, tuple[str, Callable[[], torch.Tensor], Callable[[], tuple[torch.Tensor, torch.Tensor]]]]:
+    """Out= and in-place forms of the routed ops, by torch's API: name -> (the routed op it must
+    run, the functional call, the variant returning (what it returned, the tensor it had to write))."""
+    g = torch.Generator().manual_seed(6)
+    a, w, bias, c = (torch.randn(shape, generator=g) for shape in ((ROWS, 700), (30, 700), (30,), (ROWS, 30)))
+    q, k, x = torch.randn(3, ROWS, 32, generator=g), torch.randn(3, 41, 32, generator=g), torch.randn(ROWS, 50, generator=g) * 4
+
+    def into(out: torch.Tensor, call: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return call(out), out
+
+    def inplace(self: torch.Tensor, call: Callable[[torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return call(self), self
+
     return {
-        (op, key): repr(torch.library.get_kernel(f"aten::{op}", key))
-        for op in ("mm", "addmm", "bmm", "linear", "_log_softmax", "rms_norm", "silu")
-        for key in ("AutogradCPU", "CPU")
+        "mm(out=)": ("mm", lambda: torch.mm(a, w.t()), lambda: into(torch.empty(ROWS, 30), lambda o: torch.mm(a, w.t(), out=o))),
+        "matmul(out=) 2-D": ("mm", lambda: a @ w.t(), lambda: into(torch.empty(ROWS, 30), lambda o: torch.matmul(a, w.t(), out=o))),
+        "matmul(out=) 3-D": ("bmm", lambda: q @ k.transpose(1, 2), lambda: into(torch.empty(0), lambda o: torch.matmul(q, k.transpose(1, 2), out=o))),
+        "matmul(out=) 3-D by 2-D": ("mm", lambda: q @ w[:, :32].t(), lambda: into(torch.empty(3, ROWS, 30), lambda o: torch.matmul(q, w[:, :32].t(), out=o))),
+        "bmm(out=)": ("bmm", lambda: torch.bmm(q, k.transpose(1, 2)), lambda: into(torch.empty(3, ROWS, 41), lambda o: torch.bmm(q, k.transpose(1, 2), out=o))),
+        "addmm(out=)": ("addmm", lambda: torch.addmm(bias, a, w.t()), lambda: into(torch.empty(ROWS, 30), lambda o: torch.addmm(bias, a, w.t(), out=o))),
+        "addmm_": ("addmm", lambda: torch.addmm(c, a, w.t(), beta=0.5, alpha=2), lambda: inplace(c.clone(), lambda s: s.addmm_(a, w.t(), beta=0.5, alpha=2))),
+        "linear.out": ("linear", lambda: F.linear(a, w, bias), lambda: into(torch.empty(ROWS, 30), lambda o: torch.ops.aten.linear.out(a, w, bias, out=o))),
+        "silu.out": ("silu", lambda: F.silu(x), lambda: into(torch.empty(ROWS, 50), lambda o: torch.ops.aten.silu.out(x, out=o))),
+        "silu_": ("silu", lambda: F.silu(x), lambda: inplace(x.clone(), torch.ops.aten.silu_)),
+        "F.silu(inplace=True)": ("silu", lambda: F.silu(x), lambda: inplace(x.clone(), lambda s: F.silu(s, inplace=True))),
+        "_log_softmax.out": ("_log_softmax", lambda: torch.log_softmax(x, -1), lambda: into(torch.empty(ROWS, 50), lambda o: torch.ops.aten._log_softmax.out(x, -1, False, out=o))),
+        "log_softmax(out=)": ("_log_softmax", lambda: torch.log_softmax(x, -1), lambda: into(torch.empty(ROWS, 50), lambda o: torch.log_softmax(x, -1, out=o))),
     }
+
+
+@pytest.mark.parametrize("name", list(_variants()))
+def test_out_and_inplace_forms_run_the_route_and_give_its_bits(aten, monkeypatch, name):
+    """Each variant runs the routed op's route (watched) and writes the functional call's routed bits
+    into its out or self, which it returns: none reaches torch's kernel unseen."""
+    ran = _watch_routes(aten, monkeypatch)
+    op, functional, variant = _variants()[name]
+    with aten.batch_invariant():
+        want = functional()
+        ran.clear()
+        returned, written = variant()
+    assert ran == [op], f"{name} ran {ran}, not the route of {op}"
+    assert returned is written
+    assert written.shape == want.shape and torch.equal(bits(written), bits(want))
+
+
+def test_every_overload_of_a_routed_op_reaches_the_mode(aten):
+    """By torch's own list of overloads, not the mode's: each one of a routed op and of its in-place
+    op is served by the mode's kernel at the autograd key (the decomposition key for the ops torch
+    decomposes) and at the CPU key where torch has one there, and is a form the mode knows."""
+    listed = []
+    with aten.batch_invariant():
+        for op in aten.ROUTED:
+            for packet_name in (op, f"{op}_"):
+                packet = getattr(torch.ops.aten, packet_name, None)
+                for overload in [] if packet is None else packet.overloads():
+                    qualname = f"aten::{packet_name}" + ("" if overload == "default" else f".{overload}")
+                    listed.append(qualname)
+                    assert "rlkernels/aten.py" in repr(torch.library.get_kernel(qualname, "AutogradCPU")), qualname
+                    if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "CPU"):
+                        assert "rlkernels/aten.py" in repr(torch.library.get_kernel(qualname, "CPU")), qualname
+    forms = {f.qualname: f.kind for op in aten.ROUTED for f in aten._forms(op)}
+    assert sorted(forms) == sorted(listed)
+    outs = ("aten::mm.out", "aten::bmm.out", "aten::addmm.out", "aten::linear.out", "aten::silu.out", "aten::_log_softmax.out")
+    assert {q: forms[q] for q in outs} == dict.fromkeys(outs, "out")
+    assert forms["aten::addmm_"] == forms["aten::silu_"] == "inplace"
+    assert forms["aten::mm.dtype"] == forms["aten::bmm.dtype_out"] == "refused"
+
+
+def test_an_overload_with_no_route_is_refused(aten, rlkernels):
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    refusal = r"aten::mm.dtype cannot run batch-invariant here: argument 'out_dtype' must be absent \(no overload of aten::mm taking it is routed\), got float32"
+    with aten.batch_invariant(), pytest.raises(rlkernels.UnsupportedError, match=refusal):
+        torch.ops.aten.mm.dtype(a, b, torch.float32)
+    # Without strict: a warning, then torch's own kernel (which has none for this overload on the host).
+    with aten.batch_invariant(strict=False), pytest.warns(aten.BatchVariantWarning, match=refusal), pytest.raises(NotImplementedError):
+        torch.ops.aten.mm.dtype(a, b, torch.float32)
+
+
+def test_out_and_inplace_forms_keep_torchs_rules(aten, rlkernels):
+    """What torch does with out= and in-place calls, the mode does: an out of another shape is resized
+    (with torch's warning when it held elements), one that aliases an input gets the whole result,
+    a strided one keeps its strides; another dtype, out= under autograd, an in-place self that
+    cannot hold the result and a leaf that needs its gradient fail with torch's own errors; an
+    in-place call's gradient is the functional call's."""
+    g = torch.Generator().manual_seed(8)
+    a, b, x = torch.randn(5, 40, generator=g), torch.randn(40, 3, generator=g), torch.randn(5, 7, generator=g)
+
+    def torch_warning() -> str:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.mm(a, b, out=torch.empty(2, 2))
+        return str(caught[0].message).split(" (Triggered internally")[0]  # where in torch's C++ it came from
+
+    torch_message = torch_warning()
+    with aten.batch_invariant():
+        want = torch.mm(a, b)
+        assert aten.is_enabled() and torch_warning() == torch_message
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            empty = torch.empty(0)
+            torch.mm(a, b, out=empty)
+        strided = torch.empty(3, 5).t()
+        torch.mm(a, b, out=strided)
+        assert strided.stride() == (1, 5)
+        square = torch.randn(6, 6, generator=g)
+        want_square = torch.mm(square, square)
+        torch.mm(square, square, out=square)
+        for got, expected in ((empty, want), (strided, want), (square, want_square)):
+            assert torch.equal(bits(got), bits(expected))
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float, but got double"):
+            torch.mm(a, b, out=torch.empty(5, 3, dtype=torch.float64))
+        with pytest.raises(RuntimeError, match=r"out=\.\.\. arguments don't support automatic differentiation"):
+            torch.mm(a.clone().requires_grad_(), b, out=torch.empty(5, 3))
+        with pytest.raises(RuntimeError, match="Bad in-place call"):
+            torch.randn(3).addmm_(a, b)
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation"):
+            F.silu(x.clone().requires_grad_(), inplace=True)
+        leaf = x.clone().requires_grad_()
+        F.silu(leaf * 3, inplace=True).sum().backward()
+        inplace_grad, leaf.grad = leaf.grad, None
+        F.silu(leaf * 3).sum().backward()
+        assert torch.equal(bits(inplace_grad), bits(leaf.grad))
+        with torch.inference_mode():  # below autograd, at the CPU key
+            assert torch.equal(bits(torch.mm(a, b, out=torch.empty(5, 3))), bits(want))
 
 
 def test_leaving_the_mode_gives_torch_back_also_when_nested_or_raising(aten, rlkernels):
     model, x = MLP(), inputs()
-    torch_kernels, torch_result = _kernels(), model(x)
+    torch_result = model(x)
     with aten.batch_invariant():
         inside = model(x)
-        assert _kernels() != torch_kernels
         with aten.batch_invariant(strict=False):
             assert aten.is_enabled() and not aten.is_strict()
         assert aten.is_strict(), "the inner block's strictness ends with it"
@@ -244,11 +375,17 @@ def test_leaving_the_mode_gives_torch_back_also_when_nested_or_raising(aten, rlk
         with pytest.raises(KeyError), aten.batch_invariant(strict=False):
             raise KeyError("inside")
         assert aten.is_enabled() and aten.is_strict()
-    assert not aten.is_enabled() and _kernels() == torch_kernels
+        aten.disable()  # inside a block: this block's state, which its end discards
+        assert not aten.is_enabled()
+    assert not aten.is_enabled()
     assert not torch.equal(bits(inside), bits(torch_result)), "the mode changed nothing: this test would prove nothing"
     assert torch.equal(bits(model(x)), bits(torch_result))
     aten.enable()
     assert torch.equal(bits(model(x)), bits(inside))
+    with aten.batch_invariant(False):
+        aten.enable(strict=False)
+        assert aten.is_enabled() and not aten.is_strict()
+    assert aten.is_enabled() and aten.is_strict(), "enable() outside every block is what a block's end comes back to"
     aten.disable()
     assert torch.equal(bits(model(x)), bits(torch_result))
 
@@ -265,6 +402,98 @@ def test_the_mode_is_process_wide(aten):
         worker.start()
         worker.join()
     assert torch.equal(bits(results["out"]), bits(expected))
+
+
+def test_blocks_in_several_threads_ending_in_any_order_leave_the_state_set_outside_them(aten):
+    """The mode is process-wide and the newest open block decides it: a block's end takes its own
+    state away, not the state that was current when it began, so a block that began after another
+    and ends before it leaves the mode to the other, and both ended leave it as before them."""
+    import threading
+
+    steps = {name: threading.Event() for name in ("a_in", "b_in", "a_out", "b_out")}
+    seen: dict[str, tuple[bool, bool]] = {}
+
+    def block(me: str, other: str, **mode: bool) -> None:
+        with aten.batch_invariant(**mode):
+            steps[f"{me}_in"].set()
+            steps[f"{other}_in"].wait(10)
+            if me == "b":
+                steps["a_out"].wait(10)  # a ends first, b still open
+                seen["after a"] = (aten.is_enabled(), aten.is_strict())
+        steps[f"{me}_out"].set()
+
+    first = threading.Thread(target=block, args=("a", "b"), kwargs={"strict": False})
+    first.start()
+    steps["a_in"].wait(10)
+    second = threading.Thread(target=block, args=("b", "a"), kwargs={"enabled": True, "strict": True})
+    second.start()
+    first.join(10)
+    second.join(10)
+    assert seen == {"after a": (True, True)}, "the open block's state, not the one a's end brought back"
+    assert not aten.is_enabled(), "both blocks ended: the mode is off, as before them"
+
+
+def test_switching_the_mode_in_one_thread_never_breaks_a_call_in_another():
+    """enable/disable in a loop beside a thread computing inside the mode: every call finishes, with
+    either the routed bits or torch's (the state it started in), and the process does not crash.
+    In a child process, so a crash is a failed test, bounded in time."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from package_build import build_inplace
+
+    script = textwrap.dedent(
+        """
+        import sys, threading, time
+        import torch
+        import torch.nn.functional as F
+        from rlkernels import aten
+
+        torch.set_num_threads(1)
+        g = torch.Generator().manual_seed(7)
+        a, b, x = torch.randn(37, 700, generator=g), torch.randn(700, 30, generator=g), torch.randn(37, 50, generator=g)
+        calls = {
+            "mm": lambda: torch.mm(a, b),
+            "mm(out=)": lambda: torch.mm(a, b, out=torch.empty(0)),
+            "linear": lambda: F.linear(a, b.t()),
+            "log_softmax": lambda: torch.log_softmax(x, -1),
+        }
+        with aten.batch_invariant():
+            routed = {name: call() for name, call in calls.items()}
+        plain = {name: call() for name, call in calls.items()}
+        assert not torch.equal(routed["mm"], plain["mm"]), "the mode changed nothing: this would prove nothing"
+        deadline, failures, counts = time.monotonic() + float(sys.argv[1]), [], [0, 0]
+
+        def switch():
+            while time.monotonic() < deadline and not failures and counts[0] < 20000:
+                aten.enable()
+                aten.disable()
+                counts[0] += 1
+
+        def compute():
+            try:
+                while time.monotonic() < deadline and not failures and counts[1] < 20000:
+                    with aten.batch_invariant():
+                        for name, call in calls.items():
+                            got = call()
+                            if not (torch.equal(got, routed[name]) or torch.equal(got, plain[name])):
+                                failures.append(f"{name}: neither the routed bits nor torch's")
+                    counts[1] += 1
+            except BaseException as e:
+                failures.append(repr(e))
+
+        threads = [threading.Thread(target=switch), threading.Thread(target=compute)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        print("switches", counts[0], "rounds", counts[1], failures[:3] or "ok")
+        """
+    )
+    root = build_inplace("cpu")
+    result = subprocess.run([sys.executable, "-c", script, "4"], cwd=root, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0 and result.stdout.rstrip().endswith("ok"), (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
 
 
 def test_inference_mode_calls_are_routed_below_autograd(aten):
@@ -333,6 +562,21 @@ def test_inductor_runs_the_routed_graph(aten):
         eager = model(x)
         compiled = torch.compile(model, fullgraph=True)  # inductor
         assert torch.equal(bits(compiled(x)), bits(eager))
+
+
+def test_a_function_compiled_outside_the_mode_has_its_matrix_products_routed_inside_it(aten, monkeypatch):
+    """inductor runs a matrix product as torch.mm(..., out=buffer), which is the mode's mm.out: routed
+    while the mode is on, whenever the function was compiled."""
+    ran = _watch_routes(aten, monkeypatch)
+    g = torch.Generator().manual_seed(9)
+    a, w = torch.randn(ROWS, 700, generator=g), torch.randn(700, 30, generator=g)
+    compiled = torch.compile(lambda a, w: torch.mm(a, w) * 2, fullgraph=True)  # inductor
+    outside = compiled(a, w)
+    assert ran == []
+    with aten.batch_invariant():
+        inside = compiled(a, w)
+        assert ran == ["mm"] and torch.equal(bits(inside), bits(torch.mm(a, w) * 2))
+    assert not torch.equal(bits(inside), bits(outside)), "the mode changed nothing: this test would prove nothing"
 
 
 def test_a_route_whose_bits_follow_the_batch_is_caught(aten, monkeypatch):

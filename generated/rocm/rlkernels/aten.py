@@ -18,14 +18,23 @@ Routed, for float32, float16 and bfloat16 tensors of a platform this build carri
     aten::rms_norm            rms_norm (its backward rms_norm_backward)
     aten::silu                silu (its backward silu_backward)
 
+Every overload of these ops is covered, sorted by torch's own schemas (``_forms``), so one a later
+torch adds is covered too: the out= forms (``mm(out=)``, ``silu.out``, ...) compute with the route
+and write into ``out`` as torch does (resized to the result's shape, with torch's warning when it
+held elements; another dtype or device is torch's error); the in-place forms (``addmm_``,
+``silu_``, ``F.silu(inplace=True)``) compute with the route and copy into ``self``; any other
+overload (``mm.dtype``, ...) is refused.  torch's composites reach them: ``matmul(out=)`` is
+``mm(out=)`` or ``bmm(out=)``, ``log_softmax(out=)`` is ``_log_softmax.out``.
+
 Every other aten op runs as torch runs it: this mode does not make a whole model batch-invariant
 by itself (softmax, attention, layer_norm, mean, mv, baddbmm and the rest are not touched).
 
-A call it cannot route (another dtype, a device this build carries no kernels for) raises
-``UnsupportedError`` in strict mode, naming the op, the argument and what was expected; with
-``strict=False`` it warns (``BatchVariantWarning``) and runs torch's own kernel, captured with
-``torch.library.get_kernel`` before the override was registered.  Calls that torch itself rejects
-(mismatched shapes or dtypes) go to torch unchanged, so they fail with torch's own error.
+A call it cannot route (another dtype, a device this build carries no kernels for, an overload
+with no route) raises ``UnsupportedError`` in strict mode, naming the overload, the argument and
+what was expected; with ``strict=False`` it warns (``BatchVariantWarning``) and runs torch's own
+kernel, captured with ``torch.library.get_kernel`` before the override was registered.  Calls that
+torch itself rejects (mismatched shapes or dtypes, out= under autograd) go to torch unchanged, so
+they fail with torch's own error.
 
 Where the overrides sit, and why:
 - mm, addmm, bmm, _log_softmax and silu at the ``Autograd`` alias key, for every device: the
@@ -35,13 +44,24 @@ Where the overrides sit, and why:
   the aten op back to its own kernel (inductor decomposes _log_softmax and silu itself).
 - the same five at the dispatch keys of the platforms in the registry, for calls that never pass
   the autograd keys (``torch.inference_mode()``).
-- linear and rms_norm, which torch decomposes before any backend key, at ``CompositeImplicitAutograd``.
+- linear and rms_norm, which torch decomposes before any backend key, at ``CompositeImplicitAutograd``
+  (each overload where torch has it: linear.out is not decomposed, so it sits as mm does).
 
 The mode is process-wide, as the dispatcher is: while it is on, every thread's calls are routed.
-``enable``/``disable`` and the context manager are serialised by a lock; nesting restores the outer
-state (on and strict, on and warning, or off), also when the block raises.  torch.compile keeps
-what it traced: a function compiled inside the mode keeps this package's ops after the mode ends,
-and one compiled outside keeps torch's; call ``torch.compiler.reset()`` after switching.
+The state is that of the newest ``batch_invariant`` block still open in any thread, else what
+``enable``/``disable`` last set outside every block (inside one, they set the newest block's).  A
+block's end removes its own state wherever it stands, so nesting restores the outer state (also
+when the block raises), and blocks of several threads ending in any order leave the state set
+outside them.  The kernels are registered on the first ``enable`` and stay for the process:
+torch's dispatcher is not safe for a call in flight while a kernel is removed, so switching only
+swaps one immutable state, read once per call (a call that started in one state finishes in it).
+Off, each call of a routed op passes through one Python function to torch's kernel.  The first
+``enable`` changes the dispatcher's tables, which torch does not guard against calls in other
+threads: make it before other threads compute.  torch.compile keeps what it traced: a function
+compiled inside the mode keeps this package's ops after the mode ends, and one compiled outside
+keeps torch's (inductor's fused log_softmax and silu then bypass the mode; its matrix products,
+run as ``mm(out=)`` and the like, are routed while it is on); call ``torch.compiler.reset()``
+after switching.
 """
 
 from __future__ import annotations
@@ -299,20 +319,125 @@ class _Route:
     op: str
     verdict: Callable[..., _Verdict]
     run: Callable[..., torch.Tensor]
-    composite: bool
-    """Decomposed by torch before any backend key: overridden at CompositeImplicitAutograd."""
 
 
 _ROUTES = (
-    _Route("mm", _mm_verdict, _mm, False),
-    _Route("addmm", _addmm_verdict, _addmm, False),
-    _Route("bmm", _bmm_verdict, _bmm, False),
-    _Route("linear", _linear_verdict, _linear, True),
-    _Route("_log_softmax", _log_softmax_verdict, _log_softmax, False),
-    _Route("rms_norm", _rms_norm_verdict, _rms_norm, True),
-    _Route("silu", _silu_verdict, _silu, False),
+    _Route("mm", _mm_verdict, _mm),
+    _Route("addmm", _addmm_verdict, _addmm),
+    _Route("bmm", _bmm_verdict, _bmm),
+    _Route("linear", _linear_verdict, _linear),
+    _Route("_log_softmax", _log_softmax_verdict, _log_softmax),
+    _Route("rms_norm", _rms_norm_verdict, _rms_norm),
+    _Route("silu", _silu_verdict, _silu),
 )
 assert tuple(r.op for r in _ROUTES) == ROUTED
+
+
+def _route(op: str) -> _Route:
+    # Looked up at each call, not bound at registration: the kernels stay registered for the process.
+    for route in _ROUTES:
+        if route.op == op:
+            return route
+    raise LookupError(op)
+
+
+# ---------------------------------------------------------------------------------------------
+# The overloads.  A routed op's family is every overload torch's schemas list for aten::<op> and
+# for its in-place packet aten::<op>_, whatever this torch version has: a variant that computes
+# the op's values (out=, in-place, one a later torch adds) must not run torch's kernel unseen.  The
+# schemas sort each overload into one of four forms:
+#   functional  aten::<op> itself, routed as above;
+#   out         the functional's arguments and one keyword-only written tensor (out=): computed by
+#               the route, then written into out as torch writes an out= result;
+#   inplace     aten::<op>_ with the functional's arguments, self written: computed by the route,
+#               then copied into self;
+#   refused     anything else (mm.dtype's out_dtype, ...): no route computes it, so strict mode
+#               refuses it and non-strict warns, as for any call the mode cannot route.
+
+
+@dataclass(frozen=True)
+class _Form:
+    qualname: str
+    """aten::mm.out"""
+    op: str
+    """The routed op of the family: mm."""
+    kind: str
+    """functional, out, inplace or refused."""
+    schema: Any
+    outs: tuple[str, ...] = ()
+    """out: the written argument's name."""
+    foreign: str = ""
+    """refused: the first argument aten::<op> does not take (or the written one), for the refusal."""
+
+
+def _signature(arguments: Sequence[Any]) -> tuple[tuple[str, str, bool], ...]:
+    return tuple((a.name, str(a.type), bool(a.kwarg_only)) for a in arguments)
+
+
+def _written(argument: Any) -> bool:
+    return argument.alias_info is not None and bool(argument.alias_info.is_write)
+
+
+def _forms(op: str) -> tuple[_Form, ...]:
+    """Every overload in the family of the routed ``op``, sorted by its schema."""
+    functional = next(s for s in torch._C._jit_get_schemas_for_operator(f"aten::{op}") if s.overload_name == "")
+    wanted = _signature(functional.arguments)
+    forms = []
+    for packet in (op, f"{op}_"):
+        for schema in torch._C._jit_get_schemas_for_operator(f"aten::{packet}"):
+            qualname = f"aten::{packet}" + (f".{schema.overload_name}" if schema.overload_name else "")
+            written = [a for a in schema.arguments if _written(a)]
+            others = [a for a in schema.arguments if not _written(a)]
+            if packet == op and not schema.overload_name:
+                forms.append(_Form(qualname, op, "functional", schema))
+            elif (
+                packet == op
+                and len(written) == 1 == len(functional.returns)
+                and written[0].kwarg_only
+                and _signature(others) == wanted
+            ):
+                forms.append(_Form(qualname, op, "out", schema, outs=(written[0].name,)))
+            elif packet == f"{op}_" and written == [schema.arguments[0]] and _signature(schema.arguments) == wanted and len(schema.returns) == 1:
+                forms.append(_Form(qualname, op, "inplace", schema))
+            else:
+                known = {(a.name, str(a.type)) for a in functional.arguments}
+                foreign = next((a.name for a in others if (a.name, str(a.type)) not in known), (written or others)[0].name)
+                forms.append(_Form(qualname, op, "refused", schema, foreign=foreign))
+    return tuple(forms)
+
+
+def _bound(schema: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The call's arguments by name (torch passes keyword-only ones by name and leaves out defaults)."""
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    values = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
+    values.update((a.name, v) for a, v in zip(positional, args))
+    values.update(kwargs)
+    return values
+
+
+def _tensors(values: Any) -> Iterator[torch.Tensor]:
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            yield v
+        elif isinstance(v, (list, tuple)):
+            yield from _tensors(v)
+
+
+def _resize_out(out: torch.Tensor, shape: torch.Size) -> None:
+    """torch's rule for an out= tensor of another shape (at::native::resize_output): resized, with
+    torch's deprecation warning unless it held no elements."""
+    if out.shape == shape:
+        return
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does not match "
+            f"the required output shape {list(shape)}. This behavior is deprecated, and in a future PyTorch release outputs "
+            "will not be resized unless they have zero elements. You can explicitly reuse an out tensor t by resizing it, "
+            "inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=4,
+        )
+    out.resize_(shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,32 +450,104 @@ class _State:
     strict: bool
 
 
+_OFF = _State(enabled=False, strict=True)
+
 _LOCK = threading.RLock()
-_state = _State(enabled=False, strict=True)
+# What enable()/disable() set outside every block, and the open batch_invariant blocks, oldest
+# first (each a token and its state).  The mode is the newest open block's state, else the base.
+_base = _OFF
+_blocks: list[tuple[object, _State]] = []
+# The current state, one immutable object replaced whole under _LOCK: a kernel reads it once, so a
+# call runs under one state however another thread switches meanwhile.
+_state = _OFF
+# The kernels, registered on the first enable and kept for the life of the process: torch's
+# dispatcher gives no safety to a call in flight in another thread when a kernel is removed or
+# replaced (the table entry and the Python function it holds go while that call uses them), so
+# switching the mode only swaps _state.
 _library: torch.library.Library | None = None
-# Set while torch's own kernel runs a refused call: its redispatch reaches this mode's kernel at
-# the backend key (or its decomposition reaches the routed ops), which must not judge it again.
+# Set while torch's own kernel runs a call: its redispatch reaches this mode's kernel at the
+# backend key (or its decomposition reaches the routed ops), which must pass it on unjudged.
 _local = threading.local()
 
 
-def _refuse(route: _Route, refusal: _Refusal) -> None:
+def _refuse(form: _Form, refusal: _Refusal, strict: bool) -> None:
     what = (
-        f"{PACKAGE}.aten: aten::{route.op} cannot run batch-invariant here: argument '{refusal.argument}' "
+        f"{PACKAGE}.aten: {form.qualname} cannot run batch-invariant here: argument '{refusal.argument}' "
         f"must be {refusal.expected}, got {refusal.got}"
     )
-    if _state.strict:
+    if strict:
         raise UnsupportedError(f"{what} (strict mode refuses it; batch_invariant(strict=False) runs torch's own kernel with a warning)")
     warnings.warn(f"{what}; running torch's own kernel, whose rows may depend on the batch", BatchVariantWarning, stacklevel=3)
 
 
-def _kernel(route: _Route, original: Any) -> Callable[..., Any]:
+def _out(form: _Form, route: _Route, autograd: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Verdict, Any]:
+    functional = {k: v for k, v in kwargs.items() if k not in form.outs}
+    out = kwargs.get(form.outs[0])
+    verdict = route.verdict(*args, **functional)
+    if verdict is not None:
+        return verdict, None
+    if not isinstance(out, torch.Tensor) or out.device.type == "meta":
+        return _TORCH, None
+    # torch refuses out= where autograd would record it (its autograd kernel raises): left to torch, so the error is its own.
+    if autograd and torch.is_grad_enabled() and any(t.requires_grad for t in _tensors([*args, *kwargs.values()])):
+        return _TORCH, None
+    result = route.run(*args, **functional)
+    # torch's out= forms of these ops take only the dtype they compute, on its device: it raises for any other.
+    if out.dtype != result.dtype or out.device != result.device or out.layout != torch.strided:
+        return _TORCH, None
+    _resize_out(out, result.shape)
+    out.copy_(result)
+    return None, out
+
+
+def _inplace(route: _Route, autograd: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[_Verdict, Any]:
+    self = args[0]
+    verdict = route.verdict(*args, **kwargs)
+    if verdict is not None:
+        return verdict, None
+    given = args
+    if autograd and torch.is_grad_enabled() and self.requires_grad:
+        # The route may save its input for the backward; the copy below overwrites self.
+        given = (self.clone(), *args[1:])
+    result = route.run(*given, **kwargs)
+    if result.shape != self.shape or result.dtype != self.dtype:
+        return _TORCH, None  # torch's "Bad in-place call": the result does not fit self
+    self.copy_(result)
+    return None, self
+
+
+def _refused(form: _Form, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Verdict:
+    if any(t.device.type == "meta" for t in _tensors([*args, *kwargs.values()])):
+        return _TORCH
+    got = _bound(form.schema, args, kwargs).get(form.foreign)
+    got_text = str(got).removeprefix("torch.") if isinstance(got, torch.dtype) else type(got).__name__ if isinstance(got, torch.Tensor) else repr(got)
+    return _Refusal(form.foreign, f"absent (no overload of aten::{form.op} taking it is routed)", got_text)
+
+
+def _kernel(form: _Form, original: Any, autograd: bool) -> Callable[..., Any]:
     def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        if not getattr(_local, "torch_runs", False):
-            verdict = route.verdict(*args, **kwargs)
-            if verdict is None:
-                return route.run(*args, **kwargs)
+        state = _state  # read once: this call runs under one state whatever another thread switches
+        if state.enabled and not getattr(_local, "torch_runs", False):
+            route = _route(form.op)
+            verdict: _Verdict
+            if form.kind == "functional":
+                verdict = route.verdict(*args, **kwargs)
+                if verdict is None:
+                    return route.run(*args, **kwargs)
+            elif form.kind == "out":
+                verdict, result = _out(form, route, autograd, args, kwargs)
+                if verdict is None:
+                    return result
+            elif form.kind == "inplace":
+                verdict, result = _inplace(route, autograd, args, kwargs)
+                if verdict is None:
+                    return result
+            else:
+                verdict = _refused(form, args, kwargs)
             if isinstance(verdict, _Refusal):
-                _refuse(route, verdict)
+                _refuse(form, verdict, state.strict)
+        # torch's kernel, with every routed call it makes on the way (its redispatch, its
+        # decomposition) passed on too: a call that started off, or refused, finishes in torch.
         outer = getattr(_local, "torch_runs", False)
         _local.torch_runs = True
         try:
@@ -358,12 +555,20 @@ def _kernel(route: _Route, original: Any) -> Callable[..., Any]:
         finally:
             _local.torch_runs = outer
 
-    kernel.__name__ = f"batch_invariant_{route.op.lstrip('_')}"
+    kernel.__name__ = f"batch_invariant_{form.qualname.removeprefix('aten::').lstrip('_').replace('.', '_')}"
     return kernel
 
 
 def _backend_keys() -> tuple[str, ...]:
     return tuple(sorted({p.dispatch_key for p in PLATFORMS}))
+
+
+def _torch_kernel(qualname: str, key: str) -> Any:
+    """torch's kernel of ``qualname`` for ``key``, or None where torch has none (it raises there itself)."""
+    try:
+        return torch.library.get_kernel(qualname, key)
+    except RuntimeError:
+        return None
 
 
 def _register() -> torch.library.Library:
@@ -372,43 +577,63 @@ def _register() -> torch.library.Library:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
         try:
-            for route in _ROUTES:
-                qualname = f"aten::{route.op}"
-                if route.composite:
-                    # The decomposition is one kernel for every key; AutogradCPU computes to it.
-                    original = torch.library.get_kernel(qualname, "AutogradCPU")
-                    library.impl(route.op, _kernel(route, original), "CompositeImplicitAutograd", with_keyset=True)
-                    continue
-                # torch's autograd kernel is one kernel for every device; AutogradCPU computes to it.
-                originals = {"Autograd": torch.library.get_kernel(qualname, "AutogradCPU")}
-                originals.update((key, torch.library.get_kernel(qualname, key)) for key in _backend_keys())
-                for key, original in originals.items():
-                    library.impl(route.op, _kernel(route, original), key, with_keyset=True)
+            for op in ROUTED:
+                for form in _forms(op):
+                    name = form.qualname.removeprefix("aten::")
+                    # torch's autograd kernel is one kernel for every device; AutogradCPU computes to it.
+                    above = _torch_kernel(form.qualname, "AutogradCPU")
+                    composite = torch._C._dispatch_has_kernel_for_dispatch_key(form.qualname, "CompositeImplicitAutograd")
+                    if above is not None and composite:
+                        # Decomposed by torch before any backend key: one kernel for every key.
+                        library.impl(name, _kernel(form, above, True), "CompositeImplicitAutograd", with_keyset=True)
+                        continue
+                    if above is not None:
+                        library.impl(name, _kernel(form, above, True), "Autograd", with_keyset=True)
+                    for key in _backend_keys():
+                        below = _torch_kernel(form.qualname, key)
+                        if below is not None:
+                            library.impl(name, _kernel(form, below, False), key, with_keyset=True)
         except BaseException:
             library._destroy()
             raise
     return library
 
 
-def enable(strict: bool = True) -> None:
-    """Route the ops in ``ROUTED`` to this package's kernels, process-wide, until ``disable``."""
+def _switch() -> None:
+    """Make the newest open block's state, else the base, current (the caller holds _LOCK)."""
     global _state, _library
+    state = _blocks[-1][1] if _blocks else _base
+    if state.enabled and _library is None:
+        _library = _register()
+    _state = state
+
+
+def _set(state: _State) -> None:
+    """What enable()/disable() set: the newest open block's state, else the base (holding _LOCK)."""
+    global _base
+    before = (_base, list(_blocks))
+    if _blocks:
+        _blocks[-1] = (_blocks[-1][0], state)
+    else:
+        _base = state
+    try:
+        _switch()
+    except BaseException:  # the kernels could not be registered: nothing changes
+        _base, _blocks[:] = before
+        raise
+
+
+def enable(strict: bool = True) -> None:
+    """Route the ops in ``ROUTED`` to this package's kernels, process-wide, until ``disable`` (or
+    until the newest open ``batch_invariant`` block, whose state this sets, ends)."""
     with _LOCK:
-        if _library is None:
-            _library = _register()
-        _state = _State(enabled=True, strict=strict)
+        _set(_State(enabled=True, strict=strict))
 
 
 def disable() -> None:
-    """Give every routed op back to torch's own kernels."""
-    global _state, _library
+    """Give every routed op back to torch's own kernels (as ``enable``, for the newest open block)."""
     with _LOCK:
-        if _library is not None:
-            # Library._destroy removes this library's registrations now; dropping the reference would
-            # leave that to the garbage collector.
-            _library._destroy()
-            _library = None
-        _state = _State(enabled=False, strict=_state.strict)
+        _set(_State(enabled=False, strict=_state.strict))
 
 
 def is_enabled() -> bool:
@@ -422,19 +647,21 @@ def is_strict() -> bool:
 
 @contextlib.contextmanager
 def batch_invariant(enabled: bool = True, *, strict: bool = True) -> Iterator[None]:
-    """The mode inside a ``with`` block (``enabled=False``: off inside it); the state before the
-    block comes back when it ends, whether it ends normally or by an exception."""
+    """The mode inside a ``with`` block (``enabled=False``: off inside it), process-wide.  The state
+    is that of the newest block still open in any thread; when a block ends, normally or by an
+    exception, its state goes, wherever it stands among the open blocks, so blocks in several
+    threads that end in any order leave the state that was set outside them."""
+    token = object()
     with _LOCK:
-        before = _state
-        if enabled:
-            enable(strict)
-        else:
-            disable()
+        _blocks.append((token, _State(enabled=enabled, strict=strict if enabled else _state.strict)))
+        try:
+            _switch()
+        except BaseException:
+            _blocks.pop()
+            raise
     try:
         yield
     finally:
         with _LOCK:
-            if before.enabled:
-                enable(before.strict)
-            else:
-                disable()
+            _blocks[:] = [block for block in _blocks if block[0] is not token]
+            _switch()
