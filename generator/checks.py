@@ -12,7 +12,7 @@ from typing import Literal
 from .model import FLOAT32_MAX, FLOAT32_ZERO_BELOW
 from .signature import Signature
 
-CheckKind = Literal["rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "equals_dim", "count_nonzero", "contiguous", "finite", "bound"]
+CheckKind = Literal["layout", "rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "equals_dim", "count_nonzero", "contiguous", "finite", "bound"]
 Relation = Literal[">", ">=", "<", "<="]
 
 ATTRIBUTE_KINDS: frozenset[CheckKind] = frozenset({"finite", "bound"})
@@ -68,13 +68,24 @@ def attribute_checks(sig: Signature) -> tuple[Check, ...]:
     return tuple(out)
 
 
+LAYOUT_RULE = "must be a dense tensor (layout torch.strided, not nested)"
+"""What the layout check asks of every tensor argument; each language appends what it got
+(``torch.sparse_coo``, ``torch._mkldnn``, ``a nested tensor``)."""
+
+
 def input_checks(sig: Signature) -> tuple[Check, ...]:
-    """Every check of the op's inputs, in the order they run: attribute values, then the tensors'
-    ranks, dtypes, devices, shared dimensions, the spec's constraints, contiguity."""
+    """Every check of the op's inputs, in the order they run: the tensors' layouts, attribute
+    values, then the tensors' ranks, dtypes, devices, shared dimensions, the spec's constraints,
+    contiguity.
+
+    The layouts come first, for every tensor argument: a sparse, nested or mkldnn tensor has no
+    strides (several not even sizes), so any later check would fail on it with torch's own words
+    ("Sparse CSR tensors do not have is_contiguous") or a message about something else."""
     spec = sig.spec
     op = spec.name
     first = spec.args[0].name
-    out: list[Check] = list(attribute_checks(sig))
+    out: list[Check] = [Check("layout", a.name, f"{op}: argument '{a.name}' {LAYOUT_RULE}") for a in spec.args]
+    out += attribute_checks(sig)
     for a in spec.args:
         dims = ", ".join(a.shape)
         out.append(Check("rank", a.name, f"{op}: argument '{a.name}' must be {len(a.shape)}-D with shape [{dims}]", rank=len(a.shape)))

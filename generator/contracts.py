@@ -175,6 +175,8 @@ def _backward_problems(catalog: Catalog, src: SourceMap, op: OpSpec) -> list[Spe
                 )
             given.setdefault(name, index)
         binding: dict[str, str] = {}
+        roles = _gradient_parameters(target)
+        params = {p.name for p in target.args}
         for position, source in enumerate(step.args):
             if position >= len(target.args):
                 break
@@ -184,6 +186,10 @@ def _backward_problems(catalog: Catalog, src: SourceMap, op: OpSpec) -> list[Spe
                 continue  # reported by the model
             param = target.args[position]
             described = f"argument {position} ({source}) of {step.op}, its {param.name},"
+            if roles:
+                role = _role_mismatch(source, name, param.name, roles, params)
+                if role:
+                    problems.append(src.problem(("backward", index, "args", position), f"{described} {role}"))
             mismatch = _bind_dims(binding, tensor.shape, param.shape, step.op)
             if mismatch:
                 problems.append(src.problem(("backward", index, "args", position), f"{described} {mismatch}"))
@@ -202,6 +208,38 @@ def _backward_problems(catalog: Catalog, src: SourceMap, op: OpSpec) -> list[Spe
                     src.problem(("backward", index, "gives", position), f"{described} has shape [{', '.join(mapped)}], not {name}'s [{', '.join(expected)}]")
                 )
     return problems
+
+
+GRADIENT_PREFIX = "grad_"
+"""A backward op names each parameter that takes an incoming gradient ``grad_<output>`` after the
+forward output it is the gradient of (logp_backward's grad_lp), and its other parameters after the
+forward tensors they take (logits, lse)."""
+
+
+def _gradient_parameters(op: OpSpec) -> frozenset[str]:
+    """The parameters of ``op`` that take an incoming gradient, by their names; none for an op
+    that is a forward op in its own right (det_gemm_nt computing det_gemm's gradient)."""
+    return frozenset(a.name for a in op.args if a.name.startswith(GRADIENT_PREFIX))
+
+
+def _role_mismatch(source: str, name: str, param: str, gradients: frozenset[str], params: set[str]) -> str | None:
+    """Why a backward step's argument ``source`` does not belong at the step op's parameter
+    ``param``, the op declaring its gradient parameters (``gradients``): a gradient goes to the
+    parameter named for its output, a forward tensor to a parameter that is no gradient, and to the
+    one of its own name where the op has one.  Shapes and dtypes cannot tell ``[x, grad(y)]``
+    from ``(grad_y, x)``, nor two tensors of one shape from each other; the names can."""
+    if source.startswith("grad("):
+        wanted = f"{GRADIENT_PREFIX}{name}"
+        if param == wanted:
+            return None
+        if wanted in params:
+            return f"takes {'a forward tensor' if param not in gradients else 'another gradient'}; {source} goes to its parameter {wanted} (arguments swapped?)"
+        return f"takes {'a forward tensor' if param not in gradients else 'another gradient'}, and the op has no parameter {wanted} for {source} (its gradient parameters: {', '.join(sorted(gradients))})"
+    if param in gradients:
+        return f"takes an incoming gradient, and {source} is a forward tensor (arguments swapped?)"
+    if name in params and param != name:
+        return f"takes a forward tensor of another name; {source} goes to its parameter {name} (arguments swapped?)"
+    return None
 
 
 def _packed_equivalent_problems(catalog: Catalog, src: SourceMap, op: OpSpec) -> list[SpecProblem]:

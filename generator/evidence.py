@@ -34,7 +34,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from . import markdown
 from .errors import GeneratorError, one_line, unprintable
-from .files import MAX_JSON_BYTES, MAX_JSON_DEPTH, FileProblem, json_depth, read_regular
+from .files import MAX_JSON_BYTES, MAX_JSON_DEPTH, FileProblem, json_depth, loads_json, read_regular
 from .load import Catalog
 from .model import NativeKernel
 from .paths import EVIDENCE_DIR
@@ -168,13 +168,15 @@ def parse_ledger_file(data: bytes, shown: str) -> list[Record]:
             f"{shown}: nested {depth} levels deep, more than the {MAX_JSON_DEPTH} a ledger file may be; fix the file or remove it and rerun the check that wrote it"
         )
     try:
-        body = json.loads(data.decode("utf-8"))
+        body = loads_json(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise GeneratorError(f"{shown}: not UTF-8 ({exc.reason}); fix the file or remove it and rerun the check that wrote it") from None
     except json.JSONDecodeError as exc:
         raise GeneratorError(
             f"{shown}:{exc.lineno}: not valid JSON (column {exc.colno}: {exc.msg}); fix the file or remove it and rerun the check that wrote it"
         ) from None
+    except ValueError as exc:  # a repeated key (loads_json)
+        raise GeneratorError(f"{shown}: not valid JSON ({exc}); fix the file or remove it and rerun the check that wrote it") from None
     if not isinstance(body, dict) or not isinstance(body.get("records"), list):
         raise GeneratorError(f'{shown}: expected an object with a "records" list')
     unknown = sorted(set(body) - {"_about", "records"})

@@ -100,6 +100,24 @@ def json_depth(data: bytes) -> int:
     return deepest
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are each given once.  ``json`` keeps the last of a repeated key, so
+    ``{"passed": 5, "failed": 1, "failed": 0}`` would read as a clean run; the file says two
+    things and neither is taken."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"duplicate key {key!r} in one object")
+        found[key] = value
+    return found
+
+
+def loads_json(text: str | bytes) -> Any:
+    """The one way the tools decode JSON they did not just write: an object may not repeat a key
+    (``ValueError``, as for any other malformed JSON).  Bytes are read as UTF-8."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def read_json(file: Path, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH, inside: Path | None = None) -> Any:
     """A JSON file the generator did not write (or that may have changed since): read through
     ``read_regular`` (a regular file, at most ``limit`` bytes), nested at most ``max_depth`` deep,
@@ -109,13 +127,14 @@ def read_json(file: Path, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON
 
 
 def parse_json(data: bytes, limit: int = MAX_JSON_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``read_json`` for bytes already in hand (e.g. a file as git shows it)."""
+    """``read_json`` for bytes already in hand (e.g. a file as git shows it); an object that
+    repeats a key is not valid JSON here (``loads_json``)."""
     if len(data) > limit:
         raise FileProblem(f"larger than {limit} bytes", "unreadable")
     depth = json_depth(data)
     if depth > max_depth:
         raise FileProblem(f"nested {depth} levels deep, more than the {max_depth} a JSON file here may be", "unreadable")
     try:
-        return json.loads(data.decode("utf-8"))
+        return loads_json(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FileProblem(f"not valid JSON ({exc})", "unreadable") from None

@@ -229,6 +229,18 @@ class Dtype(str, Enum):
 
 FLOAT_DTYPES = (Dtype.float32, Dtype.float16, Dtype.bfloat16)
 
+EXACT_INTEGERS: dict[str, tuple[int, int]] = {
+    "int64": (INT64_MIN, INT64_MAX),
+    "int32": (-(1 << 31), (1 << 31) - 1),
+    "bool": (0, 1),
+    "float32": (-(1 << 24), 1 << 24),
+    "float16": (-(1 << 11), 1 << 11),
+    "bfloat16": (-(1 << 8), 1 << 8),
+}
+"""Per dtype, the integers it holds every one of, as [least, greatest]: a test value outside is
+not what the spec wrote once the tests store it (int32 wraps 2^31 to -2^31, bool holds 2 as
+true, float16 rounds 2049 to 2048)."""
+
 
 # --------------------------------------------------------------------------- package
 
@@ -359,6 +371,16 @@ class TorchBinding(StrictModel):
     stream_getter: TorchName | None
     device_guard: TorchName | None
     launch_check: TorchName | None
+
+    @property
+    def layout_dispatch_keys(self) -> tuple[str, ...]:
+        """The dispatch keys of the device's tensors of other layouts (sparse, sparse compressed,
+        nested; mkldnn on the host): the bindings register each op's entry points there too, so
+        that such a tensor reaches the op's checks, which name its layout, instead of torch's
+        "Could not run ... with arguments from the 'SparseCPU' backend".  Derived from the closed
+        ``dispatch_key`` by torch's per-backend naming, so nothing here comes from a spec's text."""
+        key = self.dispatch_key
+        return (f"Sparse{key}", f"SparseCsr{key}", f"NestedTensor{key}", *(("MkldnnCPU",) if key == "CPU" else ()))
 
 
 ArchEntry = Annotated[str, _Matching(r"[0-9]+(\.[0-9]+)?[af]?(\+PTX)?|gfx[0-9a-f]{3,4}", "arch list entry", "9.0")]
@@ -534,7 +556,9 @@ Size = Annotated[StrictInt, Field(ge=-(1 << 31), le=1 << 31)]
 
 class TestValues(StrictModel):
     """How the generated tests fill an argument: integers in [low, high), where high may be a
-    dimension name; ``include`` values are planted at every ``every``-th element (e.g. ignore_index)."""
+    dimension name; ``include`` values are planted at every ``every``-th element (e.g. ignore_index).
+    The integers are stored in the argument's dtype, a float one included (a float32 logsumexp of
+    16 to 23); each must be one that every dtype the argument may take holds exactly."""
 
     low: Size = 0
     high: Size | DimName = 2
@@ -557,7 +581,10 @@ class TensorArg(StrictModel):
     optional: StrictBool = False
     """Schema ``Tensor?``: the kernel receives a null pointer when it is absent."""
     values: TestValues | None = None
-    """How the generated tests fill an integer or bool argument."""
+    """How the generated tests fill the argument: integers drawn from a range and planted, stored in
+    its dtype (without it, a float argument is drawn from a normal distribution, an integer or bool
+    one from [0, 2)).  Every value must be one the dtype holds exactly, for each dtype a dtype
+    variable may take."""
     doc: Text = ""
 
 
@@ -1043,6 +1070,41 @@ class OpSpec(StrictModel):
     dtype variable; fixed-dtype arguments (a float32 logsumexp, int ids) keep theirs."""
     bench: Bench | None = None
     """What tools/bench times the op against, and at which sizes; null: no benchmark rows."""
+
+    @field_validator("args")
+    @classmethod
+    def _test_values_fit_the_dtypes(cls, args: tuple[TensorArg, ...], info: ValidationInfo) -> tuple[TensorArg, ...]:
+        """Every integer a test may store in an argument (``low``, ``high`` - 1 where ``high`` is a
+        number, each of ``include``) is one each dtype the argument may take holds exactly
+        (``EXACT_INTEGERS``); otherwise the tests would run on another value than the spec says."""
+        dtype_vars = info.data.get("dtype_vars")
+        if dtype_vars is None:
+            return args  # dtype_vars failed its own validation, reported there
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for index, arg in enumerate(args):
+            values = arg.values
+            if values is None:
+                continue
+            dtypes = [d.value for d in dtype_vars.get(arg.dtype, ())] if arg.dtype in dtype_vars else [arg.dtype]
+            if not all(d in EXACT_INTEGERS for d in dtypes):
+                continue  # an undeclared dtype variable, reported by the op's own check
+            stored: list[tuple[tuple[str | int, ...], str, int]] = [(("values", "low"), "low", values.low)]
+            if isinstance(values.high, int):
+                stored.append((("values", "high"), "high - 1 (the greatest value of [low, high))", values.high - 1))
+            stored += [(("values", "include", i), "include value", v) for i, v in enumerate(values.include)]
+            for where, what, value in stored:
+                for dtype in dtypes:
+                    least, greatest = EXACT_INTEGERS[dtype]
+                    if not least <= value <= greatest:
+                        of = f"{dtype} (a dtype of {arg.dtype})" if arg.dtype in dtype_vars else dtype
+                        problems.append(
+                            ((index, *where), f"{what} {value} is not an integer that {of} holds exactly: argument {arg.name} stores only [{least}, {greatest}]")
+                        )
+                        break
+        if problems:
+            details = [InitErrorDetails(type=PydanticCustomError("values", message), loc=where, input=args) for where, message in problems]
+            raise ValidationError.from_exception_data("args", details)
+        return args
 
     @field_validator("bench")
     @classmethod

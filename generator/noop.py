@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .files import loads_json
 from .paths import BUILD_DIR, EVIDENCE_DIR, GENERATED_DIR, JOURNAL, NEW_SUFFIX, RUNTIME_DIR, SPECS_DIR, TEMPLATES_DIR, extra_paths
 
 STATE_DIR = BUILD_DIR
@@ -281,7 +282,7 @@ class State:
     def from_bytes(data: bytes) -> State | None:
         """The state in ``data``, or None unless it is exactly what ``to_bytes`` writes."""
         try:
-            body = json.loads(data.decode("utf-8"))
+            body = loads_json(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             return None
         if not isinstance(body, dict) or set(body) != {"format", "inputs", "outputs", "files", "extras", "report_out", "report_err", "sha256"}:

@@ -69,6 +69,7 @@ def _check(check: Any) -> dict[str, Any]:
     if check.optional:
         entry["optional"] = True
     used = {
+        "layout": (),
         "rank": ("rank",),
         "dtype": ("dtypes",),
         "same_dtype": ("other",),

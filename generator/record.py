@@ -9,7 +9,7 @@ expects; when they were not, it leaves them to ``make generate`` and says so.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import evidence
-from .errors import GeneratorError
+from .errors import GeneratorError, one_line
 from .evidence import How, Record
 from .load import Catalog
 from .pipeline import Layout, produce_all
@@ -52,7 +52,9 @@ def record(root: Path, records: Sequence[Record], refresh: bool = True) -> Recor
     were current before (and ``refresh``)."""
     layout = Layout(root)
     with exclusive(root):
-        was_current = refresh and bool(records) and _current(layout)
+        if not records:
+            return Recorded((), (), "no outcome could be recorded; nothing changed")
+        was_current = refresh and _current(layout)
         changed = evidence.write_ledger(root, records)
         if not changed:
             return Recorded((), (), "the ledger already held these records; nothing changed")
@@ -115,6 +117,33 @@ def checked_commit(commit: str, shown: str) -> str:
     return commit
 
 
+def _names(items: Iterable[str]) -> str:
+    return ", ".join(sorted(items)) or "none"
+
+
+def _not_a_contract(catalog: Catalog, known: Mapping[tuple[str, str, str], tuple[str, ...]], op: str, kernel: str, platform: str, dtype: str) -> str | None:
+    """Why (op, kernel, platform, dtype) is not a contract of the current specs, naming the first
+    unknown name and the known ones in its place; None when it is one.  A results file that names
+    something else came from other specs (or was edited): recording the rest of it, or nothing
+    while saying all is well, would hide that."""
+    ops = {view.name for view in catalog.views}
+    if op not in ops:
+        return f"unknown op {op!r}; the ops are {_names(ops)}"
+    platforms = {p.name for p in catalog.platforms}
+    if platform not in platforms:
+        return f"unknown platform {platform!r}; the platforms are {_names(platforms)}"
+    kernels = {k for (o, k, _) in known if o == op}
+    if kernel not in kernels:
+        return f"unknown kernel {kernel!r} of op {op}; its native kernels are {_names(kernels)}"
+    there = {k for (o, k, p) in known if o == op and p == platform}
+    if (op, kernel, platform) not in known:
+        return f"kernel {kernel} of op {op} is not a backend of it on {platform}; its native kernels there are {_names(there)}"
+    dtypes = known[(op, kernel, platform)]
+    if dtype not in dtypes:
+        return f"unknown dtype {dtype!r} of op {op}; its dtypes are {', '.join(dtypes)}"
+    return None
+
+
 def executed_records(
     results: Any,
     catalog: Catalog,
@@ -125,7 +154,9 @@ def executed_records(
 ) -> tuple[list[Record], list[str]]:
     """``executed`` records for the outcomes of a generated-tests run (the file ``$RLK_EVIDENCE_OUT``
     names) that ran on their package's own platform with passed > 0 and failed == 0, and the
-    reasons each other outcome was not recorded.
+    reasons each other outcome was not recorded.  A file whose package or outcomes name an op,
+    kernel, platform or dtype that is not a contract of the current specs is a ``GeneratorError``
+    (``_not_a_contract``), as is a malformed one: nothing of it is recorded.
 
     ``files``: the package's sources as the tests built them (``source_hash.package_files``);
     an outcome may carry its own ``source_sha256`` (hashed where it ran) instead."""
@@ -133,6 +164,9 @@ def executed_records(
         raise GeneratorError(f"{shown}: expected an object with package_platform and outcomes")
     package = _text(results, "package_platform", shown, required=True)
     assert package is not None
+    platforms = {p.name for p in catalog.platforms}
+    if package not in platforms:
+        raise GeneratorError(one_line(f"{shown}: package_platform: unknown platform {package!r}; the platforms are {_names(platforms)}"))
     outcomes = results.get("outcomes")
     if not isinstance(outcomes, list):
         raise GeneratorError(f"{shown}: outcomes must be a list")
@@ -159,6 +193,9 @@ def executed_records(
         if not isinstance(outcome, dict):
             raise GeneratorError(f"{where}: expected an object")
         op, kernel, platform, dtype = (_text(outcome, k, where, required=True) or "" for k in ("op", "kernel", "platform", "dtype"))
+        unknown = _not_a_contract(catalog, known, op, kernel, platform, dtype)
+        if unknown is not None:
+            raise GeneratorError(one_line(f"{where}: {unknown}; these results are not of the current specs, so nothing was recorded"))
         name = f"{platform} {op}/{kernel} {dtype}"
         passed, failed = _count(outcome, "passed", where), _count(outcome, "failed", where) + _count(outcome, "errors", where)
         if failed:
@@ -171,9 +208,6 @@ def executed_records(
             skipped.append(
                 f"{name}: ran in the {package} package, whose {platform} sources are not the ones the ledger hashes: not recorded"
             )
-            continue
-        if (op, kernel, platform) not in known or dtype not in known[(op, kernel, platform)]:
-            skipped.append(f"{name}: not a contract of the current specs: not recorded")
             continue
         sha = _text(outcome, "source_sha256", where) or source_sha256(files, platform, op, kernel, catalog.platform(platform).source_suffix)
         if sha is None:

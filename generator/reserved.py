@@ -9,8 +9,9 @@ refuses a spec name found here, naming what it would clash with.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
+
+from .files import loads_json
 
 DATA_FILE = Path(__file__).with_name("reserved_names.json")
 
@@ -26,7 +27,7 @@ KINDS = {
 
 @functools.cache
 def _table() -> dict[str, str]:
-    data = json.loads(DATA_FILE.read_text(encoding="utf-8"))
+    data = loads_json(DATA_FILE.read_text(encoding="utf-8"))
     table: dict[str, str] = {}
     for kind, what in KINDS.items():
         for name in data[kind]:

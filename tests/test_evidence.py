@@ -310,7 +310,6 @@ def test_record_executed_records_only_outcomes_that_passed(ledgerless: Project, 
             outcome("det_gemm", "simt", "cpu", "float16", 11, failed=1),
             outcome("det_gemm", "simt", "cpu", "bfloat16", 0, skipped=12),
             outcome("det_gemm_nt", "simt", "cpu", "float32", 5),
-            outcome("no_such_op", "simt", "cpu", "float32", 5),
             outcome("det_gemm", "simt", "cuda", "float32", 5),
         ],
     )
@@ -318,7 +317,6 @@ def test_record_executed_records_only_outcomes_that_passed(ledgerless: Project, 
     out = capsys.readouterr().out
     assert "skipped  cpu det_gemm/simt float16: 1 failed: not recorded" in out
     assert "skipped  cpu det_gemm/simt bfloat16: no test passed" in out
-    assert "skipped  cpu no_such_op/simt float32: not a contract of the current specs" in out
     assert "skipped  cuda det_gemm/simt float32: ran in the cpu package" in out
     assert "re-rendered generated/REGISTRY.md" in out
     records = evidence.read_ledger(ledgerless.root).records
@@ -335,11 +333,57 @@ def test_record_executed_records_only_outcomes_that_passed(ledgerless: Project, 
     assert (ledgerless.root / "evidence/cpu/executed.json").read_bytes() == before
 
 
-def test_a_run_with_nothing_passed_writes_no_record(ledgerless: Project, tmp_path: Path):
+def test_a_run_with_nothing_passed_writes_no_record(ledgerless: Project, tmp_path: Path, capsys):
     path = results_file(tmp_path, "cuda", [outcome("det_gemm", "mma", "cuda", "float16", 0, skipped=20)])
     assert ledgerless.run("evidence", "record-executed", str(path)) == 0
+    out = capsys.readouterr().out
+    assert "0 executed records" in out and "no outcome could be recorded; nothing changed" in out
+    assert "already held" not in out, "nothing was recorded: the ledger held nothing of it"
     assert not (ledgerless.root / "evidence").exists()
     assert ledgerless.run("check") == 0
+
+
+@pytest.mark.parametrize(
+    "package, named, message",
+    [
+        ("cpu", ("no_such_op", "simt", "cpu", "float32"), "unknown op 'no_such_op'; the ops are column_sum, det_gemm, det_gemm_nt, det_gemm_tn"),
+        ("cpu", ("det_gemm", "no_such_kernel", "cpu", "float32"), "unknown kernel 'no_such_kernel' of op det_gemm; its native kernels are mma, simt, wgmma"),
+        ("cuda", ("det_gemm", "simt", "tpu", "float32"), "unknown platform 'tpu'; the platforms are cpu, cuda, musa, rocm"),
+        ("cpu", ("det_gemm", "mma", "cpu", "float32"), "kernel mma of op det_gemm is not a backend of it on cpu; its native kernels there are simt"),
+        ("cpu", ("det_gemm", "simt", "cpu", "float64"), "unknown dtype 'float64' of op det_gemm; its dtypes are float32, float16, bfloat16"),
+        ("tpu", ("det_gemm", "simt", "cpu", "float32"), "package_platform: unknown platform 'tpu'; the platforms are cpu, cuda, musa, rocm"),
+    ],
+    ids=["op", "kernel", "platform", "kernel-elsewhere", "dtype", "package"],
+)
+def test_results_naming_what_the_specs_do_not_have_are_an_error(ledgerless: Project, tmp_path: Path, capsys, package: str, named: tuple[str, str, str, str], message: str):
+    """Results of other specs (or a mistyped name) are refused as a whole, naming what is unknown
+    and what is known in its place; even beside an outcome that would be recorded, and even for
+    an outcome that failed."""
+    for passed, failed in ((5, 0), (0, 3)):
+        path = results_file(tmp_path, package, [outcome("det_gemm", "simt", "cpu", "float32", 12), outcome(*named, passed, failed=failed)])
+        assert ledgerless.run("evidence", "record-executed", str(path)) == 2
+        captured = capsys.readouterr()
+        assert message in captured.err, captured.err
+        assert "Traceback" not in captured.err and "already held" not in captured.out
+        assert not (ledgerless.root / "evidence").exists(), "nothing of the file is recorded"
+
+
+def test_a_results_file_that_repeats_a_key_is_an_error(ledgerless: Project, tmp_path: Path, capsys):
+    """JSON that says a key twice ("failed": 1, then "failed": 0) is refused, not read as its last
+    value: by the reader of every JSON file the tools read, so the ledger too."""
+    path = results_file(tmp_path, "cpu", [])
+    clean = '{"op": "det_gemm", "kernel": "simt", "platform": "cpu", "dtype": "float32", "passed": 12, "failed": 1, "failed": 0}'
+    path.write_text(path.read_text().replace('"outcomes": []', f'"outcomes": [{clean}]'))
+    assert ledgerless.run("evidence", "record-executed", str(path)) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not valid JSON (duplicate key 'failed' in one object)" in err, err
+    assert not (ledgerless.root / "evidence").exists()
+
+    ledger = ledgerless.root / "evidence/cpu/executed.json"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text('{"records": [], "records": []}')
+    with pytest.raises(GeneratorError, match=r"evidence/cpu/executed.json: not valid JSON \(duplicate key 'records' in one object\)"):
+        evidence.read_ledger(ledgerless.root)
 
 
 def test_a_malformed_results_file_is_an_error(ledgerless: Project, tmp_path: Path, capsys):

@@ -525,6 +525,34 @@ def test_a_hostile_registry_makes_the_semantic_summary_unavailable(project: Proj
     assert done.stdout.startswith("semantic changes: unavailable (generated/registry.json: "), done.stdout
 
 
+def _repeat_first_key(path: Path) -> str:
+    """Give the file's first key a second time, with another value: the JSON parser alone would
+    keep the last one.  Returns the key."""
+    text = path.read_text()
+    key = text[text.index('"') + 1 : text.index('"', text.index('"') + 1)]
+    path.write_text(text.replace("{", f'{{"{key}": null, ', 1))
+    return key
+
+
+def test_every_json_file_the_tools_read_refuses_a_repeated_key(project: Project, tmp_path: Path):
+    """One reader decodes every JSON file: a key given twice is malformed JSON, whichever file it is
+    in: the ledger and a results file are errors naming them, and registry.json leaves the
+    semantic summary unavailable (a manifest, read the same way, is rebuilt from the tree)."""
+    results = tmp_path / "results.json"
+    results.write_text('{"package_platform": "cpu", "outcomes": []}')
+    key = _repeat_first_key(results)
+    refused(run_cli(project, "evidence", "record-executed", str(results)), f"{results}: not valid JSON (duplicate key '{key}' in one object)")
+
+    ledger = project.root / "evidence/cpu/executed.json"
+    key = _repeat_first_key(ledger)
+    refused(run_cli(project, "check"), f"evidence/cpu/executed.json: not valid JSON (duplicate key '{key}' in one object)")
+    ledger.write_text(ledger.read_text().replace(f'{{"{key}": null, ', "{", 1))
+
+    key = _repeat_first_key(project.generated / "registry.json")
+    done = run_cli(project, "diff", "--summary")
+    assert done.stdout.startswith(f"semantic changes: unavailable (generated/registry.json: not valid JSON (duplicate key '{key}' in one object)"), done.stdout
+
+
 def test_a_fifo_in_an_outputs_place_is_replaced_not_read(project: Project):
     target = project.generated / "cpu" / "README.md"
     target.unlink()

@@ -80,6 +80,76 @@ def test_a_backward_that_does_not_fit_is_refused(generated, capsys, file, old, n
     refused(generated, capsys, file, old, new, field, message)
 
 
+@pytest.fixture(scope="module")
+def roles(tmp_path_factory) -> Project:
+    """Ops whose arguments share a dtype and a shape with others, and test values of every kind of dtype."""
+    ops = ("attention", "attention_backward", "paged_attention", "gelu_tanh", "gelu_tanh_backward", "ratio_kl", "ratio_kl_backward", "rms_norm", "rms_norm_backward")
+    return copy_project(tmp_path_factory.mktemp("roles") / "proj", ops=ops)
+
+
+GELU = "specs/ops/gelu_tanh.yaml"
+GELU_STEP = '  - {op: gelu_tanh_backward, args: ["grad(y)", x], gives: [x]}'
+ATTN_STEP = '  - {op: attention_backward, args: ["grad(o)", q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k], gives: [q, k, v]}'
+
+
+@pytest.mark.parametrize(
+    "file, old, new, field, message",
+    [
+        # (grad_y, x) given [x, grad(y)]: the same dtype and shape, the roles swapped.
+        (GELU, GELU_STEP, GELU_STEP.replace('["grad(y)", x]', '[x, "grad(y)"]'), "backward.0.args.0", "its grad_y, takes an incoming gradient, and x is a forward tensor"),
+        (GELU, GELU_STEP, GELU_STEP.replace('["grad(y)", x]', '[x, "grad(y)"]'), "backward.0.args.1", "its x, takes a forward tensor; grad(y) goes to its parameter grad_y"),
+        (ATTN, ATTN_STEP, ATTN_STEP.replace('["grad(o)", q, k, v, o,', '[o, q, k, v, "grad(o)",'), "backward.0.args.0", "its grad_o, takes an incoming gradient, and o is a forward tensor"),
+        # k and v: one dtype, one shape [TK, HK, D].
+        (ATTN, ATTN_STEP, ATTN_STEP.replace("q, k, v, o", "q, v, k, o"), "backward.0.args.2", "its k, takes a forward tensor of another name; v goes to its parameter v"),
+        (ATTN, ATTN_STEP, ATTN_STEP.replace("q, k, v, o", "o, k, v, q"), "backward.0.args.1", "its q, takes a forward tensor of another name; o goes to its parameter o"),
+    ],
+    ids=["forward-at-gradient", "gradient-at-forward", "output-at-gradient", "same-shape-swapped", "output-at-input"],
+)
+def test_a_backward_step_argument_in_another_role_is_refused(roles, capsys, file, old, new, field, message):
+    refused(roles, capsys, file, old, new, field, message)
+
+
+PAGED = "specs/ops/paged_attention.yaml"
+TABLE_VALUES = "values: {low: 0, high: NB, include: [0, -1, 1000000], every: 50}"
+MASK = "  - {name: mask, dtype: bool, shape: [B, T], values: {low: 0, high: 2}, doc: true for tokens that count}"
+RSTD = "  - {name: rstd, dtype: float32, shape: [T], doc: rstd returned by the forward pass}"
+GELU_X = "  - {name: x, dtype: T, shape: [R, C], doc: input}"
+
+
+@pytest.mark.parametrize(
+    "file, old, new, field, message",
+    [
+        # int32 would wrap 2^31 to -2^31: the tests would plant another id than the spec says.
+        (PAGED, TABLE_VALUES, TABLE_VALUES.replace("1000000", "2147483648"), "args.3.values.include.2", "include value 2147483648 is not an integer that int32 holds exactly: argument block_table stores only [-2147483648, 2147483647]"),
+        ("specs/ops/ratio_kl.yaml", MASK, MASK.replace("high: 2}", "high: 3}"), "args.3.values.high", "high - 1 (the greatest value of [low, high)) 2 is not an integer that bool holds exactly"),
+        ("specs/ops/ratio_kl.yaml", MASK, MASK.replace("high: 2}", "high: 2, include: [-1]}"), "args.3.values.include.0", "include value -1 is not an integer that bool holds exactly"),
+        ("specs/ops/ratio_kl.yaml", MASK, MASK.replace("low: 0,", "low: -1,"), "args.3.values.low", "low -1 is not an integer that bool holds exactly"),
+        # A float argument stores the integers too: 2^24 + 1 rounds in float32, 257 in bfloat16.
+        ("specs/ops/rms_norm_backward.yaml", RSTD, RSTD.replace("shape: [T],", "shape: [T], values: {low: 0, high: 16777218},"), "args.3.values.high", "16777217 is not an integer that float32 holds exactly"),
+        (GELU, GELU_X, GELU_X.replace("shape: [R, C],", "shape: [R, C], values: {low: 0, high: 4, include: [257]},"), "args.0.values.include.0", "include value 257 is not an integer that bfloat16 (a dtype of T) holds exactly: argument x stores only [-256, 256]"),
+    ],
+    ids=["int32-include", "bool-high", "bool-include", "bool-low", "float32-high", "bfloat16-of-a-variable"],
+)
+def test_test_values_outside_what_the_dtype_holds_are_refused(roles, capsys, file, old, new, field, message):
+    refused(roles, capsys, file, old, new, field, message)
+
+
+def test_test_values_a_dtype_holds_are_accepted(roles):
+    """The edges themselves: int32's least and greatest, a bool's 0 and 1, bfloat16's 256."""
+    edits = [
+        (PAGED, TABLE_VALUES, TABLE_VALUES.replace("include: [0, -1, 1000000]", "include: [0, -2147483648, 2147483647]")),
+        (GELU, GELU_X, GELU_X.replace("shape: [R, C],", "shape: [R, C], values: {low: -256, high: 257, include: [256]},")),
+    ]
+    originals = {file: (roles.root / file).read_text() for file, _, _ in edits}
+    try:
+        for file, old, new in edits:
+            roles.edit(file, old, new)
+        assert roles.run("check") in (0, 1)  # checked (1: generated/ differs), not refused (2)
+    finally:
+        for file, text in originals.items():
+            (roles.root / file).write_text(text)
+
+
 def _lax_fields(model_type: type[BaseModel], seen: set[type[BaseModel]]) -> list[str]:
     """The int, float and bool fields (anywhere below ``model_type``) whose validation is not strict."""
     if model_type in seen:

@@ -221,11 +221,14 @@ def evidence_results(args, results_file: Path) -> Path | None:
     import json
 
     sys.path.insert(0, str(ROOT))
+    from generator.files import read_json
     from generator.source_hash import commit_of, package_files, source_sha256
 
     if not results_file.is_file():
         return None
-    results = json.loads(results_file.read_text())
+    # The generator's reader: a repeated key is refused here too, not collapsed into the copy
+    # that record-executed reads.
+    results = read_json(results_file)
     files = package_files(args.pkg, args.platform)
     for outcome in results.get("outcomes", []):
         if outcome.get("platform") == args.platform and "source_sha256" not in outcome:
