@@ -92,3 +92,110 @@ def test_the_comparison_sees_the_summation_order(rlkernels):
     _, reordered = rlkernels.logp(z.flip(1).contiguous(), ids)
     torch.testing.assert_close(lse, reordered)
     assert not torch.equal(bits(lse), bits(reordered))
+
+
+# ---------------------------------------------------------------------------- temperature
+#
+# A sampler at temperature t draws from softmax(z / t); vLLM divides its float32 logits in place,
+# logits.div_(temperature[:, None]), then reports log_softmax of that (processed log-probs).  The
+# ops take the temperature as an attribute and divide each float32 logit by it once, correctly
+# rounded, before the reduction; torch's float32 division by a tensor is correctly rounded too,
+# so z / t in torch, logp(z, ids, temperature=t) and linear_logp(h, weight, ids, temperature=t)
+# are one arithmetic.
+
+TEMPERATURES = (0.7, 1.3, 0.05)
+
+
+def float32_quotients(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """x / t correctly rounded to float32: the quotient in float64, rounded once to float32.  A
+    float64 quotient of float32 operands rounds to float32 as the exact quotient would (float64
+    has more than 2 x 24 + 2 bits of precision)."""
+    return (x.double() / t.double()).float()
+
+
+def test_torch_float32_division_by_a_tensor_is_correctly_rounded():
+    """What the engine's division (torch, vLLM's apply_temperature) gives is the correctly rounded
+    quotient, the kernels' div_rn: on every float32 bit pattern with a stride (normal, subnormal,
+    zeros, infinities), at several temperatures, through torch's vectorised and scalar loops (a
+    [rows, 4099] tensor by a [rows, 1] tensor, as vLLM divides).  Multiplying by the reciprocal,
+    which torch on CUDA does for a Python-number divisor, fails the same check."""
+    patterns = torch.arange(-(2**31), 2**31, 4099, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    x = patterns[torch.isfinite(patterns) | torch.isinf(patterns)]
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 1e-45, -1e-45, 3.4028235e38, float("inf"), float("-inf")])])
+    cols = 4099
+    x = torch.nn.functional.pad(x, (0, -x.shape[0] % cols)).view(-1, cols)
+    for t in TEMPERATURES:
+        temps = torch.full((x.shape[0], 1), t, dtype=torch.float32)
+        want = float32_quotients(x, temps)
+        got = x.clone().div_(temps)
+        assert torch.equal(bits(got), bits(want)), f"t={t}: torch's float32 division is not correctly rounded"
+        assert torch.equal(bits(x / temps[0, 0]), bits(want)), f"t={t}: division by a 0-d tensor"
+        reciprocal = x * (1.0 / temps)
+        assert not torch.equal(bits(reciprocal), bits(want)), f"t={t}: the check cannot tell a reciprocal multiply"
+
+
+@pytest.mark.parametrize(("simd", "threads"), PATHS[:2] + PATHS[3:4], ids=[f"{s or 'native'}-{t}thread" for s, t in PATHS[:2] + PATHS[3:4]])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+def test_tempered_logp_of_det_linear_logits_is_tempered_linear_logp(rlkernels, dtype, simd, threads, monkeypatch):
+    """At a temperature t: logp(z, ids, temperature=t) is linear_logp(h, weight, ids, temperature=t)
+    (lp and lse), and is logp of the logits torch divides, z / t, at temperature 1; the full
+    log-probabilities z / t - lse hold lp at the selected id.  At t = 1 the attribute changes no bit."""
+    if simd is None:
+        monkeypatch.delenv("RLK_CPU_SIMD", raising=False)
+    else:
+        monkeypatch.setenv("RLK_CPU_SIMD", simd)
+    monkeypatch.setenv("RLK_NUM_THREADS", threads)
+    for seed, (N, H, V) in enumerate(SHAPES[:4]):
+        h, weight, ids = inputs(N, H, V, dtype, seed)
+        z = rlkernels.det_linear(h, weight, out_fp32=True)
+        valid = (ids >= 0) & (ids < V)
+        base = rlkernels.linear_logp(h, weight, ids)
+        same = rlkernels.linear_logp(h, weight, ids, temperature=1.0)
+        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(base, same)), "temperature=1 changed a bit"
+        for t in TEMPERATURES:
+            what = f"N={N} H={H} V={V} {dtype} t={t}"
+            lp, lse = rlkernels.logp(z, ids, temperature=t)
+            want_lp, want_entropy, want_lse = rlkernels.linear_logp(h, weight, ids, temperature=t)
+            assert torch.equal(bits(lse), bits(want_lse)), f"{what}: lse differs from linear_logp's"
+            assert torch.equal(bits(lp), bits(want_lp)), f"{what}: lp differs from linear_logp's"
+            scaled = z / torch.full((N, 1), t, dtype=torch.float32)
+            lp1, lse1 = rlkernels.logp(scaled, ids)
+            assert torch.equal(bits(lse1), bits(lse)) and torch.equal(bits(lp1), bits(lp)), f"{what}: the kernel's division is not torch's"
+            picked = (scaled - lse[:, None]).gather(1, torch.where(valid, ids, 0)[:, None])[:, 0]
+            assert torch.equal(bits(picked[valid]), bits(lp[valid])), f"{what}: z / t - lse at the selected id is not lp"
+            # The distribution is the tempered one (within float32 error of float64).
+            ref = torch.log_softmax(z.double() / t, dim=-1).gather(1, torch.where(valid, ids, 0)[:, None])[:, 0]
+            torch.testing.assert_close(lp[valid].double(), ref[valid], rtol=1e-5, atol=1e-4)
+            assert not torch.equal(bits(want_lp[valid]), bits(base[0][valid])), f"{what}: the temperature changed nothing"
+            assert torch.isfinite(want_entropy[ids != IGNORE]).all()
+
+
+def test_tempered_gradients_are_the_tempered_distributions(rlkernels):
+    """The gradients at a temperature t carry its 1/t (the incoming gradients divided by t once,
+    the logits as in the forward): linear_logp's and logp's backwards against float64 autograd
+    of log_softmax(z / t), and at t = 1 the bits of the default."""
+    h, weight, ids = inputs(9, 24, 300, torch.float32, 5)
+    ids[ids >= 300] = 7
+    ids[ids < 0] = 7
+    for t in (1.0, 0.7):
+        hh, ww = h.clone().requires_grad_(), weight.clone().requires_grad_()
+        lp, entropy, _ = rlkernels.linear_logp(hh, ww, ids, temperature=t)
+        (lp.sum() + 0.5 * entropy.sum()).backward()
+        hd, wd = h.double().requires_grad_(), weight.double().requires_grad_()
+        logprobs = torch.log_softmax(hd @ wd.T / t, dim=-1)
+        keep = ids != IGNORE
+        ref_lp = logprobs.gather(1, torch.where(keep, ids, 0)[:, None])[:, 0] * keep
+        ref_entropy = -(logprobs.exp() * logprobs).sum(-1) * keep
+        (ref_lp.sum() + 0.5 * ref_entropy.sum()).backward()
+        torch.testing.assert_close(hh.grad.double(), hd.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ww.grad.double(), wd.grad, rtol=1e-4, atol=1e-5)
+        z = rlkernels.det_linear(h, weight, out_fp32=True).requires_grad_()
+        rlkernels.logp(z, ids, temperature=t)[0].sum().backward()
+        zd = (h.double() @ weight.double().T).requires_grad_()
+        (torch.log_softmax(zd / t, dim=-1).gather(1, torch.where(keep, ids, 0)[:, None])[:, 0] * keep).sum().backward()
+        torch.testing.assert_close(z.grad.double(), zd.grad, rtol=1e-4, atol=1e-6)
+        if t == 1.0:
+            hh1 = h.clone().requires_grad_()
+            lp1, entropy1, _ = rlkernels.linear_logp(hh1, weight, ids)
+            (lp1.sum() + 0.5 * entropy1.sum()).backward()
+            assert torch.equal(bits(hh1.grad), bits(hh.grad)), "temperature=1 changed a gradient bit"
