@@ -485,10 +485,10 @@ FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE = [
 ]
 LOGP_BACKWARD_WITHOUT_AUTOGRAD = [
     (
-        '            torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)\n',
+        "            _register_autograd(op, overload, backward, setup)\n",
         (
             '            if op.name != "logp_backward":  # MUTANT: no autograd registered for it, so torch warns and differentiates to nothing\n'
-            '                torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)\n'
+            "                _register_autograd(op, overload, backward, setup)\n"
         ),
     )
 ]

@@ -8,6 +8,7 @@ import importlib
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 
 from ._registry import BUILD_PLATFORM, CARRIED_PLATFORMS, OPS, PACKAGE, PLATFORMS, Kernel, Platform
 
@@ -170,7 +171,9 @@ _BELOW_AUTOGRAD = getattr(torch._C, "_AutoDispatchBelowAutograd", None)
 
 
 def _records_nothing(args: tuple[Any, ...]) -> bool:
-    if _BELOW_AUTOGRAD is None or torch.compiler.is_compiling():
+    # While a dual level is open a call may carry a tangent, which only the autograd kernel sees
+    # (and refuses): below autograd it would be dropped without a word.
+    if _BELOW_AUTOGRAD is None or torch.compiler.is_compiling() or forward_ad._current_level >= 0:
         return False
     if not torch.is_grad_enabled():
         return True

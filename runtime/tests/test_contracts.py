@@ -11,8 +11,10 @@ runs one op's contracts (``-k NAME`` also matches the ops whose names contain NA
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -20,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 import torch
 from cases import CASES, UNREGISTERED, OpCase, Outputs, device_type, devices, offsets, package, registry, runtime, targets
+from torch.autograd import forward_ad
 
 # ---------------------------------------------------------------------------- parametrisation
 
@@ -1058,6 +1061,78 @@ def test_not_differentiable_is_refused(case: OpCase, device: str, kernel: str | 
         assert not any(o.requires_grad for o in (case.run(*inputs) if kernel is None else case.run_kernel(kernel, *inputs)))
 
 
+# ---------------------------------------------------------------------------- forward mode, torch.func and vmap
+# One rule for every op, at its autograd kernel, which the public function and every overload
+# reach: a tangent is refused (no op has a forward derivative, and below autograd a tangent would
+# be dropped, reading as zeros), and so is a gradient asked inside a torch.func transform.
+# torch.func.vmap runs the op once per sample, through torch's per-sample fallback.
+
+
+def forward_modes(case: OpCase) -> Iterator[Any]:
+    for mode in ("jvp", "jacfwd", "dual", "dual_under_no_grad"):
+        yield mode, (mode,), ()
+
+
+def _refusal(case: OpCase, what: str) -> str:
+    return re.escape(f"{registry.PACKAGE}.{case.name} {what}")
+
+
+@parametrize("case, device, kernel, mode", kernels(extra=("default", "public")), forward_modes)
+def test_forward_mode_ad_is_refused(case: OpCase, device: str, kernel: str | None, mode: str) -> None:
+    """A tangent through the op, by torch.func.jvp, jacfwd or dual tensors (with grad mode on or
+    off), raises naming the op, instead of giving a zero tangent or none."""
+    inputs = case.make_inputs(case.shapes[0], case.dtypes[0], device, seed=23)
+    function, primals = case.of_floating(kernel, inputs)
+    generator = torch.Generator().manual_seed(24)
+    tangents = tuple(torch.randn(p.shape, generator=generator).to(p.dtype).to(p.device) for p in primals)
+    with pytest.raises(RuntimeError, match=_refusal(case, "does not support forward-mode AD")):
+        if mode == "jvp":
+            torch.func.jvp(function, primals, tangents)
+        elif mode == "jacfwd":
+            # With respect to one scale of every floating input: jacfwd's own path (vmap over jvp), at a basis of one.
+            torch.func.jacfwd(lambda scale: function(*(p * scale for p in primals)))(torch.ones((), device=device))
+        else:
+            with torch.no_grad() if mode == "dual_under_no_grad" else contextlib.nullcontext(), forward_ad.dual_level():
+                function(*(forward_ad.make_dual(p, t) for p, t in zip(primals, tangents)))
+
+
+def reverse_transforms(case: OpCase) -> Iterator[Any]:
+    for transform in ("grad", "vjp"):
+        yield transform, (transform,), ()
+
+
+@parametrize("case, device, kernel, transform", kernels(extra=("default", "public")), reverse_transforms)
+def test_gradient_under_a_torch_func_transform_is_refused(case: OpCase, device: str, kernel: str | None, transform: str) -> None:
+    """torch.func.grad and vjp raise naming the op (the op's autograd runs outside torch.func's
+    transforms), where torch would name none; an op without a backward says it is not differentiable."""
+    function, primals = case.of_floating(kernel, case.make_inputs(case.shapes[0], case.dtypes[0], device, seed=25))
+    what = "does not support gradients under torch.func transforms" if case.op.backward else "is not differentiable"
+    with pytest.raises(RuntimeError, match=_refusal(case, what)):
+        if transform == "grad":
+            torch.func.grad(lambda *floating: sum(o.float().sum() for o in function(*floating) if o.is_floating_point()))(*primals)
+        else:
+            torch.func.vjp(function, *primals)
+
+
+@parametrize("case, device, kernel", kernels(extra=("default", "public")))
+def test_vmap_gives_each_samples_bits(case: OpCase, device: str, kernel: str | None) -> None:
+    """torch.func.vmap over two samples gives each sample's own bits, or raises: never another result.
+    An op whose output size follows its data (pack) cannot stack its samples, and a check that
+    reads a value (.item()) cannot run under vmap; torch refuses both."""
+    samples = [case.make_inputs(case.shapes[0], case.dtypes[0], device, seed=seed) for seed in (26, 27)]
+    def call(*values: Any) -> Outputs:
+        return case.run(*values) if kernel is None else case.run_kernel(kernel, *values)
+
+    stacked = [None if first is None else torch.stack([first, second]) for first, second in zip(*samples)]
+    try:
+        got = torch.func.vmap(call)(*stacked)
+    except RuntimeError as refused:
+        assert case.dynamic or "vmap" in str(refused), f"vmap raised where it has no reason to: {refused}"
+        return
+    want = tuple(torch.stack(outputs) for outputs in zip(call(*samples[0]), call(*samples[1])))
+    case.assert_bitwise_equal(got, want, "vmap over two samples vs each sample alone")
+
+
 # ---------------------------------------------------------------------------- bad inputs
 # Each case breaks one check; both the public function and the native op must refuse
 # with a message naming the argument.
@@ -1066,6 +1141,8 @@ def test_not_differentiable_is_refused(case: OpCase, device: str, kernel: str | 
 def _breaker(check: Any) -> tuple[str, Any] | None:
     """(case id, how to break the argument) for one check of the registry, or None."""
     kind, axis = check.kind, check.axis
+    if kind == "layout":  # a sparse tensor: other layouts in test_a_tensor_of_another_layout_is_refused_by_name
+        return "layout", lambda t: t.to_sparse()
     if kind == "rank":
         # Fewer dimensions than the spec: extra leading ones may be legal (leading_dim), missing ones never are.
         rank = check.rank
@@ -1118,6 +1195,50 @@ def test_bad_input_is_rejected(case: OpCase, arg: str, breaker: Any, message: st
         call(*inputs)
     assert message in str(caught.value), f"expected {message!r} in {str(caught.value)!r}"
     assert f"'{arg}'" in str(caught.value)
+
+
+# ---------------------------------------------------------------------------- tensors of another layout
+# Sparse (COO, CSR), nested (of strided parts, which report torch.strided, or jagged) and mkldnn
+# tensors have no strides, some not even sizes: every tensor argument is refused by its layout
+# before any other check reads it, naming the argument and the layout, by the public function and
+# by the native op (the bindings register its entry points for those layouts' dispatch keys too).
+# A jagged nested tensor is a Python subclass that never reaches the native op's dispatch.
+
+
+def _other_layouts(tensor: torch.Tensor) -> Iterator[tuple[str, Callable[[torch.Tensor], Any], str, tuple[str, ...]]]:
+    """(id, how to build it from ``tensor``, the layout the message names, the entries that see it)."""
+    both = ("public", "native")
+    yield "sparse_coo", lambda t: t.to_sparse(), "torch.sparse_coo", both
+    if tensor.dim() >= 2:
+        # Of ones: a batch of CSR matrices needs as many entries in each (the values are not read).
+        yield "sparse_csr", lambda t: torch.ones_like(t).to_sparse_csr(), "torch.sparse_csr", both
+    yield "nested", lambda t: torch.nested.nested_tensor([t]), "a nested tensor", both
+    if tensor.dim() >= 1:
+        yield "jagged", lambda t: torch.nested.nested_tensor([t, t], layout=torch.jagged), "a nested tensor", ("public",)
+    if tensor.dim() >= 1 and tensor.is_floating_point():
+        yield "mkldnn", lambda t: t.to_mkldnn(), "torch._mkldnn", both
+
+
+def other_layout_cases(case: OpCase) -> Iterator[Any]:
+    inputs = case.make_inputs(case.shapes[0], case.dtypes[0], "cpu", seed=22)
+    for index, ((name, *_), tensor) in enumerate(zip(case.args, inputs)):
+        for ident, build, got, entries in _other_layouts(tensor):
+            for entry in entries:
+                yield f"{name}-{ident}-{entry}", (index, build, got, entry), ()
+
+
+@parametrize("case, index, build, got, entry", other_layout_cases)
+def test_a_tensor_of_another_layout_is_refused_by_name(case: OpCase, index: int, build: Callable[[torch.Tensor], Any], got: str, entry: str) -> None:
+    inputs = case.make_inputs(case.shapes[0], case.dtypes[0], "cpu", seed=22)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's notes that sparse CSR and nested tensors are in beta
+        inputs[index] = build(inputs[index])
+    name = case.args[index][0]
+    call = getattr(package, case.name) if entry == "public" else case.overload("default")
+    with pytest.raises(package.InputError if entry == "public" else (ValueError, RuntimeError)) as caught:
+        call(*inputs, **case.attrs)
+    expected = f"{case.name}: argument '{name}' must be a dense tensor (layout torch.strided, not nested), got {got}"
+    assert expected in str(caught.value), f"expected {expected!r} in {str(caught.value)!r}"
 
 
 # ---------------------------------------------------------------------------- arguments of the wrong type

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,9 +117,13 @@ class OpCase:
     @property
     def flags(self) -> list[Any]:
         """Bool attributes that change what the kernels compute (a layout, a mode), each at its other
-        setting: accuracy and portability are checked there too."""
+        setting, and the variants that set a float attribute (a temperature): accuracy and
+        portability are checked there too."""
         switches = {o.float32_if for o in self.op.outputs if o.float32_if}
-        return [pytest.param({a.name: not a.default}, id=a.name) for a in self.op.attrs if a.type == "bool" and a.name not in switches]
+        found = [pytest.param({a.name: not a.default}, id=a.name) for a in self.op.attrs if a.type == "bool" and a.name not in switches]
+        floats = {a.name for a in self.op.attrs if a.type == "float"}
+        found += [pytest.param(dict(v), id="-".join(f"{k}={v[k]}" for k in sorted(v))) for v in self.variants_data if floats & set(v)]
+        return found
 
     @property
     def variants(self) -> list[Any]:
@@ -128,7 +132,7 @@ class OpCase:
         found = [pytest.param({}, id="defaults")]
         found += [pytest.param({o.float32_if: True}, id=o.float32_if) for o in self.op.outputs if o.float32_if]
         found += [pytest.param(dict(v), id="-".join(f"{k}={v[k]}" for k in sorted(v))) for v in self.variants_data]
-        return found + self.flags
+        return found + [f for f in self.flags if dict(f.values[0]) not in self.variants_data]
 
     def facts(self, device: str, kernel: str) -> dict[str, Any]:
         return self.kernels[runtime.platform_of(device)][kernel]
@@ -149,6 +153,20 @@ class OpCase:
 
     def overload(self, kernel: str) -> Any:
         return getattr(getattr(runtime.ops_namespace(), self.name), kernel)
+
+    def of_floating(self, kernel: str | None, inputs: Inputs) -> tuple[Callable[..., Outputs], tuple[torch.Tensor, ...]]:
+        """The public function (``kernel`` None) or one overload as a function of the floating
+        arguments alone, the others held at ``inputs``, and those arguments: what torch.func's
+        transforms and dual tensors take, since only a floating tensor carries a tangent or a gradient."""
+        positions = [i for i, t in enumerate(inputs) if t is not None and t.is_floating_point()]
+
+        def function(*floating: torch.Tensor) -> Outputs:
+            values = list(inputs)
+            for i, value in zip(positions, floating):
+                values[i] = value
+            return self.run(*values) if kernel is None else self.run_kernel(kernel, *values)
+
+        return function, tuple(inputs[i] for i in positions)
 
     def reference(self, *args: Any, **attrs: Any) -> Outputs:
         kernel = self.op.kernels[self.op.reference]

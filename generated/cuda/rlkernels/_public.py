@@ -9,7 +9,8 @@ backend the registry lists for the inputs' platform -- or raises, never falling 
 backend that breaks the contract.  Each native overload (``torch.ops.<package>.<op>.<kernel>``)
 gets the op's fake kernel, so it traces under torch.compile and runs on the meta device, and its
 autograd: the spec's backward steps, run with the catalog's own ops, or a refusal where the spec
-declares none.
+declares none.  Forward-mode AD is refused by every op, and so is a gradient asked through a
+torch.func transform (see ``_autograd_kernel``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.autograd import forward_ad
 
 from . import _runtime
 from ._checks import CHECK_TYPES, CHECK_VALUES, InputError
@@ -79,6 +81,34 @@ def _not_differentiable(op: str) -> RuntimeError:
         f"{PACKAGE}.{op} is not differentiable: its spec declares no backward, so no gradient can flow "
         f"through it (call it on detached inputs, or under torch.no_grad())"
     )
+
+
+def _no_forward_mode(op: str) -> RuntimeError:
+    return RuntimeError(
+        f"{PACKAGE}.{op} does not support forward-mode AD (torch.func.jvp, torch.func.jacfwd, torch.autograd.forward_ad "
+        f"dual tensors): no op of {PACKAGE} has a forward derivative, and a tangent dropped on the way would read as zero; "
+        f"use reverse mode (.backward() or torch.autograd.grad), or pass it tensors without tangents"
+    )
+
+
+def _no_transform_gradient(op: str) -> RuntimeError:
+    return RuntimeError(
+        f"{PACKAGE}.{op} does not support gradients under torch.func transforms (torch.func.grad, vjp, jacrev, or vmap "
+        f"of inputs that require grad): its autograd runs outside them; use .backward() or torch.autograd.grad "
+        f"outside the transform (torch.func.vmap of inputs that do not require grad works)"
+    )
+
+
+def _has_tangent(args: tuple[Any, ...]) -> bool:
+    """Whether an argument carries a forward-mode tangent.  Only a dual tensor has one, and only
+    while a dual level is open (torch.func.jvp and jacfwd open one too): outside, no call pays for
+    the look, which goes through the dispatcher once per tensor."""
+    if forward_ad._current_level < 0:
+        return False
+    for a in args:
+        if isinstance(a, torch.Tensor) and forward_ad.unpack_dual(a).tangent is not None:
+            return True
+    return False
 
 
 def _no_gradient_for(op: str, needs: dict[str, bool], given: tuple[str, ...]) -> None:
@@ -374,6 +404,42 @@ def _overloads(op: Op) -> tuple[str, ...]:
     return ("", *(f".{k}" for k in op.native_kernels))
 
 
+# Kept for the life of the process: the autograd kernels live as long as this library object.
+_AUTOGRAD_LIBRARY = torch.library.Library(PACKAGE, "IMPL")
+
+
+def _autograd_kernel(op: Op, overload: str, backward: Callable[..., Any], setup: Callable[..., None] | None) -> Callable[..., Any]:
+    """The overload's kernel at the Autograd key: torch.library.register_autograd's, behind one rule
+    for the autograd modes it does not serve, applied to every op alike.
+
+    A tensor with a tangent is refused: torch.library's autograd kernel records a graph only for
+    inputs that require grad and runs a dual tensor's call below autograd, where its tangent is
+    dropped, so torch.func.jvp, jacfwd and dual tensors would read zeros.  A gradient asked inside
+    a torch.func transform is refused with the op's name where torch's autograd.Function would
+    raise about its setup_context.  Every entry point reaches this kernel: the public function
+    (``_runtime.call`` does not bypass autograd while a dual level is open), each overload of
+    ``torch.ops``, and torch.compile's tracing, which dispatches through it.  register_autograd
+    registers torch's kernel itself, leaving no place for a check before it; make_autograd_impl
+    is the kernel it registers, so reverse mode runs exactly as it would."""
+    name = op.name
+    qualname = f"{PACKAGE}::{name}{overload}"
+    differentiate = torch._library.autograd.make_autograd_impl(torch._library.utils.lookup_op(qualname), torch._library.autograd.Info(backward, setup))
+    refuse_gradient = _not_differentiable if not op.backward else _no_transform_gradient
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if _has_tangent(args):
+            raise _no_forward_mode(name)
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args) and torch._C._are_functorch_transforms_active():
+            raise refuse_gradient(name)
+        return differentiate(keyset, *args, **kwargs)
+
+    return kernel
+
+
+def _register_autograd(op: Op, overload: str, backward: Callable[..., Any], setup: Callable[..., None] | None) -> None:
+    _AUTOGRAD_LIBRARY.impl(f"{op.name}{overload}", _autograd_kernel(op, overload, backward, setup), "Autograd", with_keyset=True)
+
+
 def _register_fakes() -> None:
     """Shape-only kernels so the ops trace under torch.compile and on the meta device, and
     every overload's autograd: the spec's backward, or a refusal where it declares none."""
@@ -381,7 +447,7 @@ def _register_fakes() -> None:
         backward, setup = _autograd(op)
         for overload in _overloads(op):
             torch.library.register_fake(f"{PACKAGE}::{op.name}{overload}")(_FAKES[op.name])
-            torch.library.register_autograd(f"{PACKAGE}::{op.name}{overload}", backward, setup_context=setup)
+            _register_autograd(op, overload, backward, setup)
 
 
 # Kept for the life of the process: the autocast kernels live as long as this library object.

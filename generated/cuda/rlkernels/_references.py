@@ -244,12 +244,12 @@ def grpo_loss_backward(
 
 
 def linear_logp(
-    h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100
+    h: torch.Tensor, weight: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """log_softmax(h @ weight.T)[r, ids[r]], the softmax's entropy and the logsumexp; 0 for all
-    three where ids is ignore_index, and an lp of NaN (with NaN gradients) where ids is any other
-    value outside [0, V).  In float64, returned as float32."""
-    logits = F.linear(h.double(), weight.double())
+    """log_softmax(h @ weight.T / temperature)[r, ids[r]], the softmax's entropy and the logsumexp;
+    0 for all three where ids is ignore_index, and an lp of NaN (with NaN gradients) where ids is
+    any other value outside [0, V).  In float64, returned as float32."""
+    logits = F.linear(h.double(), weight.double()) / temperature
     ignored = ids == ignore_index
     valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
     lse = torch.logsumexp(logits, dim=-1)
@@ -281,14 +281,17 @@ def linear_logp_backward(
     lse: torch.Tensor,
     entropy: torch.Tensor,
     ignore_index: int = -100,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """dz = grad_lp (onehot(ids) - p) - grad_entropy p (z - mu) with p = exp(z - lse) and
+    """With z = h @ weight.T / temperature and the incoming gradients divided by the temperature,
+    dz = grad_lp (onehot(ids) - p) - grad_entropy p (z - mu) with p = exp(z - lse) and
     mu = lse - entropy, the entropy's term left out of rows whose grad_entropy is 0 and of logits
     whose p is 0 (where it goes to 0 with p, and p (z - mu) is NaN for z = -inf); grad_h = dz @
     weight, grad_weight = dz.T @ h.  Rows of ignore_index add nothing, rows of any other id
     outside [0, V) are NaN.  In float64, returned as float32."""
     h, weight, grad_lp, grad_entropy, lse, entropy = (t.double() for t in (h, weight, grad_lp, grad_entropy, lse, entropy))
-    logits = F.linear(h, weight)
+    logits = F.linear(h, weight) / temperature
+    grad_lp, grad_entropy = grad_lp / temperature, grad_entropy / temperature
     ignored = ids == ignore_index
     valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
     onehot = (torch.arange(logits.shape[-1]) == ids.unsqueeze(-1)).to(logits.dtype)
@@ -301,9 +304,12 @@ def linear_logp_backward(
     return (dz @ weight).float(), (dz.T @ h).float()
 
 
-def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits[r, ids[r]] - logsumexp(logits[r]), and the logsumexp; 0 for both where ids is ignore_index,
-    and an lp of NaN (with NaN gradients) where ids is any other value outside [0, V)."""
+def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """With the logits divided by the temperature (in float32, none at 1): logits[r, ids[r]] -
+    logsumexp(logits[r]), and the logsumexp; 0 for both where ids is ignore_index, and an lp of NaN
+    (with NaN gradients) where ids is any other value outside [0, V)."""
+    if temperature != 1.0:
+        logits = logits.float() / temperature
     ignored = ids == ignore_index
     valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
     lse = torch.logsumexp(logits, dim=-1)
@@ -319,10 +325,12 @@ def logp(logits: torch.Tensor, ids: torch.Tensor, ignore_index: int = -100) -> t
 
 
 def logp_backward(
-    grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, ignore_index: int = -100
+    grad_lp: torch.Tensor, logits: torch.Tensor, ids: torch.Tensor, lse: torch.Tensor, ignore_index: int = -100, temperature: float = 1.0
 ) -> torch.Tensor:
-    """grad_lp * (onehot(ids) - exp(logits - lse)), rows of ignore_index zero, rows of any other id
-    outside [0, V) NaN."""
+    """(grad_lp / t) * (onehot(ids) - exp(logits / t - lse)) for the temperature t, rows of
+    ignore_index zero, rows of any other id outside [0, V) NaN."""
+    if temperature != 1.0:
+        logits, grad_lp = logits.float() / temperature, grad_lp / temperature
     ignored = ids == ignore_index
     valid = (ids >= 0) & (ids < logits.shape[-1]) & ~ignored
     onehot = (torch.arange(logits.shape[-1]) == ids.unsqueeze(-1)).to(logits.dtype)

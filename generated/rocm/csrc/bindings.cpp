@@ -109,6 +109,22 @@ namespace {
   TORCH_CHECK(false, "rlkernels: no storage type for dtype ", n);
 }
 
+// A layout as Python's torch writes it (the runtime's checks give the same words).
+[[maybe_unused]] std::string layout_name(const at::Tensor& t) {
+  if (t.is_nested()) return "a nested tensor";
+  switch (t.layout()) {
+    case at::kStrided: return "torch.strided";
+    case at::kSparse: return "torch.sparse_coo";
+    case at::kSparseCsr: return "torch.sparse_csr";
+    case at::kSparseCsc: return "torch.sparse_csc";
+    case at::kSparseBsr: return "torch.sparse_bsr";
+    case at::kSparseBsc: return "torch.sparse_bsc";
+    case at::kMkldnn: return "torch._mkldnn";
+    case at::kJagged: return "torch.jagged";
+    default: return "layout " + std::to_string(static_cast<int>(t.layout()));
+  }
+}
+
 [[maybe_unused]] bool dtype_in(at::ScalarType t, std::initializer_list<const char*> names) {
   for (const char* name : names)
     if (dtype_name(t) == std::string(name)) return true;
@@ -140,6 +156,21 @@ namespace {
 // ---------------------------------------------------------------- attention (specs/ops/attention.yaml)
 
 void check_attention(const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_q.layout() == at::kStrided && !arg_q.is_nested()), "attention: argument 'q' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_q));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_k.layout() == at::kStrided && !arg_k.is_nested()), "attention: argument 'k' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_k));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_v.layout() == at::kStrided && !arg_v.is_nested()), "attention: argument 'v' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_v));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_cu_seqlens_q.layout() == at::kStrided && !arg_cu_seqlens_q.is_nested()), "attention: argument 'cu_seqlens_q' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_cu_seqlens_q));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_cu_seqlens_k.layout() == at::kStrided && !arg_cu_seqlens_k.is_nested()), "attention: argument 'cu_seqlens_k' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_cu_seqlens_k));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX) && (attr_scale == 0.0 || std::fabs(attr_scale) > 0x1p-150),
               "attention: attribute 'scale' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_scale);
@@ -222,6 +253,30 @@ std::tuple<at::Tensor, at::Tensor> attention_blocks_cpu(const at::Tensor& arg_q,
 // ---------------------------------------------------------------- attention_backward (specs/ops/attention_backward.yaml)
 
 void check_attention_backward(const at::Tensor& arg_grad_o, const at::Tensor& arg_q, const at::Tensor& arg_k, const at::Tensor& arg_v, const at::Tensor& arg_o, const at::Tensor& arg_lse, const at::Tensor& arg_cu_seqlens_q, const at::Tensor& arg_cu_seqlens_k, double attr_scale, bool attr_causal, int64_t attr_window) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_o.layout() == at::kStrided && !arg_grad_o.is_nested()), "attention_backward: argument 'grad_o' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_o));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_q.layout() == at::kStrided && !arg_q.is_nested()), "attention_backward: argument 'q' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_q));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_k.layout() == at::kStrided && !arg_k.is_nested()), "attention_backward: argument 'k' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_k));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_v.layout() == at::kStrided && !arg_v.is_nested()), "attention_backward: argument 'v' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_v));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_o.layout() == at::kStrided && !arg_o.is_nested()), "attention_backward: argument 'o' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_o));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_lse.layout() == at::kStrided && !arg_lse.is_nested()), "attention_backward: argument 'lse' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_lse));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_cu_seqlens_q.layout() == at::kStrided && !arg_cu_seqlens_q.is_nested()), "attention_backward: argument 'cu_seqlens_q' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_cu_seqlens_q));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_cu_seqlens_k.layout() == at::kStrided && !arg_cu_seqlens_k.is_nested()), "attention_backward: argument 'cu_seqlens_k' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_cu_seqlens_k));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX) && (attr_scale == 0.0 || std::fabs(attr_scale) > 0x1p-150),
               "attention_backward: attribute 'scale' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_scale);
@@ -340,6 +395,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_blocks_cpu(con
 // ---------------------------------------------------------------- column_sum (specs/ops/column_sum.yaml)
 
 void check_column_sum(const at::Tensor& arg_x) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "column_sum: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
   TORCH_CHECK(arg_x.dim() == 2, "column_sum: argument 'x' must be 2-D with shape [M, N], got shape ", arg_x.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
               "column_sum: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
@@ -372,6 +430,12 @@ at::Tensor column_sum_columns_cpu(const at::Tensor& arg_x) {
 // ---------------------------------------------------------------- det_gemm (specs/ops/det_gemm.yaml)
 
 void check_det_gemm(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_a.layout() == at::kStrided && !arg_a.is_nested()), "det_gemm: argument 'a' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_a));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_b.layout() == at::kStrided && !arg_b.is_nested()), "det_gemm: argument 'b' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_b));
   TORCH_CHECK(arg_a.dim() == 2, "det_gemm: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
   TORCH_CHECK(arg_b.dim() == 2, "det_gemm: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
   TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -414,6 +478,12 @@ at::Tensor det_gemm_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, b
 // ---------------------------------------------------------------- det_gemm_ktree (specs/ops/det_gemm_ktree.yaml)
 
 void check_det_gemm_ktree(const at::Tensor& arg_a, const at::Tensor& arg_b) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_a.layout() == at::kStrided && !arg_a.is_nested()), "det_gemm_ktree: argument 'a' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_a));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_b.layout() == at::kStrided && !arg_b.is_nested()), "det_gemm_ktree: argument 'b' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_b));
   TORCH_CHECK(arg_a.dim() == 2, "det_gemm_ktree: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
   TORCH_CHECK(arg_b.dim() == 2, "det_gemm_ktree: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
   TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "bfloat16" }),
@@ -457,6 +527,15 @@ at::Tensor det_gemm_ktree_tree_cpu(const at::Tensor& arg_a, const at::Tensor& ar
 // ---------------------------------------------------------------- det_gemm_nt (specs/ops/det_gemm_nt.yaml)
 
 void check_det_gemm_nt(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_a.layout() == at::kStrided && !arg_a.is_nested()), "det_gemm_nt: argument 'a' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_a));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_b.layout() == at::kStrided && !arg_b.is_nested()), "det_gemm_nt: argument 'b' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_b));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK(!arg_bias.has_value() || (arg_bias->layout() == at::kStrided && !arg_bias->is_nested()), "det_gemm_nt: argument 'bias' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(*arg_bias));
   TORCH_CHECK(arg_a.dim() == 2, "det_gemm_nt: argument 'a' must be 2-D with shape [M, K], got shape ", arg_a.sizes());
   TORCH_CHECK(arg_b.dim() == 2, "det_gemm_nt: argument 'b' must be 2-D with shape [N, K], got shape ", arg_b.sizes());
   TORCH_CHECK(!arg_bias.has_value() || arg_bias->dim() == 1, "det_gemm_nt: argument 'bias' must be 1-D with shape [N], got shape ", arg_bias->sizes());
@@ -507,6 +586,12 @@ at::Tensor det_gemm_nt_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b
 // ---------------------------------------------------------------- det_gemm_tn (specs/ops/det_gemm_tn.yaml)
 
 void check_det_gemm_tn(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_a.layout() == at::kStrided && !arg_a.is_nested()), "det_gemm_tn: argument 'a' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_a));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_b.layout() == at::kStrided && !arg_b.is_nested()), "det_gemm_tn: argument 'b' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_b));
   TORCH_CHECK(arg_a.dim() == 2, "det_gemm_tn: argument 'a' must be 2-D with shape [K, M], got shape ", arg_a.sizes());
   TORCH_CHECK(arg_b.dim() == 2, "det_gemm_tn: argument 'b' must be 2-D with shape [K, N], got shape ", arg_b.sizes());
   TORCH_CHECK(dtype_in(arg_a.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -549,6 +634,12 @@ at::Tensor det_gemm_tn_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b
 // ---------------------------------------------------------------- embedding (specs/ops/embedding.yaml)
 
 void check_embedding(const at::Tensor& arg_weight, const at::Tensor& arg_ids) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_weight.layout() == at::kStrided && !arg_weight.is_nested()), "embedding: argument 'weight' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_weight));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ids.layout() == at::kStrided && !arg_ids.is_nested()), "embedding: argument 'ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ids));
   TORCH_CHECK(arg_weight.dim() == 2, "embedding: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "embedding: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
   TORCH_CHECK(dtype_in(arg_weight.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -589,6 +680,15 @@ at::Tensor embedding_rows_cpu(const at::Tensor& arg_weight, const at::Tensor& ar
 // ---------------------------------------------------------------- embedding_backward (specs/ops/embedding_backward.yaml)
 
 void check_embedding_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_ids, const at::Tensor& arg_weight, bool attr_out_fp32) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_y.layout() == at::kStrided && !arg_grad_y.is_nested()), "embedding_backward: argument 'grad_y' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_y));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ids.layout() == at::kStrided && !arg_ids.is_nested()), "embedding_backward: argument 'ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ids));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_weight.layout() == at::kStrided && !arg_weight.is_nested()), "embedding_backward: argument 'weight' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_weight));
   TORCH_CHECK(arg_grad_y.dim() == 2, "embedding_backward: argument 'grad_y' must be 2-D with shape [N, H], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "embedding_backward: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
   TORCH_CHECK(arg_weight.dim() == 2, "embedding_backward: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
@@ -639,6 +739,9 @@ at::Tensor embedding_backward_rows_cpu(const at::Tensor& arg_grad_y, const at::T
 // ---------------------------------------------------------------- gelu_tanh (specs/ops/gelu_tanh.yaml)
 
 void check_gelu_tanh(const at::Tensor& arg_x) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "gelu_tanh: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
   TORCH_CHECK(arg_x.dim() == 2, "gelu_tanh: argument 'x' must be 2-D with shape [R, C], got shape ", arg_x.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
               "gelu_tanh: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
@@ -671,6 +774,12 @@ at::Tensor gelu_tanh_elementwise_cpu(const at::Tensor& arg_x) {
 // ---------------------------------------------------------------- gelu_tanh_backward (specs/ops/gelu_tanh_backward.yaml)
 
 void check_gelu_tanh_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_x) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_y.layout() == at::kStrided && !arg_grad_y.is_nested()), "gelu_tanh_backward: argument 'grad_y' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_y));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "gelu_tanh_backward: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
   TORCH_CHECK(arg_grad_y.dim() == 2, "gelu_tanh_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_x.dim() == 2, "gelu_tanh_backward: argument 'x' must be 2-D with shape [R, C], got shape ", arg_x.sizes());
   TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -713,6 +822,18 @@ at::Tensor gelu_tanh_backward_elementwise_cpu(const at::Tensor& arg_grad_y, cons
 // ---------------------------------------------------------------- grpo_loss (specs/ops/grpo_loss.yaml)
 
 void check_grpo_loss(const at::Tensor& arg_ratio, const at::Tensor& arg_kl, const at::Tensor& arg_mask, const at::Tensor& arg_rewards, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ratio.layout() == at::kStrided && !arg_ratio.is_nested()), "grpo_loss: argument 'ratio' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ratio));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_kl.layout() == at::kStrided && !arg_kl.is_nested()), "grpo_loss: argument 'kl' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_kl));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_mask.layout() == at::kStrided && !arg_mask.is_nested()), "grpo_loss: argument 'mask' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_mask));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_rewards.layout() == at::kStrided && !arg_rewards.is_nested()), "grpo_loss: argument 'rewards' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_rewards));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX) && (attr_eps_low == 0.0 || std::fabs(attr_eps_low) > 0x1p-150),
               "grpo_loss: attribute 'eps_low' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps_low);
@@ -800,6 +921,18 @@ std::tuple<at::Tensor, at::Tensor> grpo_loss_block_cpu(const at::Tensor& arg_rat
 // ---------------------------------------------------------------- grpo_loss_backward (specs/ops/grpo_loss_backward.yaml)
 
 void check_grpo_loss_backward(const at::Tensor& arg_grad_loss, const at::Tensor& arg_ratio, const at::Tensor& arg_mask, const at::Tensor& arg_adv, double attr_eps_low, double attr_eps_high, double attr_beta) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_loss.layout() == at::kStrided && !arg_grad_loss.is_nested()), "grpo_loss_backward: argument 'grad_loss' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_loss));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ratio.layout() == at::kStrided && !arg_ratio.is_nested()), "grpo_loss_backward: argument 'ratio' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ratio));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_mask.layout() == at::kStrided && !arg_mask.is_nested()), "grpo_loss_backward: argument 'mask' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_mask));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_adv.layout() == at::kStrided && !arg_adv.is_nested()), "grpo_loss_backward: argument 'adv' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_adv));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_eps_low) <= static_cast<double>(FLT_MAX) && (attr_eps_low == 0.0 || std::fabs(attr_eps_low) > 0x1p-150),
               "grpo_loss_backward: attribute 'eps_low' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps_low);
@@ -880,7 +1013,22 @@ std::tuple<at::Tensor, at::Tensor> grpo_loss_backward_block_cpu(const at::Tensor
 
 // ---------------------------------------------------------------- linear_logp (specs/ops/linear_logp.yaml)
 
-void check_linear_logp(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
+void check_linear_logp(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index, double attr_temperature) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_h.layout() == at::kStrided && !arg_h.is_nested()), "linear_logp: argument 'h' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_h));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_weight.layout() == at::kStrided && !arg_weight.is_nested()), "linear_logp: argument 'weight' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_weight));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ids.layout() == at::kStrided && !arg_ids.is_nested()), "linear_logp: argument 'ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ids));
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_temperature) <= static_cast<double>(FLT_MAX) && (attr_temperature == 0.0 || std::fabs(attr_temperature) > 0x1p-150),
+              "linear_logp: attribute 'temperature' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_temperature);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_temperature > 0.0 && static_cast<float>(attr_temperature) > 0.0,
+              "linear_logp: attribute 'temperature' must be > 0.0, got ", attr_temperature);
   TORCH_CHECK(arg_h.dim() == 2, "linear_logp: argument 'h' must be 2-D with shape [N, H], got shape ", arg_h.sizes());
   TORCH_CHECK(arg_weight.dim() == 2, "linear_logp: argument 'weight' must be 2-D with shape [V, H], got shape ", arg_weight.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "linear_logp: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
@@ -903,8 +1051,8 @@ void check_linear_logp(const at::Tensor& arg_h, const at::Tensor& arg_weight, co
   TORCH_CHECK(arg_ids.is_contiguous(), "linear_logp: argument 'ids' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_rocm(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
-  check_linear_logp(arg_h, arg_weight, arg_ids, attr_ignore_index);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_rocm(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index, double attr_temperature) {
+  check_linear_logp(arg_h, arg_weight, arg_ids, attr_ignore_index, attr_temperature);
   at::cuda::OptionalCUDAGuard device_guard(arg_h.device());
   const int64_t dim_N = arg_h.size(0);
   const int64_t dim_H = arg_h.size(1);
@@ -913,28 +1061,55 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_rocm(const at::T
   at::Tensor out_entropy = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
   at::Tensor out_lse = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::rocm::linear_logp_rows(arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_entropy.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
+  const auto status = rlk::rocm::linear_logp_rows(arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_entropy.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), stream);
   TORCH_CHECK(status == hipSuccess, "linear_logp/rows: kernel launch failed: ",
               hipGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return { out_lp, out_entropy, out_lse };
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cpu(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
-  check_linear_logp(arg_h, arg_weight, arg_ids, attr_ignore_index);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_logp_rows_cpu(const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, int64_t attr_ignore_index, double attr_temperature) {
+  check_linear_logp(arg_h, arg_weight, arg_ids, attr_ignore_index, attr_temperature);
   const int64_t dim_N = arg_h.size(0);
   const int64_t dim_H = arg_h.size(1);
   const int64_t dim_V = arg_weight.size(0);
   at::Tensor out_lp = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
   at::Tensor out_entropy = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
   at::Tensor out_lse = at::empty({dim_N}, arg_h.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::linear_logp_rows(arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_entropy.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  rlk::cpu::linear_logp_rows(arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_entropy.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), at::get_num_threads());
   return { out_lp, out_entropy, out_lse };
 }
 
 // ---------------------------------------------------------------- linear_logp_backward (specs/ops/linear_logp_backward.yaml)
 
-void check_linear_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index) {
+void check_linear_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index, double attr_temperature) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_lp.layout() == at::kStrided && !arg_grad_lp.is_nested()), "linear_logp_backward: argument 'grad_lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_entropy.layout() == at::kStrided && !arg_grad_entropy.is_nested()), "linear_logp_backward: argument 'grad_entropy' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_entropy));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_h.layout() == at::kStrided && !arg_h.is_nested()), "linear_logp_backward: argument 'h' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_h));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_weight.layout() == at::kStrided && !arg_weight.is_nested()), "linear_logp_backward: argument 'weight' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_weight));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ids.layout() == at::kStrided && !arg_ids.is_nested()), "linear_logp_backward: argument 'ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ids));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_lse.layout() == at::kStrided && !arg_lse.is_nested()), "linear_logp_backward: argument 'lse' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_lse));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_entropy.layout() == at::kStrided && !arg_entropy.is_nested()), "linear_logp_backward: argument 'entropy' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_entropy));
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_temperature) <= static_cast<double>(FLT_MAX) && (attr_temperature == 0.0 || std::fabs(attr_temperature) > 0x1p-150),
+              "linear_logp_backward: attribute 'temperature' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_temperature);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_temperature > 0.0 && static_cast<float>(attr_temperature) > 0.0,
+              "linear_logp_backward: attribute 'temperature' must be > 0.0, got ", attr_temperature);
   TORCH_CHECK(arg_grad_lp.dim() == 1, "linear_logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", arg_grad_lp.sizes());
   TORCH_CHECK(arg_grad_entropy.dim() == 1, "linear_logp_backward: argument 'grad_entropy' must be 1-D with shape [N], got shape ", arg_grad_entropy.sizes());
   TORCH_CHECK(arg_h.dim() == 2, "linear_logp_backward: argument 'h' must be 2-D with shape [N, H], got shape ", arg_h.sizes());
@@ -989,8 +1164,8 @@ void check_linear_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor&
   TORCH_CHECK(arg_entropy.is_contiguous(), "linear_logp_backward: argument 'entropy' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_rocm(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index) {
-  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, attr_ignore_index);
+std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_rocm(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index, double attr_temperature) {
+  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, attr_ignore_index, attr_temperature);
   at::cuda::OptionalCUDAGuard device_guard(arg_grad_lp.device());
   const int64_t dim_N = arg_grad_lp.size(0);
   const int64_t dim_H = arg_h.size(1);
@@ -998,27 +1173,39 @@ std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_rocm(const at::Tens
   at::Tensor out_grad_h = at::empty({dim_N, dim_H}, arg_h.options());
   at::Tensor out_grad_weight = at::empty({dim_V, dim_H}, arg_h.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::rocm::linear_logp_backward_rows(arg_grad_lp.data_ptr(), arg_grad_entropy.data_ptr(), arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), arg_entropy.data_ptr(), out_grad_h.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
+  const auto status = rlk::rocm::linear_logp_backward_rows(arg_grad_lp.data_ptr(), arg_grad_entropy.data_ptr(), arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), arg_entropy.data_ptr(), out_grad_h.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), stream);
   TORCH_CHECK(status == hipSuccess, "linear_logp_backward/rows: kernel launch failed: ",
               hipGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return { out_grad_h, out_grad_weight };
 }
 
-std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index) {
-  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, attr_ignore_index);
+std::tuple<at::Tensor, at::Tensor> linear_logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_grad_entropy, const at::Tensor& arg_h, const at::Tensor& arg_weight, const at::Tensor& arg_ids, const at::Tensor& arg_lse, const at::Tensor& arg_entropy, int64_t attr_ignore_index, double attr_temperature) {
+  check_linear_logp_backward(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, attr_ignore_index, attr_temperature);
   const int64_t dim_N = arg_grad_lp.size(0);
   const int64_t dim_H = arg_h.size(1);
   const int64_t dim_V = arg_weight.size(0);
   at::Tensor out_grad_h = at::empty({dim_N, dim_H}, arg_h.options());
   at::Tensor out_grad_weight = at::empty({dim_V, dim_H}, arg_h.options());
-  rlk::cpu::linear_logp_backward_rows(arg_grad_lp.data_ptr(), arg_grad_entropy.data_ptr(), arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), arg_entropy.data_ptr(), out_grad_h.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  rlk::cpu::linear_logp_backward_rows(arg_grad_lp.data_ptr(), arg_grad_entropy.data_ptr(), arg_h.data_ptr(), arg_weight.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), arg_entropy.data_ptr(), out_grad_h.data_ptr(), out_grad_weight.data_ptr(), to_rlk_dtype(arg_h), dim_N, dim_H, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), at::get_num_threads());
   return { out_grad_h, out_grad_weight };
 }
 
 // ---------------------------------------------------------------- logp (specs/ops/logp.yaml)
 
-void check_logp(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
+void check_logp(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index, double attr_temperature) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_logits.layout() == at::kStrided && !arg_logits.is_nested()), "logp: argument 'logits' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_logits));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ids.layout() == at::kStrided && !arg_ids.is_nested()), "logp: argument 'ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ids));
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_temperature) <= static_cast<double>(FLT_MAX) && (attr_temperature == 0.0 || std::fabs(attr_temperature) > 0x1p-150),
+              "logp: attribute 'temperature' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_temperature);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_temperature > 0.0 && static_cast<float>(attr_temperature) > 0.0,
+              "logp: attribute 'temperature' must be > 0.0, got ", attr_temperature);
   TORCH_CHECK(arg_logits.dim() == 2, "logp: argument 'logits' must be 2-D with shape [N, V], got shape ", arg_logits.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "logp: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
   TORCH_CHECK(dtype_in(arg_logits.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1033,34 +1220,52 @@ void check_logp(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t
   TORCH_CHECK(arg_ids.is_contiguous(), "logp: argument 'ids' must be contiguous (call .contiguous() on it)");
 }
 
-std::tuple<at::Tensor, at::Tensor> logp_rows_rocm(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
-  check_logp(arg_logits, arg_ids, attr_ignore_index);
+std::tuple<at::Tensor, at::Tensor> logp_rows_rocm(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index, double attr_temperature) {
+  check_logp(arg_logits, arg_ids, attr_ignore_index, attr_temperature);
   at::cuda::OptionalCUDAGuard device_guard(arg_logits.device());
   const int64_t dim_N = arg_logits.size(0);
   const int64_t dim_V = arg_logits.size(1);
   at::Tensor out_lp = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
   at::Tensor out_lse = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::rocm::logp_rows(arg_logits.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
+  const auto status = rlk::rocm::logp_rows(arg_logits.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), stream);
   TORCH_CHECK(status == hipSuccess, "logp/rows: kernel launch failed: ",
               hipGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return { out_lp, out_lse };
 }
 
-std::tuple<at::Tensor, at::Tensor> logp_rows_cpu(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index) {
-  check_logp(arg_logits, arg_ids, attr_ignore_index);
+std::tuple<at::Tensor, at::Tensor> logp_rows_cpu(const at::Tensor& arg_logits, const at::Tensor& arg_ids, int64_t attr_ignore_index, double attr_temperature) {
+  check_logp(arg_logits, arg_ids, attr_ignore_index, attr_temperature);
   const int64_t dim_N = arg_logits.size(0);
   const int64_t dim_V = arg_logits.size(1);
   at::Tensor out_lp = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
   at::Tensor out_lse = at::empty({dim_N}, arg_logits.options().dtype(scalar_type_of("float32")));
-  rlk::cpu::logp_rows(arg_logits.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  rlk::cpu::logp_rows(arg_logits.data_ptr(), arg_ids.data_ptr(), out_lp.data_ptr(), out_lse.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), at::get_num_threads());
   return { out_lp, out_lse };
 }
 
 // ---------------------------------------------------------------- logp_backward (specs/ops/logp_backward.yaml)
 
-void check_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index) {
+void check_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index, double attr_temperature) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_lp.layout() == at::kStrided && !arg_grad_lp.is_nested()), "logp_backward: argument 'grad_lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_logits.layout() == at::kStrided && !arg_logits.is_nested()), "logp_backward: argument 'logits' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_logits));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ids.layout() == at::kStrided && !arg_ids.is_nested()), "logp_backward: argument 'ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ids));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_lse.layout() == at::kStrided && !arg_lse.is_nested()), "logp_backward: argument 'lse' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_lse));
+  // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
+  TORCH_CHECK(std::fabs(attr_temperature) <= static_cast<double>(FLT_MAX) && (attr_temperature == 0.0 || std::fabs(attr_temperature) > 0x1p-150),
+              "logp_backward: attribute 'temperature' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_temperature);
+  // Met as given and as the float32 the kernels receive.
+  TORCH_CHECK(attr_temperature > 0.0 && static_cast<float>(attr_temperature) > 0.0,
+              "logp_backward: attribute 'temperature' must be > 0.0, got ", attr_temperature);
   TORCH_CHECK(arg_grad_lp.dim() == 1, "logp_backward: argument 'grad_lp' must be 1-D with shape [N], got shape ", arg_grad_lp.sizes());
   TORCH_CHECK(arg_logits.dim() == 2, "logp_backward: argument 'logits' must be 2-D with shape [N, V], got shape ", arg_logits.sizes());
   TORCH_CHECK(arg_ids.dim() == 1, "logp_backward: argument 'ids' must be 1-D with shape [N], got shape ", arg_ids.sizes());
@@ -1091,32 +1296,38 @@ void check_logp_backward(const at::Tensor& arg_grad_lp, const at::Tensor& arg_lo
   TORCH_CHECK(arg_lse.is_contiguous(), "logp_backward: argument 'lse' must be contiguous (call .contiguous() on it)");
 }
 
-at::Tensor logp_backward_rows_rocm(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index) {
-  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse, attr_ignore_index);
+at::Tensor logp_backward_rows_rocm(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index, double attr_temperature) {
+  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse, attr_ignore_index, attr_temperature);
   at::cuda::OptionalCUDAGuard device_guard(arg_grad_lp.device());
   const int64_t dim_N = arg_grad_lp.size(0);
   const int64_t dim_V = arg_logits.size(1);
   at::Tensor out_grad_logits = at::empty({dim_N, dim_V}, arg_logits.options());
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const auto status = rlk::rocm::logp_backward_rows(arg_grad_lp.data_ptr(), arg_logits.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), out_grad_logits.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), stream);
+  const auto status = rlk::rocm::logp_backward_rows(arg_grad_lp.data_ptr(), arg_logits.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), out_grad_logits.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), stream);
   TORCH_CHECK(status == hipSuccess, "logp_backward/rows: kernel launch failed: ",
               hipGetErrorString(status));
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return out_grad_logits;
 }
 
-at::Tensor logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index) {
-  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse, attr_ignore_index);
+at::Tensor logp_backward_rows_cpu(const at::Tensor& arg_grad_lp, const at::Tensor& arg_logits, const at::Tensor& arg_ids, const at::Tensor& arg_lse, int64_t attr_ignore_index, double attr_temperature) {
+  check_logp_backward(arg_grad_lp, arg_logits, arg_ids, arg_lse, attr_ignore_index, attr_temperature);
   const int64_t dim_N = arg_grad_lp.size(0);
   const int64_t dim_V = arg_logits.size(1);
   at::Tensor out_grad_logits = at::empty({dim_N, dim_V}, arg_logits.options());
-  rlk::cpu::logp_backward_rows(arg_grad_lp.data_ptr(), arg_logits.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), out_grad_logits.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), at::get_num_threads());
+  rlk::cpu::logp_backward_rows(arg_grad_lp.data_ptr(), arg_logits.data_ptr(), arg_ids.data_ptr(), arg_lse.data_ptr(), out_grad_logits.data_ptr(), to_rlk_dtype(arg_logits), dim_N, dim_V, static_cast<int64_t>(attr_ignore_index), static_cast<float>(attr_temperature), at::get_num_threads());
   return out_grad_logits;
 }
 
 // ---------------------------------------------------------------- pack (specs/ops/pack.yaml)
 
 void check_pack(const at::Tensor& arg_x, const at::Tensor& arg_mask) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "pack: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_mask.layout() == at::kStrided && !arg_mask.is_nested()), "pack: argument 'mask' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_mask));
   TORCH_CHECK(arg_x.dim() == 3, "pack: argument 'x' must be 3-D with shape [B, S, H], got shape ", arg_x.sizes());
   TORCH_CHECK(arg_mask.dim() == 2, "pack: argument 'mask' must be 2-D with shape [B, S], got shape ", arg_mask.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1171,6 +1382,24 @@ std::tuple<at::Tensor, at::Tensor> pack_rows_cpu(const at::Tensor& arg_x, const 
 // ---------------------------------------------------------------- paged_attention (specs/ops/paged_attention.yaml)
 
 void check_paged_attention(const at::Tensor& arg_q, const at::Tensor& arg_k_cache, const at::Tensor& arg_v_cache, const at::Tensor& arg_block_table, const at::Tensor& arg_seq_lens, const at::Tensor& arg_query_start_loc, double attr_scale, bool attr_causal, int64_t attr_window) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_q.layout() == at::kStrided && !arg_q.is_nested()), "paged_attention: argument 'q' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_q));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_k_cache.layout() == at::kStrided && !arg_k_cache.is_nested()), "paged_attention: argument 'k_cache' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_k_cache));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_v_cache.layout() == at::kStrided && !arg_v_cache.is_nested()), "paged_attention: argument 'v_cache' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_v_cache));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_block_table.layout() == at::kStrided && !arg_block_table.is_nested()), "paged_attention: argument 'block_table' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_block_table));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_seq_lens.layout() == at::kStrided && !arg_seq_lens.is_nested()), "paged_attention: argument 'seq_lens' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_seq_lens));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_query_start_loc.layout() == at::kStrided && !arg_query_start_loc.is_nested()), "paged_attention: argument 'query_start_loc' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_query_start_loc));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_scale) <= static_cast<double>(FLT_MAX) && (attr_scale == 0.0 || std::fabs(attr_scale) > 0x1p-150),
               "paged_attention: attribute 'scale' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_scale);
@@ -1269,6 +1498,18 @@ std::tuple<at::Tensor, at::Tensor> paged_attention_blocks_cpu(const at::Tensor& 
 // ---------------------------------------------------------------- ratio_kl (specs/ops/ratio_kl.yaml)
 
 void check_ratio_kl(const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_lp.layout() == at::kStrided && !arg_lp.is_nested()), "ratio_kl: argument 'lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_old_lp.layout() == at::kStrided && !arg_old_lp.is_nested()), "ratio_kl: argument 'old_lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_old_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ref_lp.layout() == at::kStrided && !arg_ref_lp.is_nested()), "ratio_kl: argument 'ref_lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ref_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_mask.layout() == at::kStrided && !arg_mask.is_nested()), "ratio_kl: argument 'mask' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_mask));
   TORCH_CHECK(arg_lp.dim() == 2, "ratio_kl: argument 'lp' must be 2-D with shape [B, T], got shape ", arg_lp.sizes());
   TORCH_CHECK(arg_old_lp.dim() == 2, "ratio_kl: argument 'old_lp' must be 2-D with shape [B, T], got shape ", arg_old_lp.sizes());
   TORCH_CHECK(arg_ref_lp.dim() == 2, "ratio_kl: argument 'ref_lp' must be 2-D with shape [B, T], got shape ", arg_ref_lp.sizes());
@@ -1335,6 +1576,24 @@ std::tuple<at::Tensor, at::Tensor> ratio_kl_elementwise_cpu(const at::Tensor& ar
 // ---------------------------------------------------------------- ratio_kl_backward (specs/ops/ratio_kl_backward.yaml)
 
 void check_ratio_kl_backward(const at::Tensor& arg_grad_ratio, const at::Tensor& arg_grad_kl, const at::Tensor& arg_lp, const at::Tensor& arg_old_lp, const at::Tensor& arg_ref_lp, const at::Tensor& arg_mask) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_ratio.layout() == at::kStrided && !arg_grad_ratio.is_nested()), "ratio_kl_backward: argument 'grad_ratio' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_ratio));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_kl.layout() == at::kStrided && !arg_grad_kl.is_nested()), "ratio_kl_backward: argument 'grad_kl' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_kl));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_lp.layout() == at::kStrided && !arg_lp.is_nested()), "ratio_kl_backward: argument 'lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_old_lp.layout() == at::kStrided && !arg_old_lp.is_nested()), "ratio_kl_backward: argument 'old_lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_old_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_ref_lp.layout() == at::kStrided && !arg_ref_lp.is_nested()), "ratio_kl_backward: argument 'ref_lp' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_ref_lp));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_mask.layout() == at::kStrided && !arg_mask.is_nested()), "ratio_kl_backward: argument 'mask' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_mask));
   TORCH_CHECK(arg_grad_ratio.dim() == 2, "ratio_kl_backward: argument 'grad_ratio' must be 2-D with shape [B, T], got shape ", arg_grad_ratio.sizes());
   TORCH_CHECK(arg_grad_kl.dim() == 2, "ratio_kl_backward: argument 'grad_kl' must be 2-D with shape [B, T], got shape ", arg_grad_kl.sizes());
   TORCH_CHECK(arg_lp.dim() == 2, "ratio_kl_backward: argument 'lp' must be 2-D with shape [B, T], got shape ", arg_lp.sizes());
@@ -1419,6 +1678,12 @@ at::Tensor ratio_kl_backward_elementwise_cpu(const at::Tensor& arg_grad_ratio, c
 // ---------------------------------------------------------------- rms_norm (specs/ops/rms_norm.yaml)
 
 void check_rms_norm(const at::Tensor& arg_x, const at::Tensor& arg_w, double attr_eps) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "rms_norm: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_w.layout() == at::kStrided && !arg_w.is_nested()), "rms_norm: argument 'w' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_w));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_eps) <= static_cast<double>(FLT_MAX) && (attr_eps == 0.0 || std::fabs(attr_eps) > 0x1p-150),
               "rms_norm: attribute 'eps' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_eps);
@@ -1467,6 +1732,18 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_rows_cpu(const at::Tensor& arg_x, co
 // ---------------------------------------------------------------- rms_norm_backward (specs/ops/rms_norm_backward.yaml)
 
 void check_rms_norm_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_x, const at::Tensor& arg_w, const at::Tensor& arg_rstd) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_y.layout() == at::kStrided && !arg_grad_y.is_nested()), "rms_norm_backward: argument 'grad_y' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_y));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "rms_norm_backward: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_w.layout() == at::kStrided && !arg_w.is_nested()), "rms_norm_backward: argument 'w' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_w));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_rstd.layout() == at::kStrided && !arg_rstd.is_nested()), "rms_norm_backward: argument 'rstd' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_rstd));
   TORCH_CHECK(arg_grad_y.dim() == 2, "rms_norm_backward: argument 'grad_y' must be 2-D with shape [T, H], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_x.dim() == 2, "rms_norm_backward: argument 'x' must be 2-D with shape [T, H], got shape ", arg_x.sizes());
   TORCH_CHECK(arg_w.dim() == 1, "rms_norm_backward: argument 'w' must be 1-D with shape [H], got shape ", arg_w.sizes());
@@ -1527,6 +1804,12 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_rows_cpu(const at::Tensor& 
 // ---------------------------------------------------------------- rope (specs/ops/rope.yaml)
 
 void check_rope(const at::Tensor& arg_x, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "rope: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_position_ids.layout() == at::kStrided && !arg_position_ids.is_nested()), "rope: argument 'position_ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_position_ids));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX) && (attr_theta == 0.0 || std::fabs(attr_theta) > 0x1p-150),
               "rope: attribute 'theta' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_theta);
@@ -1576,6 +1859,12 @@ at::Tensor rope_rows_cpu(const at::Tensor& arg_x, const at::Tensor& arg_position
 // ---------------------------------------------------------------- rope_backward (specs/ops/rope_backward.yaml)
 
 void check_rope_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_position_ids, double attr_theta, bool attr_interleaved) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_y.layout() == at::kStrided && !arg_grad_y.is_nested()), "rope_backward: argument 'grad_y' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_y));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_position_ids.layout() == at::kStrided && !arg_position_ids.is_nested()), "rope_backward: argument 'position_ids' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_position_ids));
   // NaN fails the comparison too; 2^-150 and less is 0 in float32, which the kernels receive.
   TORCH_CHECK(std::fabs(attr_theta) <= static_cast<double>(FLT_MAX) && (attr_theta == 0.0 || std::fabs(attr_theta) > 0x1p-150),
               "rope_backward: attribute 'theta' must be a finite number that float32, which the kernels receive, holds: 0 or 7.00649232e-46 < |x| <= 3.40282347e+38, got ", attr_theta);
@@ -1625,6 +1914,9 @@ at::Tensor rope_backward_rows_cpu(const at::Tensor& arg_grad_y, const at::Tensor
 // ---------------------------------------------------------------- silu (specs/ops/silu.yaml)
 
 void check_silu(const at::Tensor& arg_x) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "silu: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
   TORCH_CHECK(arg_x.dim() == 2, "silu: argument 'x' must be 2-D with shape [R, C], got shape ", arg_x.sizes());
   TORCH_CHECK(dtype_in(arg_x.scalar_type(), { "float32", "float16", "bfloat16" }),
               "silu: argument 'x' must have dtype float32, float16 or bfloat16, got ", dtype_name(arg_x.scalar_type()));
@@ -1657,6 +1949,12 @@ at::Tensor silu_elementwise_cpu(const at::Tensor& arg_x) {
 // ---------------------------------------------------------------- silu_backward (specs/ops/silu_backward.yaml)
 
 void check_silu_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_x) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_y.layout() == at::kStrided && !arg_grad_y.is_nested()), "silu_backward: argument 'grad_y' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_y));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_x.layout() == at::kStrided && !arg_x.is_nested()), "silu_backward: argument 'x' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_x));
   TORCH_CHECK(arg_grad_y.dim() == 2, "silu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_x.dim() == 2, "silu_backward: argument 'x' must be 2-D with shape [R, C], got shape ", arg_x.sizes());
   TORCH_CHECK(dtype_in(arg_grad_y.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1699,6 +1997,12 @@ at::Tensor silu_backward_elementwise_cpu(const at::Tensor& arg_grad_y, const at:
 // ---------------------------------------------------------------- swiglu (specs/ops/swiglu.yaml)
 
 void check_swiglu(const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_g.layout() == at::kStrided && !arg_g.is_nested()), "swiglu: argument 'g' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_g));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_u.layout() == at::kStrided && !arg_u.is_nested()), "swiglu: argument 'u' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_u));
   TORCH_CHECK(arg_g.dim() == 2, "swiglu: argument 'g' must be 2-D with shape [R, C], got shape ", arg_g.sizes());
   TORCH_CHECK(arg_u.dim() == 2, "swiglu: argument 'u' must be 2-D with shape [R, C], got shape ", arg_u.sizes());
   TORCH_CHECK(dtype_in(arg_g.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1741,6 +2045,15 @@ at::Tensor swiglu_elementwise_cpu(const at::Tensor& arg_g, const at::Tensor& arg
 // ---------------------------------------------------------------- swiglu_backward (specs/ops/swiglu_backward.yaml)
 
 void check_swiglu_backward(const at::Tensor& arg_grad_y, const at::Tensor& arg_g, const at::Tensor& arg_u) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_grad_y.layout() == at::kStrided && !arg_grad_y.is_nested()), "swiglu_backward: argument 'grad_y' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_grad_y));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_g.layout() == at::kStrided && !arg_g.is_nested()), "swiglu_backward: argument 'g' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_g));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_u.layout() == at::kStrided && !arg_u.is_nested()), "swiglu_backward: argument 'u' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_u));
   TORCH_CHECK(arg_grad_y.dim() == 2, "swiglu_backward: argument 'grad_y' must be 2-D with shape [R, C], got shape ", arg_grad_y.sizes());
   TORCH_CHECK(arg_g.dim() == 2, "swiglu_backward: argument 'g' must be 2-D with shape [R, C], got shape ", arg_g.sizes());
   TORCH_CHECK(arg_u.dim() == 2, "swiglu_backward: argument 'u' must be 2-D with shape [R, C], got shape ", arg_u.sizes());
@@ -1795,6 +2108,12 @@ std::tuple<at::Tensor, at::Tensor> swiglu_backward_elementwise_cpu(const at::Ten
 // ---------------------------------------------------------------- unpack (specs/ops/unpack.yaml)
 
 void check_unpack(const at::Tensor& arg_packed, const at::Tensor& arg_mask) {
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_packed.layout() == at::kStrided && !arg_packed.is_nested()), "unpack: argument 'packed' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_packed));
+  // First: a sparse, nested or mkldnn tensor has no strides, and some have no sizes.
+  TORCH_CHECK((arg_mask.layout() == at::kStrided && !arg_mask.is_nested()), "unpack: argument 'mask' must be a dense tensor (layout torch.strided, not nested), got ",
+              layout_name(arg_mask));
   TORCH_CHECK(arg_packed.dim() == 2, "unpack: argument 'packed' must be 2-D with shape [TOTAL, H], got shape ", arg_packed.sizes());
   TORCH_CHECK(arg_mask.dim() == 2, "unpack: argument 'mask' must be 2-D with shape [B, S], got shape ", arg_mask.sizes());
   TORCH_CHECK(dtype_in(arg_packed.scalar_type(), { "float32", "float16", "bfloat16" }),
@@ -1874,14 +2193,14 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("grpo_loss.block(Tensor ratio, Tensor kl, Tensor mask, Tensor rewards, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
   m.def("grpo_loss_backward(Tensor grad_loss, Tensor ratio, Tensor mask, Tensor adv, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
   m.def("grpo_loss_backward.block(Tensor grad_loss, Tensor ratio, Tensor mask, Tensor adv, float eps_low=0.2, float eps_high=0.2, float beta=0.04) -> (Tensor, Tensor)");
-  m.def("linear_logp(Tensor h, Tensor weight, Tensor ids, int ignore_index=-100) -> (Tensor, Tensor, Tensor)");
-  m.def("linear_logp.rows(Tensor h, Tensor weight, Tensor ids, int ignore_index=-100) -> (Tensor, Tensor, Tensor)");
-  m.def("linear_logp_backward(Tensor grad_lp, Tensor grad_entropy, Tensor h, Tensor weight, Tensor ids, Tensor lse, Tensor entropy, int ignore_index=-100) -> (Tensor, Tensor)");
-  m.def("linear_logp_backward.rows(Tensor grad_lp, Tensor grad_entropy, Tensor h, Tensor weight, Tensor ids, Tensor lse, Tensor entropy, int ignore_index=-100) -> (Tensor, Tensor)");
-  m.def("logp(Tensor logits, Tensor ids, int ignore_index=-100) -> (Tensor, Tensor)");
-  m.def("logp.rows(Tensor logits, Tensor ids, int ignore_index=-100) -> (Tensor, Tensor)");
-  m.def("logp_backward(Tensor grad_lp, Tensor logits, Tensor ids, Tensor lse, int ignore_index=-100) -> Tensor");
-  m.def("logp_backward.rows(Tensor grad_lp, Tensor logits, Tensor ids, Tensor lse, int ignore_index=-100) -> Tensor");
+  m.def("linear_logp(Tensor h, Tensor weight, Tensor ids, int ignore_index=-100, float temperature=1.0) -> (Tensor, Tensor, Tensor)");
+  m.def("linear_logp.rows(Tensor h, Tensor weight, Tensor ids, int ignore_index=-100, float temperature=1.0) -> (Tensor, Tensor, Tensor)");
+  m.def("linear_logp_backward(Tensor grad_lp, Tensor grad_entropy, Tensor h, Tensor weight, Tensor ids, Tensor lse, Tensor entropy, int ignore_index=-100, float temperature=1.0) -> (Tensor, Tensor)");
+  m.def("linear_logp_backward.rows(Tensor grad_lp, Tensor grad_entropy, Tensor h, Tensor weight, Tensor ids, Tensor lse, Tensor entropy, int ignore_index=-100, float temperature=1.0) -> (Tensor, Tensor)");
+  m.def("logp(Tensor logits, Tensor ids, int ignore_index=-100, float temperature=1.0) -> (Tensor, Tensor)");
+  m.def("logp.rows(Tensor logits, Tensor ids, int ignore_index=-100, float temperature=1.0) -> (Tensor, Tensor)");
+  m.def("logp_backward(Tensor grad_lp, Tensor logits, Tensor ids, Tensor lse, int ignore_index=-100, float temperature=1.0) -> Tensor");
+  m.def("logp_backward.rows(Tensor grad_lp, Tensor logits, Tensor ids, Tensor lse, int ignore_index=-100, float temperature=1.0) -> Tensor");
   m.def("pack(Tensor x, Tensor mask) -> (Tensor, Tensor)");
   m.def("pack.rows(Tensor x, Tensor mask) -> (Tensor, Tensor)");
   m.def("paged_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, Tensor query_start_loc, float scale=0.0, bool causal=True, int window=-1) -> (Tensor, Tensor)");
@@ -1908,9 +2227,196 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("swiglu_backward.elementwise(Tensor grad_y, Tensor g, Tensor u) -> (Tensor, Tensor)");
   m.def("unpack(Tensor packed, Tensor mask) -> Tensor");
   m.def("unpack.rows(Tensor packed, Tensor mask) -> Tensor");
+}TORCH_LIBRARY_IMPL(rlkernels, CUDA, m) {
+  m.impl("attention", &attention_blocks_rocm);
+  m.impl("attention.blocks", &attention_blocks_rocm);
+  m.impl("attention_backward", &attention_backward_blocks_rocm);
+  m.impl("attention_backward.blocks", &attention_backward_blocks_rocm);
+  m.impl("column_sum", &column_sum_columns_rocm);
+  m.impl("column_sum.columns", &column_sum_columns_rocm);
+  m.impl("det_gemm", &det_gemm_simt_rocm);
+  m.impl("det_gemm.simt", &det_gemm_simt_rocm);
+  m.impl("det_gemm_ktree", &det_gemm_ktree_tree_rocm);
+  m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_rocm);
+  m.impl("det_gemm_nt", &det_gemm_nt_simt_rocm);
+  m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_rocm);
+  m.impl("det_gemm_tn", &det_gemm_tn_simt_rocm);
+  m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_rocm);
+  m.impl("embedding", &embedding_rows_rocm);
+  m.impl("embedding.rows", &embedding_rows_rocm);
+  m.impl("embedding_backward", &embedding_backward_rows_rocm);
+  m.impl("embedding_backward.rows", &embedding_backward_rows_rocm);
+  m.impl("gelu_tanh", &gelu_tanh_elementwise_rocm);
+  m.impl("gelu_tanh.elementwise", &gelu_tanh_elementwise_rocm);
+  m.impl("gelu_tanh_backward", &gelu_tanh_backward_elementwise_rocm);
+  m.impl("gelu_tanh_backward.elementwise", &gelu_tanh_backward_elementwise_rocm);
+  m.impl("grpo_loss", &grpo_loss_block_rocm);
+  m.impl("grpo_loss.block", &grpo_loss_block_rocm);
+  m.impl("grpo_loss_backward", &grpo_loss_backward_block_rocm);
+  m.impl("grpo_loss_backward.block", &grpo_loss_backward_block_rocm);
+  m.impl("linear_logp", &linear_logp_rows_rocm);
+  m.impl("linear_logp.rows", &linear_logp_rows_rocm);
+  m.impl("linear_logp_backward", &linear_logp_backward_rows_rocm);
+  m.impl("linear_logp_backward.rows", &linear_logp_backward_rows_rocm);
+  m.impl("logp", &logp_rows_rocm);
+  m.impl("logp.rows", &logp_rows_rocm);
+  m.impl("logp_backward", &logp_backward_rows_rocm);
+  m.impl("logp_backward.rows", &logp_backward_rows_rocm);
+  m.impl("pack", &pack_rows_rocm);
+  m.impl("pack.rows", &pack_rows_rocm);
+  m.impl("paged_attention", &paged_attention_blocks_rocm);
+  m.impl("paged_attention.blocks", &paged_attention_blocks_rocm);
+  m.impl("ratio_kl", &ratio_kl_elementwise_rocm);
+  m.impl("ratio_kl.elementwise", &ratio_kl_elementwise_rocm);
+  m.impl("ratio_kl_backward", &ratio_kl_backward_elementwise_rocm);
+  m.impl("ratio_kl_backward.elementwise", &ratio_kl_backward_elementwise_rocm);
+  m.impl("rms_norm", &rms_norm_rows_rocm);
+  m.impl("rms_norm.rows", &rms_norm_rows_rocm);
+  m.impl("rms_norm_backward", &rms_norm_backward_rows_rocm);
+  m.impl("rms_norm_backward.rows", &rms_norm_backward_rows_rocm);
+  m.impl("rope", &rope_rows_rocm);
+  m.impl("rope.rows", &rope_rows_rocm);
+  m.impl("rope_backward", &rope_backward_rows_rocm);
+  m.impl("rope_backward.rows", &rope_backward_rows_rocm);
+  m.impl("silu", &silu_elementwise_rocm);
+  m.impl("silu.elementwise", &silu_elementwise_rocm);
+  m.impl("silu_backward", &silu_backward_elementwise_rocm);
+  m.impl("silu_backward.elementwise", &silu_backward_elementwise_rocm);
+  m.impl("swiglu", &swiglu_elementwise_rocm);
+  m.impl("swiglu.elementwise", &swiglu_elementwise_rocm);
+  m.impl("swiglu_backward", &swiglu_backward_elementwise_rocm);
+  m.impl("swiglu_backward.elementwise", &swiglu_backward_elementwise_rocm);
+  m.impl("unpack", &unpack_rows_rocm);
+  m.impl("unpack.rows", &unpack_rows_rocm);
 }
 
-TORCH_LIBRARY_IMPL(rlkernels, CUDA, m) {
+TORCH_LIBRARY_IMPL(rlkernels, SparseCUDA, m) {
+  m.impl("attention", &attention_blocks_rocm);
+  m.impl("attention.blocks", &attention_blocks_rocm);
+  m.impl("attention_backward", &attention_backward_blocks_rocm);
+  m.impl("attention_backward.blocks", &attention_backward_blocks_rocm);
+  m.impl("column_sum", &column_sum_columns_rocm);
+  m.impl("column_sum.columns", &column_sum_columns_rocm);
+  m.impl("det_gemm", &det_gemm_simt_rocm);
+  m.impl("det_gemm.simt", &det_gemm_simt_rocm);
+  m.impl("det_gemm_ktree", &det_gemm_ktree_tree_rocm);
+  m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_rocm);
+  m.impl("det_gemm_nt", &det_gemm_nt_simt_rocm);
+  m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_rocm);
+  m.impl("det_gemm_tn", &det_gemm_tn_simt_rocm);
+  m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_rocm);
+  m.impl("embedding", &embedding_rows_rocm);
+  m.impl("embedding.rows", &embedding_rows_rocm);
+  m.impl("embedding_backward", &embedding_backward_rows_rocm);
+  m.impl("embedding_backward.rows", &embedding_backward_rows_rocm);
+  m.impl("gelu_tanh", &gelu_tanh_elementwise_rocm);
+  m.impl("gelu_tanh.elementwise", &gelu_tanh_elementwise_rocm);
+  m.impl("gelu_tanh_backward", &gelu_tanh_backward_elementwise_rocm);
+  m.impl("gelu_tanh_backward.elementwise", &gelu_tanh_backward_elementwise_rocm);
+  m.impl("grpo_loss", &grpo_loss_block_rocm);
+  m.impl("grpo_loss.block", &grpo_loss_block_rocm);
+  m.impl("grpo_loss_backward", &grpo_loss_backward_block_rocm);
+  m.impl("grpo_loss_backward.block", &grpo_loss_backward_block_rocm);
+  m.impl("linear_logp", &linear_logp_rows_rocm);
+  m.impl("linear_logp.rows", &linear_logp_rows_rocm);
+  m.impl("linear_logp_backward", &linear_logp_backward_rows_rocm);
+  m.impl("linear_logp_backward.rows", &linear_logp_backward_rows_rocm);
+  m.impl("logp", &logp_rows_rocm);
+  m.impl("logp.rows", &logp_rows_rocm);
+  m.impl("logp_backward", &logp_backward_rows_rocm);
+  m.impl("logp_backward.rows", &logp_backward_rows_rocm);
+  m.impl("pack", &pack_rows_rocm);
+  m.impl("pack.rows", &pack_rows_rocm);
+  m.impl("paged_attention", &paged_attention_blocks_rocm);
+  m.impl("paged_attention.blocks", &paged_attention_blocks_rocm);
+  m.impl("ratio_kl", &ratio_kl_elementwise_rocm);
+  m.impl("ratio_kl.elementwise", &ratio_kl_elementwise_rocm);
+  m.impl("ratio_kl_backward", &ratio_kl_backward_elementwise_rocm);
+  m.impl("ratio_kl_backward.elementwise", &ratio_kl_backward_elementwise_rocm);
+  m.impl("rms_norm", &rms_norm_rows_rocm);
+  m.impl("rms_norm.rows", &rms_norm_rows_rocm);
+  m.impl("rms_norm_backward", &rms_norm_backward_rows_rocm);
+  m.impl("rms_norm_backward.rows", &rms_norm_backward_rows_rocm);
+  m.impl("rope", &rope_rows_rocm);
+  m.impl("rope.rows", &rope_rows_rocm);
+  m.impl("rope_backward", &rope_backward_rows_rocm);
+  m.impl("rope_backward.rows", &rope_backward_rows_rocm);
+  m.impl("silu", &silu_elementwise_rocm);
+  m.impl("silu.elementwise", &silu_elementwise_rocm);
+  m.impl("silu_backward", &silu_backward_elementwise_rocm);
+  m.impl("silu_backward.elementwise", &silu_backward_elementwise_rocm);
+  m.impl("swiglu", &swiglu_elementwise_rocm);
+  m.impl("swiglu.elementwise", &swiglu_elementwise_rocm);
+  m.impl("swiglu_backward", &swiglu_backward_elementwise_rocm);
+  m.impl("swiglu_backward.elementwise", &swiglu_backward_elementwise_rocm);
+  m.impl("unpack", &unpack_rows_rocm);
+  m.impl("unpack.rows", &unpack_rows_rocm);
+}
+
+TORCH_LIBRARY_IMPL(rlkernels, SparseCsrCUDA, m) {
+  m.impl("attention", &attention_blocks_rocm);
+  m.impl("attention.blocks", &attention_blocks_rocm);
+  m.impl("attention_backward", &attention_backward_blocks_rocm);
+  m.impl("attention_backward.blocks", &attention_backward_blocks_rocm);
+  m.impl("column_sum", &column_sum_columns_rocm);
+  m.impl("column_sum.columns", &column_sum_columns_rocm);
+  m.impl("det_gemm", &det_gemm_simt_rocm);
+  m.impl("det_gemm.simt", &det_gemm_simt_rocm);
+  m.impl("det_gemm_ktree", &det_gemm_ktree_tree_rocm);
+  m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_rocm);
+  m.impl("det_gemm_nt", &det_gemm_nt_simt_rocm);
+  m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_rocm);
+  m.impl("det_gemm_tn", &det_gemm_tn_simt_rocm);
+  m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_rocm);
+  m.impl("embedding", &embedding_rows_rocm);
+  m.impl("embedding.rows", &embedding_rows_rocm);
+  m.impl("embedding_backward", &embedding_backward_rows_rocm);
+  m.impl("embedding_backward.rows", &embedding_backward_rows_rocm);
+  m.impl("gelu_tanh", &gelu_tanh_elementwise_rocm);
+  m.impl("gelu_tanh.elementwise", &gelu_tanh_elementwise_rocm);
+  m.impl("gelu_tanh_backward", &gelu_tanh_backward_elementwise_rocm);
+  m.impl("gelu_tanh_backward.elementwise", &gelu_tanh_backward_elementwise_rocm);
+  m.impl("grpo_loss", &grpo_loss_block_rocm);
+  m.impl("grpo_loss.block", &grpo_loss_block_rocm);
+  m.impl("grpo_loss_backward", &grpo_loss_backward_block_rocm);
+  m.impl("grpo_loss_backward.block", &grpo_loss_backward_block_rocm);
+  m.impl("linear_logp", &linear_logp_rows_rocm);
+  m.impl("linear_logp.rows", &linear_logp_rows_rocm);
+  m.impl("linear_logp_backward", &linear_logp_backward_rows_rocm);
+  m.impl("linear_logp_backward.rows", &linear_logp_backward_rows_rocm);
+  m.impl("logp", &logp_rows_rocm);
+  m.impl("logp.rows", &logp_rows_rocm);
+  m.impl("logp_backward", &logp_backward_rows_rocm);
+  m.impl("logp_backward.rows", &logp_backward_rows_rocm);
+  m.impl("pack", &pack_rows_rocm);
+  m.impl("pack.rows", &pack_rows_rocm);
+  m.impl("paged_attention", &paged_attention_blocks_rocm);
+  m.impl("paged_attention.blocks", &paged_attention_blocks_rocm);
+  m.impl("ratio_kl", &ratio_kl_elementwise_rocm);
+  m.impl("ratio_kl.elementwise", &ratio_kl_elementwise_rocm);
+  m.impl("ratio_kl_backward", &ratio_kl_backward_elementwise_rocm);
+  m.impl("ratio_kl_backward.elementwise", &ratio_kl_backward_elementwise_rocm);
+  m.impl("rms_norm", &rms_norm_rows_rocm);
+  m.impl("rms_norm.rows", &rms_norm_rows_rocm);
+  m.impl("rms_norm_backward", &rms_norm_backward_rows_rocm);
+  m.impl("rms_norm_backward.rows", &rms_norm_backward_rows_rocm);
+  m.impl("rope", &rope_rows_rocm);
+  m.impl("rope.rows", &rope_rows_rocm);
+  m.impl("rope_backward", &rope_backward_rows_rocm);
+  m.impl("rope_backward.rows", &rope_backward_rows_rocm);
+  m.impl("silu", &silu_elementwise_rocm);
+  m.impl("silu.elementwise", &silu_elementwise_rocm);
+  m.impl("silu_backward", &silu_backward_elementwise_rocm);
+  m.impl("silu_backward.elementwise", &silu_backward_elementwise_rocm);
+  m.impl("swiglu", &swiglu_elementwise_rocm);
+  m.impl("swiglu.elementwise", &swiglu_elementwise_rocm);
+  m.impl("swiglu_backward", &swiglu_backward_elementwise_rocm);
+  m.impl("swiglu_backward.elementwise", &swiglu_backward_elementwise_rocm);
+  m.impl("unpack", &unpack_rows_rocm);
+  m.impl("unpack.rows", &unpack_rows_rocm);
+}
+
+TORCH_LIBRARY_IMPL(rlkernels, NestedTensorCUDA, m) {
   m.impl("attention", &attention_blocks_rocm);
   m.impl("attention.blocks", &attention_blocks_rocm);
   m.impl("attention_backward", &attention_backward_blocks_rocm);
@@ -1974,6 +2480,258 @@ TORCH_LIBRARY_IMPL(rlkernels, CUDA, m) {
 }
 
 TORCH_LIBRARY_IMPL(rlkernels, CPU, m) {
+  m.impl("attention", &attention_blocks_cpu);
+  m.impl("attention.blocks", &attention_blocks_cpu);
+  m.impl("attention_backward", &attention_backward_blocks_cpu);
+  m.impl("attention_backward.blocks", &attention_backward_blocks_cpu);
+  m.impl("column_sum", &column_sum_columns_cpu);
+  m.impl("column_sum.columns", &column_sum_columns_cpu);
+  m.impl("det_gemm", &det_gemm_simt_cpu);
+  m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("embedding", &embedding_rows_cpu);
+  m.impl("embedding.rows", &embedding_rows_cpu);
+  m.impl("embedding_backward", &embedding_backward_rows_cpu);
+  m.impl("embedding_backward.rows", &embedding_backward_rows_cpu);
+  m.impl("gelu_tanh", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh.elementwise", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh_backward", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("gelu_tanh_backward.elementwise", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("grpo_loss", &grpo_loss_block_cpu);
+  m.impl("grpo_loss.block", &grpo_loss_block_cpu);
+  m.impl("grpo_loss_backward", &grpo_loss_backward_block_cpu);
+  m.impl("grpo_loss_backward.block", &grpo_loss_backward_block_cpu);
+  m.impl("linear_logp", &linear_logp_rows_cpu);
+  m.impl("linear_logp.rows", &linear_logp_rows_cpu);
+  m.impl("linear_logp_backward", &linear_logp_backward_rows_cpu);
+  m.impl("linear_logp_backward.rows", &linear_logp_backward_rows_cpu);
+  m.impl("logp", &logp_rows_cpu);
+  m.impl("logp.rows", &logp_rows_cpu);
+  m.impl("logp_backward", &logp_backward_rows_cpu);
+  m.impl("logp_backward.rows", &logp_backward_rows_cpu);
+  m.impl("pack", &pack_rows_cpu);
+  m.impl("pack.rows", &pack_rows_cpu);
+  m.impl("paged_attention", &paged_attention_blocks_cpu);
+  m.impl("paged_attention.blocks", &paged_attention_blocks_cpu);
+  m.impl("ratio_kl", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl.elementwise", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl_backward", &ratio_kl_backward_elementwise_cpu);
+  m.impl("ratio_kl_backward.elementwise", &ratio_kl_backward_elementwise_cpu);
+  m.impl("rms_norm", &rms_norm_rows_cpu);
+  m.impl("rms_norm.rows", &rms_norm_rows_cpu);
+  m.impl("rms_norm_backward", &rms_norm_backward_rows_cpu);
+  m.impl("rms_norm_backward.rows", &rms_norm_backward_rows_cpu);
+  m.impl("rope", &rope_rows_cpu);
+  m.impl("rope.rows", &rope_rows_cpu);
+  m.impl("rope_backward", &rope_backward_rows_cpu);
+  m.impl("rope_backward.rows", &rope_backward_rows_cpu);
+  m.impl("silu", &silu_elementwise_cpu);
+  m.impl("silu.elementwise", &silu_elementwise_cpu);
+  m.impl("silu_backward", &silu_backward_elementwise_cpu);
+  m.impl("silu_backward.elementwise", &silu_backward_elementwise_cpu);
+  m.impl("swiglu", &swiglu_elementwise_cpu);
+  m.impl("swiglu.elementwise", &swiglu_elementwise_cpu);
+  m.impl("swiglu_backward", &swiglu_backward_elementwise_cpu);
+  m.impl("swiglu_backward.elementwise", &swiglu_backward_elementwise_cpu);
+  m.impl("unpack", &unpack_rows_cpu);
+  m.impl("unpack.rows", &unpack_rows_cpu);
+}
+
+TORCH_LIBRARY_IMPL(rlkernels, SparseCPU, m) {
+  m.impl("attention", &attention_blocks_cpu);
+  m.impl("attention.blocks", &attention_blocks_cpu);
+  m.impl("attention_backward", &attention_backward_blocks_cpu);
+  m.impl("attention_backward.blocks", &attention_backward_blocks_cpu);
+  m.impl("column_sum", &column_sum_columns_cpu);
+  m.impl("column_sum.columns", &column_sum_columns_cpu);
+  m.impl("det_gemm", &det_gemm_simt_cpu);
+  m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("embedding", &embedding_rows_cpu);
+  m.impl("embedding.rows", &embedding_rows_cpu);
+  m.impl("embedding_backward", &embedding_backward_rows_cpu);
+  m.impl("embedding_backward.rows", &embedding_backward_rows_cpu);
+  m.impl("gelu_tanh", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh.elementwise", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh_backward", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("gelu_tanh_backward.elementwise", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("grpo_loss", &grpo_loss_block_cpu);
+  m.impl("grpo_loss.block", &grpo_loss_block_cpu);
+  m.impl("grpo_loss_backward", &grpo_loss_backward_block_cpu);
+  m.impl("grpo_loss_backward.block", &grpo_loss_backward_block_cpu);
+  m.impl("linear_logp", &linear_logp_rows_cpu);
+  m.impl("linear_logp.rows", &linear_logp_rows_cpu);
+  m.impl("linear_logp_backward", &linear_logp_backward_rows_cpu);
+  m.impl("linear_logp_backward.rows", &linear_logp_backward_rows_cpu);
+  m.impl("logp", &logp_rows_cpu);
+  m.impl("logp.rows", &logp_rows_cpu);
+  m.impl("logp_backward", &logp_backward_rows_cpu);
+  m.impl("logp_backward.rows", &logp_backward_rows_cpu);
+  m.impl("pack", &pack_rows_cpu);
+  m.impl("pack.rows", &pack_rows_cpu);
+  m.impl("paged_attention", &paged_attention_blocks_cpu);
+  m.impl("paged_attention.blocks", &paged_attention_blocks_cpu);
+  m.impl("ratio_kl", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl.elementwise", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl_backward", &ratio_kl_backward_elementwise_cpu);
+  m.impl("ratio_kl_backward.elementwise", &ratio_kl_backward_elementwise_cpu);
+  m.impl("rms_norm", &rms_norm_rows_cpu);
+  m.impl("rms_norm.rows", &rms_norm_rows_cpu);
+  m.impl("rms_norm_backward", &rms_norm_backward_rows_cpu);
+  m.impl("rms_norm_backward.rows", &rms_norm_backward_rows_cpu);
+  m.impl("rope", &rope_rows_cpu);
+  m.impl("rope.rows", &rope_rows_cpu);
+  m.impl("rope_backward", &rope_backward_rows_cpu);
+  m.impl("rope_backward.rows", &rope_backward_rows_cpu);
+  m.impl("silu", &silu_elementwise_cpu);
+  m.impl("silu.elementwise", &silu_elementwise_cpu);
+  m.impl("silu_backward", &silu_backward_elementwise_cpu);
+  m.impl("silu_backward.elementwise", &silu_backward_elementwise_cpu);
+  m.impl("swiglu", &swiglu_elementwise_cpu);
+  m.impl("swiglu.elementwise", &swiglu_elementwise_cpu);
+  m.impl("swiglu_backward", &swiglu_backward_elementwise_cpu);
+  m.impl("swiglu_backward.elementwise", &swiglu_backward_elementwise_cpu);
+  m.impl("unpack", &unpack_rows_cpu);
+  m.impl("unpack.rows", &unpack_rows_cpu);
+}
+
+TORCH_LIBRARY_IMPL(rlkernels, SparseCsrCPU, m) {
+  m.impl("attention", &attention_blocks_cpu);
+  m.impl("attention.blocks", &attention_blocks_cpu);
+  m.impl("attention_backward", &attention_backward_blocks_cpu);
+  m.impl("attention_backward.blocks", &attention_backward_blocks_cpu);
+  m.impl("column_sum", &column_sum_columns_cpu);
+  m.impl("column_sum.columns", &column_sum_columns_cpu);
+  m.impl("det_gemm", &det_gemm_simt_cpu);
+  m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("embedding", &embedding_rows_cpu);
+  m.impl("embedding.rows", &embedding_rows_cpu);
+  m.impl("embedding_backward", &embedding_backward_rows_cpu);
+  m.impl("embedding_backward.rows", &embedding_backward_rows_cpu);
+  m.impl("gelu_tanh", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh.elementwise", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh_backward", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("gelu_tanh_backward.elementwise", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("grpo_loss", &grpo_loss_block_cpu);
+  m.impl("grpo_loss.block", &grpo_loss_block_cpu);
+  m.impl("grpo_loss_backward", &grpo_loss_backward_block_cpu);
+  m.impl("grpo_loss_backward.block", &grpo_loss_backward_block_cpu);
+  m.impl("linear_logp", &linear_logp_rows_cpu);
+  m.impl("linear_logp.rows", &linear_logp_rows_cpu);
+  m.impl("linear_logp_backward", &linear_logp_backward_rows_cpu);
+  m.impl("linear_logp_backward.rows", &linear_logp_backward_rows_cpu);
+  m.impl("logp", &logp_rows_cpu);
+  m.impl("logp.rows", &logp_rows_cpu);
+  m.impl("logp_backward", &logp_backward_rows_cpu);
+  m.impl("logp_backward.rows", &logp_backward_rows_cpu);
+  m.impl("pack", &pack_rows_cpu);
+  m.impl("pack.rows", &pack_rows_cpu);
+  m.impl("paged_attention", &paged_attention_blocks_cpu);
+  m.impl("paged_attention.blocks", &paged_attention_blocks_cpu);
+  m.impl("ratio_kl", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl.elementwise", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl_backward", &ratio_kl_backward_elementwise_cpu);
+  m.impl("ratio_kl_backward.elementwise", &ratio_kl_backward_elementwise_cpu);
+  m.impl("rms_norm", &rms_norm_rows_cpu);
+  m.impl("rms_norm.rows", &rms_norm_rows_cpu);
+  m.impl("rms_norm_backward", &rms_norm_backward_rows_cpu);
+  m.impl("rms_norm_backward.rows", &rms_norm_backward_rows_cpu);
+  m.impl("rope", &rope_rows_cpu);
+  m.impl("rope.rows", &rope_rows_cpu);
+  m.impl("rope_backward", &rope_backward_rows_cpu);
+  m.impl("rope_backward.rows", &rope_backward_rows_cpu);
+  m.impl("silu", &silu_elementwise_cpu);
+  m.impl("silu.elementwise", &silu_elementwise_cpu);
+  m.impl("silu_backward", &silu_backward_elementwise_cpu);
+  m.impl("silu_backward.elementwise", &silu_backward_elementwise_cpu);
+  m.impl("swiglu", &swiglu_elementwise_cpu);
+  m.impl("swiglu.elementwise", &swiglu_elementwise_cpu);
+  m.impl("swiglu_backward", &swiglu_backward_elementwise_cpu);
+  m.impl("swiglu_backward.elementwise", &swiglu_backward_elementwise_cpu);
+  m.impl("unpack", &unpack_rows_cpu);
+  m.impl("unpack.rows", &unpack_rows_cpu);
+}
+
+TORCH_LIBRARY_IMPL(rlkernels, NestedTensorCPU, m) {
+  m.impl("attention", &attention_blocks_cpu);
+  m.impl("attention.blocks", &attention_blocks_cpu);
+  m.impl("attention_backward", &attention_backward_blocks_cpu);
+  m.impl("attention_backward.blocks", &attention_backward_blocks_cpu);
+  m.impl("column_sum", &column_sum_columns_cpu);
+  m.impl("column_sum.columns", &column_sum_columns_cpu);
+  m.impl("det_gemm", &det_gemm_simt_cpu);
+  m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
+  m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("embedding", &embedding_rows_cpu);
+  m.impl("embedding.rows", &embedding_rows_cpu);
+  m.impl("embedding_backward", &embedding_backward_rows_cpu);
+  m.impl("embedding_backward.rows", &embedding_backward_rows_cpu);
+  m.impl("gelu_tanh", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh.elementwise", &gelu_tanh_elementwise_cpu);
+  m.impl("gelu_tanh_backward", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("gelu_tanh_backward.elementwise", &gelu_tanh_backward_elementwise_cpu);
+  m.impl("grpo_loss", &grpo_loss_block_cpu);
+  m.impl("grpo_loss.block", &grpo_loss_block_cpu);
+  m.impl("grpo_loss_backward", &grpo_loss_backward_block_cpu);
+  m.impl("grpo_loss_backward.block", &grpo_loss_backward_block_cpu);
+  m.impl("linear_logp", &linear_logp_rows_cpu);
+  m.impl("linear_logp.rows", &linear_logp_rows_cpu);
+  m.impl("linear_logp_backward", &linear_logp_backward_rows_cpu);
+  m.impl("linear_logp_backward.rows", &linear_logp_backward_rows_cpu);
+  m.impl("logp", &logp_rows_cpu);
+  m.impl("logp.rows", &logp_rows_cpu);
+  m.impl("logp_backward", &logp_backward_rows_cpu);
+  m.impl("logp_backward.rows", &logp_backward_rows_cpu);
+  m.impl("pack", &pack_rows_cpu);
+  m.impl("pack.rows", &pack_rows_cpu);
+  m.impl("paged_attention", &paged_attention_blocks_cpu);
+  m.impl("paged_attention.blocks", &paged_attention_blocks_cpu);
+  m.impl("ratio_kl", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl.elementwise", &ratio_kl_elementwise_cpu);
+  m.impl("ratio_kl_backward", &ratio_kl_backward_elementwise_cpu);
+  m.impl("ratio_kl_backward.elementwise", &ratio_kl_backward_elementwise_cpu);
+  m.impl("rms_norm", &rms_norm_rows_cpu);
+  m.impl("rms_norm.rows", &rms_norm_rows_cpu);
+  m.impl("rms_norm_backward", &rms_norm_backward_rows_cpu);
+  m.impl("rms_norm_backward.rows", &rms_norm_backward_rows_cpu);
+  m.impl("rope", &rope_rows_cpu);
+  m.impl("rope.rows", &rope_rows_cpu);
+  m.impl("rope_backward", &rope_backward_rows_cpu);
+  m.impl("rope_backward.rows", &rope_backward_rows_cpu);
+  m.impl("silu", &silu_elementwise_cpu);
+  m.impl("silu.elementwise", &silu_elementwise_cpu);
+  m.impl("silu_backward", &silu_backward_elementwise_cpu);
+  m.impl("silu_backward.elementwise", &silu_backward_elementwise_cpu);
+  m.impl("swiglu", &swiglu_elementwise_cpu);
+  m.impl("swiglu.elementwise", &swiglu_elementwise_cpu);
+  m.impl("swiglu_backward", &swiglu_backward_elementwise_cpu);
+  m.impl("swiglu_backward.elementwise", &swiglu_backward_elementwise_cpu);
+  m.impl("unpack", &unpack_rows_cpu);
+  m.impl("unpack.rows", &unpack_rows_cpu);
+}
+
+TORCH_LIBRARY_IMPL(rlkernels, MkldnnCPU, m) {
   m.impl("attention", &attention_blocks_cpu);
   m.impl("attention.blocks", &attention_blocks_cpu);
   m.impl("attention_backward", &attention_backward_blocks_cpu);

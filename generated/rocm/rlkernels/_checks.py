@@ -67,6 +67,11 @@ def _float32(x: float) -> float:
     return value
 
 
+def _layout_name(t: torch.Tensor) -> str:
+    """What a tensor of another layout is, in the words the bindings' C++ uses too."""
+    return "a nested tensor" if t.is_nested else str(t.layout)
+
+
 def _wrong_type(prefix: str, value: object) -> InputTypeError:
     return InputTypeError(f"{prefix}, got {_type_name(value)}")
 
@@ -108,6 +113,8 @@ class _Source:
             "wrong_type": _wrong_type,
             "wrong_attribute": _wrong_attribute,
             "float32": _float32,
+            "strided": torch.strided,
+            "layout_name": _layout_name,
         }
         exec(compile(source, f"<{what}>", "exec"), namespace)  # noqa: S102 -- integers and fixed fragments only (see the module's docstring)
         check: Callable[[Values], None] = namespace["check"]
@@ -118,7 +125,9 @@ def _type_check(op: Op) -> Callable[[Values], None]:
     """The check of every argument's type, before anything reads an attribute of one: a tensor
     (or None where optional) for each tensor argument; for each attribute the type the torch
     schema takes -- bool for bool, an integer (not a bool) for int, a real number (not a bool)
-    for float.  Then the attributes' values (finite, in the spec's range): cheap, and refused
+    for float.  Then, in the registry's order, each tensor's layout (dense: the public function
+    flattens leading dimensions and autocasts next, which a sparse or nested tensor would fail in
+    torch's words) and the attributes' values (finite, in the spec's range): cheap, and refused
     before the call reaches a kernel, which would receive them rounded to float32."""
     code = _Source()
     for i, a in enumerate(op.args):
@@ -135,12 +144,17 @@ def _type_check(op: Op) -> Callable[[Values], None]:
         prefix = code.constant(f"{op.name}: attribute '{attr.name}' must be {'an int' if attr.type == 'int' else 'a ' + attr.type}")
         code.add(f"not ({fits})", f"wrong_attribute({prefix}, v[{index}])")
     for c in op.checks:
-        if c.kind in _ATTRIBUTE_KINDS:
+        if c.kind == "layout":
+            _layout_rule(code, c)
+        elif c.kind in _ATTRIBUTE_KINDS:
             _attribute_rule(code, c, op.attrs[c.arg - len(op.args)].type == "float")
     return code.compile(f"{op.name} argument types")
 
 
 _ATTRIBUTE_KINDS = frozenset({"finite", "bound"})
+# Checked with the types, before anything reads a tensor's sizes (flattening leading dimensions,
+# autocast): the layout and the attributes' values.
+_EARLY_KINDS = _ATTRIBUTE_KINDS | {"layout"}
 _FLOAT32_MAX = 3.4028234663852886e38
 _FLOAT32_ZERO_BELOW = 2.0**-150  # float32 holds a magnitude of this or less as 0
 # The comparison a bound check fails on, per relation: a closed table, so the relation a registry
@@ -161,6 +175,14 @@ def _attribute_rule(code: _Source, c: Check, is_float: bool) -> None:
         fails, bound = _FAILS[c.relation], code.constant(c.bound)
         rounded = f" or float32({v}) {fails} {bound}" if is_float else ""
         code.add(f"{v} {fails} {bound}{rounded}", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
+
+
+def _layout_rule(code: _Source, c: Check) -> None:
+    """A tensor argument is dense: strided and not nested (a nested tensor of strided parts reports
+    torch.strided too).  Its type holds already; None, where optional, is not checked."""
+    t, m = f"v[{c.arg}]", code.constant(c.message)
+    given = f"{t} is not None and " if c.optional else ""
+    code.add(f"{given}({t}.layout is not strided or {t}.is_nested)", f'InputError(f"{{{m}}}, got {{layout_name({t})}}")')
 
 
 def _value_rule(code: _Source, c: Check) -> None:
@@ -200,16 +222,17 @@ def _value_rule(code: _Source, c: Check) -> None:
 
 
 def _value_check(op: Op) -> Callable[[Values], None]:
-    """Every check of the op's tensors but their types (ranks, dtypes, devices, shared dimensions,
-    constraints, contiguity), in the order the bindings run them."""
+    """Every check of the op's tensors but their types and layouts (ranks, dtypes, devices, shared
+    dimensions, constraints, contiguity), in the order the bindings run them."""
     code = _Source()
     for c in op.checks:
-        if c.kind not in _ATTRIBUTE_KINDS:
+        if c.kind not in _EARLY_KINDS:
             _value_rule(code, c)
     return code.compile(f"{op.name} inputs")
 
 
 CHECK_TYPES: dict[str, Callable[[Values], None]] = {name: _type_check(op) for name, op in OPS.items()}
-"""Op → the check of its arguments' types (tensors and attributes).  Raises ``InputTypeError``."""
+"""Op → the check of its arguments' types (tensors and attributes), then of the tensors' layouts
+and the attributes' values.  Raises ``InputTypeError``, then ``InputError``."""
 CHECK_VALUES: dict[str, Callable[[Values], None]] = {name: _value_check(op) for name, op in OPS.items()}
 """Op → every check of its tensors once their types hold.  Raises ``InputError``."""

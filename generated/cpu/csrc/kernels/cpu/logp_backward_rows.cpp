@@ -3,8 +3,10 @@
 // Template: templates/kernels/logp_backward_rows.j2
 // logp_backward / rows on CPU: Gradient of logp with respect to the logits, from the saved logsumexp; NaN rows where ids[r] is outside [0, V) and not ignore_index.
 //
-// Every element on its own, with one rounding per operation and one at the store:
-//   p = exp_f32(logits[r, v] - lse[r]),  grad_logits[r, v] = grad_lp[r] * (v == ids[r] ? 1 - p : -p)
+// Every element on its own, with one rounding per operation and one at the store, at the
+// forward's temperature t (x = logits[r, v] / t and g = grad_lp[r] / t, one float32 division
+// each; none at t = 1, where they are the identity):
+//   p = exp_f32(x - lse[r]),  grad_logits[r, v] = g * (v == ids[r] ? 1 - p : -p)
 // Rows whose id is ignore_index get zeros, rows whose id is outside [0, V) NaN (their
 // lp is NaN too); any NaN is stored as 0x7fc00000.  The device and the host share the
 // element code below, and nothing is reduced, so both return the same bits and no
@@ -19,16 +21,19 @@ namespace rlk {
 namespace cpu {
 namespace {
 
-// What grad_lp[r] multiplies at column v, or the whole element for special rows.
-RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, int64_t V, int64_t ignore_index) {
+// A value at the temperature: z / t, one correctly rounded float32 division; z itself at t = 1.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
+
+// The element at column v, or the whole element for special rows; grad is grad_lp[r] / t.
+RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, int64_t V, int64_t ignore_index, float temperature) {
   if (id == ignore_index) return 0.0f;
   if (id < 0 || id >= V) return bits_float(kCanonicalNan);
-  const float p = exp_f32(add_rn(x, -lse));
+  const float p = exp_f32(add_rn(tempered(x, temperature), -lse));
   return canonical(mul_rn(grad, v == id ? add_rn(1.0f, -p) : -p));
 }
 template <typename T>
 void run(const void* grad_lp_ptr, const void* logits_ptr, const void* ids_ptr, const void* lse_ptr, void* grad_logits_ptr, int64_t N,
-         int64_t V, int64_t ignore_index, int64_t num_threads) {
+         int64_t V, int64_t ignore_index, float temperature, int64_t num_threads) {
   const float* grad_lp = static_cast<const float*>(grad_lp_ptr);
   const T* logits = static_cast<const T*>(logits_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
@@ -39,31 +44,32 @@ void run(const void* grad_lp_ptr, const void* logits_ptr, const void* ids_ptr, c
     for (int64_t row = begin; row < end; ++row) {
       const T* x = logits + row * V;
       T* out = grad_logits + row * V;
+      const float grad = tempered(grad_lp[row], temperature);
       for (int64_t v = 0; v < V; ++v)
-        out[v] = from_float<T>(element(grad_lp[row], to_float(x[v]), lse[row], v, ids[row], V, ignore_index));
+        out[v] = from_float<T>(element(grad, to_float(x[v]), lse[row], v, ids[row], V, ignore_index, temperature));
     }
   });
 }
 
 }  // namespace
 
-void logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+void logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads) {
   const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0 || dim_V == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
   }

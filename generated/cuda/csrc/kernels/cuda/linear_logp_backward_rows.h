@@ -14,7 +14,7 @@ namespace rlk {
 namespace cuda {
 
 // Enqueues the kernel on `stream`; returns the launch status.
-cudaError_t linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, cudaStream_t stream);
+cudaError_t linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace rlk

@@ -3,7 +3,8 @@
 // Template: templates/kernels/linear_logp_rows.j2
 // linear_logp / rows on NVIDIA CUDA: Batch-invariant log-probability of the selected token and entropy of the softmax of h @ weight.T, without the [N, V] logits; NaN where ids[r] is outside [0, V) and not ignore_index.
 //
-// Per row r whose id is not ignore_index, with z[v] = dot(h[r], weight[v]) (logit() below):
+// Per row r whose id is not ignore_index, with z[v] = dot(h[r], weight[v]) (logit() below)
+// divided by the temperature (tempered(): one float32 division, none at temperature 1):
 //   m     = max over v of z[v]                     (any NaN wins; lanes, then the lanes' tree)
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
 //   S, Z  = lanes tree (LANES = 256) over v of e = exp_f32(z[v] - shift) and of e * z[v]
@@ -38,6 +39,10 @@ RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   return acc;
 }
 
+// A logit at the temperature: z / t, one correctly rounded float32 division (torch's float32
+// division gives the same bits); at t = 1 the logit itself, which is what z / 1 gives.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
+
 // An infinite or NaN maximum shifts by 0, so that exp sees inf - inf nowhere.
 RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0f; }
 
@@ -62,7 +67,8 @@ RLK_ARITH void finish_row(float z_id, float shift, float sum, float weighted_sum
 template <typename T>
 __global__ void __launch_bounds__(kLanes) linear_logp_rows_kernel(
     const T* __restrict__ h, const T* __restrict__ weight, const int64_t* __restrict__ ids, float* __restrict__ lp,
-    float* __restrict__ entropy, float* __restrict__ lse, int64_t N, int64_t H, int64_t V, int64_t ignore_index) {
+    float* __restrict__ entropy, float* __restrict__ lse, int64_t N, int64_t H, int64_t V, int64_t ignore_index,
+    float temperature) {
   __shared__ float scratch[kLanes];
   const int lane = static_cast<int>(threadIdx.x);
   for (int64_t row = blockIdx.x; row < N; row += gridDim.x) {
@@ -78,11 +84,11 @@ __global__ void __launch_bounds__(kLanes) linear_logp_rows_kernel(
     const T* x = h + row * H;
     // Each logit is computed twice, once per pass, in the same order: the same bits.
     float m = negative_infinity();
-    for (int64_t v = lane; v < V; v += kLanes) m = max_step(m, logit(x, weight + v * H, H));
+    for (int64_t v = lane; v < V; v += kLanes) m = max_step(m, tempered(logit(x, weight + v * H, H), temperature));
     const float shift = finite_or_zero(block_max<kLanes>(m, scratch));
     float partial = 0.0f, weighted_partial = 0.0f;
     for (int64_t v = lane; v < V; v += kLanes) {
-      const float z = logit(x, weight + v * H, H);
+      const float z = tempered(logit(x, weight + v * H, H), temperature);
       const float e = shifted_exp(z, shift);
       partial = add_rn(partial, e);
       weighted_partial = add_rn(weighted_partial, weighted_term(e, z));
@@ -90,7 +96,7 @@ __global__ void __launch_bounds__(kLanes) linear_logp_rows_kernel(
     const float sum = block_sum_lanes_tree<kLanes>(partial, scratch);
     const float weighted_sum = block_sum_lanes_tree<kLanes>(weighted_partial, scratch);
     if (lane == 0) {
-      const float z_id = (id >= 0 && id < V) ? logit(x, weight + id * H, H) : bits_float(kCanonicalNan);
+      const float z_id = (id >= 0 && id < V) ? tempered(logit(x, weight + id * H, H), temperature) : bits_float(kCanonicalNan);
       finish_row(z_id, shift, sum, weighted_sum, lp + row, entropy + row, lse + row);
     }
   }
@@ -98,30 +104,30 @@ __global__ void __launch_bounds__(kLanes) linear_logp_rows_kernel(
 
 template <typename T>
 cudaError_t launch(const void* h, const void* weight, const void* ids, void* lp, void* entropy, void* lse, int64_t N,
-                     int64_t H, int64_t V, int64_t ignore_index, cudaStream_t stream) {
+                     int64_t H, int64_t V, int64_t ignore_index, float temperature, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks);
   linear_logp_rows_kernel<T><<<blocks, kLanes, 0, stream>>>(
       static_cast<const T*>(h), static_cast<const T*>(weight), static_cast<const int64_t*>(ids), static_cast<float*>(lp),
-      static_cast<float*>(entropy), static_cast<float*>(lse), N, H, V, ignore_index);
+      static_cast<float*>(entropy), static_cast<float*>(lse), N, H, V, ignore_index, temperature);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, cudaStream_t stream) {
+cudaError_t linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, cudaStream_t stream) {
   if (dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, stream);
     }
   }
   return cudaErrorInvalidValue;

@@ -3,11 +3,12 @@
 // Template: templates/kernels/logp_rows.j2
 // logp / rows on NVIDIA CUDA: Batch-invariant log-probability of the selected token, logits[r, ids[r]] - logsumexp(logits[r]); NaN where ids[r] is outside [0, V) and not ignore_index.
 //
-// Per row r whose id is not ignore_index:
-//   m     = max over v of logits[r, v]            (any NaN wins; exact, so order-free)
+// Per row r whose id is not ignore_index, with x[v] = logits[r, v] / temperature (one float32
+// division each, none at temperature 1, where it is the identity):
+//   m     = max over v of x[v]                     (any NaN wins; exact, so order-free)
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
-//   sum   = lanes tree (LANES = 256) over v of exp_f32(logits[r, v] - shift)
-//   lse   = shift + log_f32(sum),  lp = logits[r, ids[r]] - lse
+//   sum   = lanes tree (LANES = 256) over v of exp_f32(x[v] - shift)
+//   lse   = shift + log_f32(sum),  lp = x[ids[r]] - lse
 // with one rounding per operation, and any NaN stored as 0x7fc00000: linear_logp's steps over
 // its logits, so that logp of det_linear's float32 logits gives linear_logp's lp and lse.  Lane
 // l adds v = l, l + LANES, ... in order before the lanes' pairwise tree.  The device gives each
@@ -33,13 +34,17 @@ RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0
 
 RLK_ARITH float shifted_exp(float x, float shift) { return exp_f32(add_rn(x, -shift)); }
 
+// A logit at the temperature: z / t, one correctly rounded float32 division (torch's float32
+// division gives the same bits); at t = 1 the logit itself, which is what z / 1 gives.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
+
 // lp and lse of one reduced row; an id outside [0, V) gives a NaN lp rather than a read
 // out of bounds.
 template <typename T>
-RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float sum, float* lp, float* lse) {
+RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float temperature, float shift, float sum, float* lp, float* lse) {
   const float row_lse = add_rn(shift, log_f32(sum));
   *lse = canonical(row_lse);
-  *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(kCanonicalNan));
+  *lp = canonical((id >= 0 && id < V) ? add_rn(tempered(to_float(x[id]), temperature), -row_lse) : bits_float(kCanonicalNan));
 }
 // Rows are strided over the grid, so the grid may be smaller than N; which block
 // reduces a row never changes how it is reduced.
@@ -52,7 +57,7 @@ static_assert(kThreads * kBatch == 4096, "a batch is the kernel's reduction tile
 template <typename T>
 __global__ void __launch_bounds__(kThreads) logp_rows_kernel(
     const T* __restrict__ logits, const int64_t* __restrict__ ids, float* __restrict__ lp, float* __restrict__ lse,
-    int64_t N, int64_t V, int64_t ignore_index) {
+    int64_t N, int64_t V, int64_t ignore_index, float temperature) {
   __shared__ float scratch[kThreads];
   __shared__ float terms[kThreads * kBatch];
   const int thread = static_cast<int>(threadIdx.x);
@@ -67,13 +72,13 @@ __global__ void __launch_bounds__(kThreads) logp_rows_kernel(
     }
     const T* x = logits + row * V;
     float m = negative_infinity();
-    for (int64_t v = thread; v < V; v += kThreads) m = max_step(m, to_float(x[v]));
+    for (int64_t v = thread; v < V; v += kThreads) m = max_step(m, tempered(to_float(x[v]), temperature));
     const float shift = finite_or_zero(block_max<kThreads>(m, scratch));
     float partial = 0.0f;  // lane `thread`'s sum, for thread < kLanes
     for (int64_t base = 0; base < V; base += kThreads * kBatch) {
       for (int i = 0; i < kBatch; ++i) {
         const int64_t v = base + i * kThreads + thread;
-        terms[i * kThreads + thread] = v < V ? shifted_exp(to_float(x[v]), shift) : 0.0f;
+        terms[i * kThreads + thread] = v < V ? shifted_exp(tempered(to_float(x[v]), temperature), shift) : 0.0f;
       }
       __syncthreads();
       if (thread < kLanes)
@@ -88,37 +93,38 @@ __global__ void __launch_bounds__(kThreads) logp_rows_kernel(
       __syncthreads();
     }
     const float sum = scratch[0];
-    if (thread == 0) finish_row(x, id, V, shift, sum, lp + row, lse + row);
+    if (thread == 0) finish_row(x, id, V, temperature, shift, sum, lp + row, lse + row);
     __syncthreads();  // scratch is reused by the next row
   }
 }
 
 template <typename T>
 cudaError_t launch(
-    const void* logits, const void* ids, void* lp, void* lse, int64_t N, int64_t V, int64_t ignore_index, cudaStream_t stream) {
+    const void* logits, const void* ids, void* lp, void* lse, int64_t N, int64_t V, int64_t ignore_index, float temperature,
+    cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks);
   logp_rows_kernel<T><<<blocks, kThreads, 0, stream>>>(
       static_cast<const T*>(logits), static_cast<const int64_t*>(ids), static_cast<float*>(lp), static_cast<float*>(lse), N, V,
-      ignore_index);
+      ignore_index, temperature);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, cudaStream_t stream) {
+cudaError_t logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, cudaStream_t stream) {
   if (dim_N == 0) return cudaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, attr_temperature, stream);
     }
   }
   return cudaErrorInvalidValue;

@@ -3,10 +3,12 @@
 // Template: templates/kernels/linear_logp_backward_rows.j2
 // linear_logp_backward / rows on CPU: Gradients of linear_logp with respect to h and weight, from the forward's lse and entropy; NaN where ids[r] is outside [0, V) and not ignore_index.
 //
-// Each logit z[r, v] is recomputed in linear_logp's order (logit() below), then, with the
-// forward's lse and entropy (mu = lse - entropy, the forward's sum of p z),
+// Each logit z[r, v] is recomputed in linear_logp's order (logit() below) and divided by the
+// forward's temperature t (one float32 division, none at t = 1), then, with the forward's lse
+// and entropy (mu = lse - entropy, the forward's sum of p z) and the incoming gradients
+// divided by t once per row (g_lp = grad_lp[r] / t, g_ent = grad_entropy[r] / t, none at t = 1),
 //   p        = exp_f32(z - lse)
-//   dz[r, v] = grad_lp[r] * (onehot - p) - grad_entropy[r] * (p * (z - mu))
+//   dz[r, v] = g_lp * (onehot - p) - g_ent * (p * (z - mu))
 //   grad_h[r, k]      = sum over v ascending of dz[r, v] * weight[v, k]
 //   grad_weight[v, k] = sum over r ascending of dz[r, v] * h[r, k]
 // every operation rounded once in float32, each sum one float32 accumulator from 0, rounded
@@ -42,19 +44,26 @@ RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   return acc;
 }
 
-// What dz needs of one row besides its logit.
+// A logit at the temperature: z / t, one correctly rounded float32 division (torch's float32
+// division gives the same bits); at t = 1 the logit itself, which is what z / 1 gives.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
+
+// What dz needs of one row besides its logit: the incoming gradients already divided by the
+// temperature, which the logits are divided by too.
 struct RowFactors {
-  float grad_lp, grad_entropy, lse, mean_logit;
+  float grad_lp, grad_entropy, lse, mean_logit, temperature;
   int64_t id;
   bool valid;
 };
 
 RLK_ARITH RowFactors row_factors(const float* grad_lp, const float* grad_entropy, const float* lse, const float* entropy,
-                                 int64_t id, int64_t row, int64_t V) {
-  return {grad_lp[row], grad_entropy[row], lse[row], add_rn(lse[row], -entropy[row]), id, id >= 0 && id < V};
+                                 int64_t id, int64_t row, int64_t V, float temperature) {
+  return {tempered(grad_lp[row], temperature), tempered(grad_entropy[row], temperature), lse[row], add_rn(lse[row], -entropy[row]),
+          temperature, id, id >= 0 && id < V};
 }
 
-// dz of logit z in a row whose id is inside [0, V), given the one-hot term (1 at the id, else 0).
+// dz of logit z (divided by the temperature) in a row whose id is inside [0, V), given the one-hot
+// term (1 at the id, else 0).
 // The entropy's term is left out where it adds nothing: in a row whose entropy gradient is zero
 // (the entropy a metric, not in the loss), and for a logit whose p is 0, where p (z - mu) goes
 // to 0 with p (the forward's weighted_term) -- for a logit of -inf it would be 0 * inf = NaN.
@@ -66,9 +75,9 @@ RLK_ARITH float dz_of(const RowFactors& f, float onehot, float z) {
   return add_rn(from_lp, -from_entropy);
 }
 
-// dz of logit z of vocabulary row v; NaN in a row whose id is outside [0, V).
+// dz of logit z of vocabulary row v (as logit() gives it); NaN in a row whose id is outside [0, V).
 RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
-  return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, z) : bits_float(kCanonicalNan);
+  return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, tempered(z, f.temperature)) : bits_float(kCanonicalNan);
 }
 // Host register tiles.  Operands are converted to float32 (exactly) and packed k-major: h
 // into strips of kStripRows rows, the weight into panels of kCols vocabulary rows.  A tile
@@ -423,6 +432,8 @@ inline void grads_in_place(const RowFactors& f, int64_t v0, float* z) {
     for (int j = 0; j < kCols; ++j) z[j] = bits_float(kCanonicalNan);
     return;
   }
+  if (f.temperature != 1.0f)
+    for (int j = 0; j < kCols; ++j) z[j] = div_rn(z[j], f.temperature);
   const int64_t at = f.id - v0;
   const bool has_id = at >= 0 && at < kCols;
   const float z_id = has_id ? z[at] : 0.0f;
@@ -454,7 +465,7 @@ void pack_columns(const T* x, int64_t rows, int64_t cols, int64_t padded_rows, i
 template <typename T>
 void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_ptr, const void* weight_ptr, const void* ids_ptr,
          const void* lse_ptr, const void* entropy_ptr, void* grad_h_ptr, void* grad_weight_ptr, int64_t N, int64_t H, int64_t V,
-         int64_t ignore_index, int64_t num_threads) {
+         int64_t ignore_index, float temperature, int64_t num_threads) {
   if (H == 0) return;
   const float* grad_lp = static_cast<const float*>(grad_lp_ptr);
   const float* grad_entropy = static_cast<const float*>(grad_entropy_ptr);
@@ -484,7 +495,7 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
     return;
   }
   std::vector<RowFactors> factors;
-  for (int64_t r : rows) factors.push_back(row_factors(grad_lp, grad_entropy, lse, entropy, ids[r], r, V));
+  for (int64_t r : rows) factors.push_back(row_factors(grad_lp, grad_entropy, lse, entropy, ids[r], r, V, temperature));
 
   // Operands as float32 (exact), zeros past their ends:
   //   h_strips  [strips][H][kTileRows]         the logits' strips of h (its rows that add)
@@ -636,23 +647,23 @@ void run(const void* grad_lp_ptr, const void* grad_entropy_ptr, const void* h_pt
 
 }  // namespace
 
-void linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+void linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads) {
   const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if ((dim_N == 0 || dim_H == 0) && (dim_H == 0 || dim_V == 0)) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
   }

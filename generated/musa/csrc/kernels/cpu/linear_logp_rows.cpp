@@ -3,7 +3,8 @@
 // Template: templates/kernels/linear_logp_rows.j2
 // linear_logp / rows on CPU: Batch-invariant log-probability of the selected token and entropy of the softmax of h @ weight.T, without the [N, V] logits; NaN where ids[r] is outside [0, V) and not ignore_index.
 //
-// Per row r whose id is not ignore_index, with z[v] = dot(h[r], weight[v]) (logit() below):
+// Per row r whose id is not ignore_index, with z[v] = dot(h[r], weight[v]) (logit() below)
+// divided by the temperature (tempered(): one float32 division, none at temperature 1):
 //   m     = max over v of z[v]                     (any NaN wins; lanes, then the lanes' tree)
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
 //   S, Z  = lanes tree (LANES = 256) over v of e = exp_f32(z[v] - shift) and of e * z[v]
@@ -44,6 +45,10 @@ RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   for (int64_t k = 0; k < H; ++k) acc = fma_rn(to_float(h[k]), to_float(w[k]), acc);
   return acc;
 }
+
+// A logit at the temperature: z / t, one correctly rounded float32 division (torch's float32
+// division gives the same bits); at t = 1 the logit itself, which is what z / 1 gives.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
 
 // An infinite or NaN maximum shifts by 0, so that exp sees inf - inf nowhere.
 RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0f; }
@@ -382,8 +387,11 @@ constexpr int64_t kGroupStrips = 16;
 constexpr int64_t kGroupRows = kGroupStrips * kStripRows;
 constexpr int64_t kItemPanels = 16;
 
-// The statistics of one row from its logits z[0, V), in the device's order.
-inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse) {
+// The statistics of one row from its logits z[0, V), in the device's order, after dividing them
+// by the temperature in place (unless it is 1).
+inline void reduce_row(float* z, int64_t V, int64_t id, float temperature, float* lp, float* entropy, float* lse) {
+  if (temperature != 1.0f)
+    for (int64_t v = 0; v < V; ++v) z[v] = div_rn(z[v], temperature);
   // Lane l takes v = l, l + kLanes, ... as device thread l does, and the lanes combine in the
   // block's trees; each loop over the lanes of a chunk vectorises.
   float lane_max[kLanes];
@@ -418,7 +426,7 @@ inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* 
 
 template <typename T>
 void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* lp_ptr, void* entropy_ptr, void* lse_ptr, int64_t N,
-         int64_t H, int64_t V, int64_t ignore_index, int64_t num_threads) {
+         int64_t H, int64_t V, int64_t ignore_index, float temperature, int64_t num_threads) {
   const T* h = static_cast<const T*>(h_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   float* lp = static_cast<float*>(lp_ptr);
@@ -490,7 +498,7 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
           lse[row] = 0.0f;
           continue;
         }
-        reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row);
+        reduce_row(logits.data() + i * padded_v, V, id, temperature, lp + row, entropy + row, lse + row);
       }
     });
   }
@@ -498,23 +506,23 @@ void run(const void* h_ptr, const void* weight_ptr, const void* ids_ptr, void* l
 
 }  // namespace
 
-void linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+void linear_logp_rows(const void* arg_h, const void* arg_weight, const void* arg_ids, void* out_lp, void* out_entropy, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads) {
   const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_h, arg_weight, arg_ids, out_lp, out_entropy, out_lse, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
   }

@@ -13,7 +13,7 @@ namespace rlk {
 namespace cpu {
 
 // Returns when the result is complete; may use up to num_threads threads (0: all).
-void logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads);
+void logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads);
 
 }  // namespace cpu
 }  // namespace rlk

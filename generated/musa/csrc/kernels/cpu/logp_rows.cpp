@@ -3,11 +3,12 @@
 // Template: templates/kernels/logp_rows.j2
 // logp / rows on CPU: Batch-invariant log-probability of the selected token, logits[r, ids[r]] - logsumexp(logits[r]); NaN where ids[r] is outside [0, V) and not ignore_index.
 //
-// Per row r whose id is not ignore_index:
-//   m     = max over v of logits[r, v]            (any NaN wins; exact, so order-free)
+// Per row r whose id is not ignore_index, with x[v] = logits[r, v] / temperature (one float32
+// division each, none at temperature 1, where it is the identity):
+//   m     = max over v of x[v]                     (any NaN wins; exact, so order-free)
 //   shift = m if m is finite, else 0                (as PyTorch's logsumexp)
-//   sum   = lanes tree (LANES = 256) over v of exp_f32(logits[r, v] - shift)
-//   lse   = shift + log_f32(sum),  lp = logits[r, ids[r]] - lse
+//   sum   = lanes tree (LANES = 256) over v of exp_f32(x[v] - shift)
+//   lse   = shift + log_f32(sum),  lp = x[ids[r]] - lse
 // with one rounding per operation, and any NaN stored as 0x7fc00000: linear_logp's steps over
 // its logits, so that logp of det_linear's float32 logits gives linear_logp's lp and lse.  Lane
 // l adds v = l, l + LANES, ... in order before the lanes' pairwise tree.  The device gives each
@@ -34,16 +35,21 @@ RLK_ARITH float finite_or_zero(float m) { return add_rn(m, -m) == 0.0f ? m : 0.0
 
 RLK_ARITH float shifted_exp(float x, float shift) { return exp_f32(add_rn(x, -shift)); }
 
+// A logit at the temperature: z / t, one correctly rounded float32 division (torch's float32
+// division gives the same bits); at t = 1 the logit itself, which is what z / 1 gives.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
+
 // lp and lse of one reduced row; an id outside [0, V) gives a NaN lp rather than a read
 // out of bounds.
 template <typename T>
-RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float shift, float sum, float* lp, float* lse) {
+RLK_ARITH void finish_row(const T* x, int64_t id, int64_t V, float temperature, float shift, float sum, float* lp, float* lse) {
   const float row_lse = add_rn(shift, log_f32(sum));
   *lse = canonical(row_lse);
-  *lp = canonical((id >= 0 && id < V) ? add_rn(to_float(x[id]), -row_lse) : bits_float(kCanonicalNan));
+  *lp = canonical((id >= 0 && id < V) ? add_rn(tempered(to_float(x[id]), temperature), -row_lse) : bits_float(kCanonicalNan));
 }
 template <typename T>
-void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_ptr, int64_t N, int64_t V, int64_t ignore_index, int64_t num_threads) {
+void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_ptr, int64_t N, int64_t V, int64_t ignore_index, float temperature,
+         int64_t num_threads) {
   const T* logits = static_cast<const T*>(logits_ptr);
   const int64_t* ids = static_cast<const int64_t*>(ids_ptr);
   float* lp = static_cast<float*>(lp_ptr);
@@ -58,33 +64,40 @@ void run(const void* logits_ptr, const void* ids_ptr, void* lp_ptr, void* lse_pt
         continue;
       }
       const T* x = logits + row * V;
-      const float m = host_max(V, [x](int64_t v) { return to_float(x[v]); }, negative_infinity());
-      const float shift = finite_or_zero(m);
-      const float sum = host_sum_lanes_tree<kLanes>(V, [x, shift](int64_t v) { return shifted_exp(to_float(x[v]), shift); });
-      finish_row(x, id, V, shift, sum, lp + row, lse + row);
+      // The row's values, divided by the temperature unless it is 1: a loop of its own each.
+      const auto reduce = [&](auto value) {
+        const float m = host_max(V, value, negative_infinity());
+        const float shift = finite_or_zero(m);
+        const float sum = host_sum_lanes_tree<kLanes>(V, [value, shift](int64_t v) { return shifted_exp(value(v), shift); });
+        finish_row(x, id, V, temperature, shift, sum, lp + row, lse + row);
+      };
+      if (temperature == 1.0f)
+        reduce([x](int64_t v) { return to_float(x[v]); });
+      else
+        reduce([x, temperature](int64_t v) { return div_rn(to_float(x[v]), temperature); });
     }
   });
 }
 
 }  // namespace
 
-void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads) {
   const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::float16: {
       using T = half_t;
-      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, num_threads);
+      run<T>(arg_logits, arg_ids, out_lp, out_lse, dim_N, dim_V, attr_ignore_index, attr_temperature, num_threads);
       return;
     }
   }

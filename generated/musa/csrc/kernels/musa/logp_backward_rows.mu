@@ -3,8 +3,10 @@
 // Template: templates/kernels/logp_backward_rows.j2
 // logp_backward / rows on Moore Threads MUSA: Gradient of logp with respect to the logits, from the saved logsumexp; NaN rows where ids[r] is outside [0, V) and not ignore_index.
 //
-// Every element on its own, with one rounding per operation and one at the store:
-//   p = exp_f32(logits[r, v] - lse[r]),  grad_logits[r, v] = grad_lp[r] * (v == ids[r] ? 1 - p : -p)
+// Every element on its own, with one rounding per operation and one at the store, at the
+// forward's temperature t (x = logits[r, v] / t and g = grad_lp[r] / t, one float32 division
+// each; none at t = 1, where they are the identity):
+//   p = exp_f32(x - lse[r]),  grad_logits[r, v] = g * (v == ids[r] ? 1 - p : -p)
 // Rows whose id is ignore_index get zeros, rows whose id is outside [0, V) NaN (their
 // lp is NaN too); any NaN is stored as 0x7fc00000.  The device and the host share the
 // element code below, and nothing is reduced, so both return the same bits and no
@@ -18,11 +20,14 @@ namespace rlk {
 namespace musa {
 namespace {
 
-// What grad_lp[r] multiplies at column v, or the whole element for special rows.
-RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, int64_t V, int64_t ignore_index) {
+// A value at the temperature: z / t, one correctly rounded float32 division; z itself at t = 1.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
+
+// The element at column v, or the whole element for special rows; grad is grad_lp[r] / t.
+RLK_ARITH float element(float grad, float x, float lse, int64_t v, int64_t id, int64_t V, int64_t ignore_index, float temperature) {
   if (id == ignore_index) return 0.0f;
   if (id < 0 || id >= V) return bits_float(kCanonicalNan);
-  const float p = exp_f32(add_rn(x, -lse));
+  const float p = exp_f32(add_rn(tempered(x, temperature), -lse));
   return canonical(mul_rn(grad, v == id ? add_rn(1.0f, -p) : -p));
 }
 constexpr int kThreads = 256;
@@ -34,46 +39,46 @@ constexpr int64_t kColumnsPerThread = 8;
 template <typename T>
 __global__ void __launch_bounds__(kThreads) logp_backward_rows_kernel(
     const float* __restrict__ grad_lp, const T* __restrict__ logits, const int64_t* __restrict__ ids,
-    const float* __restrict__ lse, T* __restrict__ grad_logits, int64_t N, int64_t V, int64_t ignore_index) {
+    const float* __restrict__ lse, T* __restrict__ grad_logits, int64_t N, int64_t V, int64_t ignore_index, float temperature) {
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
   for (int64_t row = blockIdx.y; row < N; row += gridDim.y) {
-    const float grad = grad_lp[row];
+    const float grad = tempered(grad_lp[row], temperature);
     const float row_lse = lse[row];
     const int64_t id = ids[row];
     for (int64_t v = first; v < V; v += stride)
-      grad_logits[row * V + v] = from_float<T>(element(grad, to_float(logits[row * V + v]), row_lse, v, id, V, ignore_index));
+      grad_logits[row * V + v] = from_float<T>(element(grad, to_float(logits[row * V + v]), row_lse, v, id, V, ignore_index, temperature));
   }
 }
 
 template <typename T>
 musaError_t launch(const void* grad_lp, const void* logits, const void* ids, const void* lse, void* grad_logits,
-    int64_t N, int64_t V, int64_t ignore_index, musaStream_t stream) {
+    int64_t N, int64_t V, int64_t ignore_index, float temperature, musaStream_t stream) {
   const int64_t columns = (V + kThreads * kColumnsPerThread - 1) / (kThreads * kColumnsPerThread);
   const dim3 grid(static_cast<unsigned>(columns < kMaxGridBlocks ? columns : kMaxGridBlocks),
                   static_cast<unsigned>(N < kMaxGridBlocks ? N : kMaxGridBlocks));
   logp_backward_rows_kernel<T><<<grid, kThreads, 0, stream>>>(
       static_cast<const float*>(grad_lp), static_cast<const T*>(logits), static_cast<const int64_t*>(ids),
-      static_cast<const float*>(lse), static_cast<T*>(grad_logits), N, V, ignore_index);
+      static_cast<const float*>(lse), static_cast<T*>(grad_logits), N, V, ignore_index, temperature);
   return musaGetLastError();
 }
 
 }  // namespace
 
-musaError_t logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, musaStream_t stream) {
+musaError_t logp_backward_rows(const void* arg_grad_lp, const void* arg_logits, const void* arg_ids, const void* arg_lse, void* out_grad_logits, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, musaStream_t stream) {
   if (dim_N == 0 || dim_V == 0) return musaSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_logits, arg_ids, arg_lse, out_grad_logits, dim_N, dim_V, attr_ignore_index, attr_temperature, stream);
     }
   }
   return musaErrorInvalidValue;

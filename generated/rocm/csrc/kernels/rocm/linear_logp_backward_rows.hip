@@ -3,10 +3,12 @@
 // Template: templates/kernels/linear_logp_backward_rows.j2
 // linear_logp_backward / rows on AMD ROCm (HIP): Gradients of linear_logp with respect to h and weight, from the forward's lse and entropy; NaN where ids[r] is outside [0, V) and not ignore_index.
 //
-// Each logit z[r, v] is recomputed in linear_logp's order (logit() below), then, with the
-// forward's lse and entropy (mu = lse - entropy, the forward's sum of p z),
+// Each logit z[r, v] is recomputed in linear_logp's order (logit() below) and divided by the
+// forward's temperature t (one float32 division, none at t = 1), then, with the forward's lse
+// and entropy (mu = lse - entropy, the forward's sum of p z) and the incoming gradients
+// divided by t once per row (g_lp = grad_lp[r] / t, g_ent = grad_entropy[r] / t, none at t = 1),
 //   p        = exp_f32(z - lse)
-//   dz[r, v] = grad_lp[r] * (onehot - p) - grad_entropy[r] * (p * (z - mu))
+//   dz[r, v] = g_lp * (onehot - p) - g_ent * (p * (z - mu))
 //   grad_h[r, k]      = sum over v ascending of dz[r, v] * weight[v, k]
 //   grad_weight[v, k] = sum over r ascending of dz[r, v] * h[r, k]
 // every operation rounded once in float32, each sum one float32 accumulator from 0, rounded
@@ -34,19 +36,26 @@ RLK_ARITH float logit(const T* h, const T* w, int64_t H) {
   return acc;
 }
 
-// What dz needs of one row besides its logit.
+// A logit at the temperature: z / t, one correctly rounded float32 division (torch's float32
+// division gives the same bits); at t = 1 the logit itself, which is what z / 1 gives.
+RLK_ARITH float tempered(float z, float t) { return t == 1.0f ? z : div_rn(z, t); }
+
+// What dz needs of one row besides its logit: the incoming gradients already divided by the
+// temperature, which the logits are divided by too.
 struct RowFactors {
-  float grad_lp, grad_entropy, lse, mean_logit;
+  float grad_lp, grad_entropy, lse, mean_logit, temperature;
   int64_t id;
   bool valid;
 };
 
 RLK_ARITH RowFactors row_factors(const float* grad_lp, const float* grad_entropy, const float* lse, const float* entropy,
-                                 int64_t id, int64_t row, int64_t V) {
-  return {grad_lp[row], grad_entropy[row], lse[row], add_rn(lse[row], -entropy[row]), id, id >= 0 && id < V};
+                                 int64_t id, int64_t row, int64_t V, float temperature) {
+  return {tempered(grad_lp[row], temperature), tempered(grad_entropy[row], temperature), lse[row], add_rn(lse[row], -entropy[row]),
+          temperature, id, id >= 0 && id < V};
 }
 
-// dz of logit z in a row whose id is inside [0, V), given the one-hot term (1 at the id, else 0).
+// dz of logit z (divided by the temperature) in a row whose id is inside [0, V), given the one-hot
+// term (1 at the id, else 0).
 // The entropy's term is left out where it adds nothing: in a row whose entropy gradient is zero
 // (the entropy a metric, not in the loss), and for a logit whose p is 0, where p (z - mu) goes
 // to 0 with p (the forward's weighted_term) -- for a logit of -inf it would be 0 * inf = NaN.
@@ -58,9 +67,9 @@ RLK_ARITH float dz_of(const RowFactors& f, float onehot, float z) {
   return add_rn(from_lp, -from_entropy);
 }
 
-// dz of logit z of vocabulary row v; NaN in a row whose id is outside [0, V).
+// dz of logit z of vocabulary row v (as logit() gives it); NaN in a row whose id is outside [0, V).
 RLK_ARITH float logit_grad(const RowFactors& f, int64_t v, float z) {
-  return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, z) : bits_float(kCanonicalNan);
+  return f.valid ? dz_of(f, v == f.id ? 1.0f : 0.0f, tempered(z, f.temperature)) : bits_float(kCanonicalNan);
 }
 // Vocabulary rows per chunk of logits, and columns of h per device block.
 constexpr int kChunk = 192;
@@ -74,7 +83,7 @@ template <typename T>
 __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_h(
     const float* __restrict__ grad_lp, const float* __restrict__ grad_entropy, const T* __restrict__ h, const T* __restrict__ weight,
     const int64_t* __restrict__ ids, const float* __restrict__ lse, const float* __restrict__ entropy, T* __restrict__ grad_h,
-    int64_t N, int64_t H, int64_t V, int64_t ignore_index) {
+    int64_t N, int64_t H, int64_t V, int64_t ignore_index, float temperature) {
   __shared__ float dz[kChunk];
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t k = static_cast<int64_t>(blockIdx.y) * kChunk + lane;
@@ -84,7 +93,7 @@ __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_h(
       if (k < H) grad_h[row * H + k] = from_float<T>(0.0f);
       continue;
     }
-    const RowFactors f = row_factors(grad_lp, grad_entropy, lse, entropy, id, row, V);
+    const RowFactors f = row_factors(grad_lp, grad_entropy, lse, entropy, id, row, V, temperature);
     const T* x = h + row * H;
     float acc = 0.0f;
     for (int64_t c0 = 0; c0 < V; c0 += kChunk) {
@@ -107,7 +116,7 @@ template <typename T>
 __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_weight(
     const float* __restrict__ grad_lp, const float* __restrict__ grad_entropy, const T* __restrict__ h, const T* __restrict__ weight,
     const int64_t* __restrict__ ids, const float* __restrict__ lse, const float* __restrict__ entropy, T* __restrict__ grad_weight,
-    int64_t N, int64_t H, int64_t V, int64_t ignore_index) {
+    int64_t N, int64_t H, int64_t V, int64_t ignore_index, float temperature) {
   __shared__ float dz[kVocabTile];
   const int lane = static_cast<int>(threadIdx.x);
   const int64_t k = static_cast<int64_t>(blockIdx.y) * kChunk + lane;
@@ -119,7 +128,7 @@ __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_weight(
       if (id == ignore_index) continue;  // the same branch for the whole block
       if (lane < kVocabTile) {
         const int64_t v = v0 + lane;
-        dz[lane] = v < V ? logit_grad(row_factors(grad_lp, grad_entropy, lse, entropy, id, row, V), v, logit(h + row * H, weight + v * H, H))
+        dz[lane] = v < V ? logit_grad(row_factors(grad_lp, grad_entropy, lse, entropy, id, row, V, temperature), v, logit(h + row * H, weight + v * H, H))
                          : 0.0f;
       }
       __syncthreads();
@@ -137,7 +146,7 @@ __global__ void __launch_bounds__(kChunk) linear_logp_backward_rows_grad_weight(
 template <typename T>
 hipError_t launch(const void* grad_lp, const void* grad_entropy, const void* h, const void* weight, const void* ids,
                      const void* lse, const void* entropy, void* grad_h, void* grad_weight, int64_t N, int64_t H, int64_t V,
-                     int64_t ignore_index, hipStream_t stream) {
+                     int64_t ignore_index, float temperature, hipStream_t stream) {
   if (H == 0) return hipSuccess;
   // Columns on y, whose limit is kMaxGridBlocks; rows and vocabulary tiles stride over x.
   if ((H + kChunk - 1) / kChunk > kMaxGridBlocks) return hipErrorInvalidValue;
@@ -147,7 +156,7 @@ hipError_t launch(const void* grad_lp, const void* grad_entropy, const void* h, 
     linear_logp_backward_rows_grad_h<T><<<grid, kChunk, 0, stream>>>(
         static_cast<const float*>(grad_lp), static_cast<const float*>(grad_entropy), static_cast<const T*>(h),
         static_cast<const T*>(weight), static_cast<const int64_t*>(ids), static_cast<const float*>(lse),
-        static_cast<const float*>(entropy), static_cast<T*>(grad_h), N, H, V, ignore_index);
+        static_cast<const float*>(entropy), static_cast<T*>(grad_h), N, H, V, ignore_index, temperature);
     const hipError_t status = hipGetLastError();
     if (status != hipSuccess) return status;
   }
@@ -158,27 +167,27 @@ hipError_t launch(const void* grad_lp, const void* grad_entropy, const void* h, 
     linear_logp_backward_rows_grad_weight<T><<<grid, kChunk, 0, stream>>>(
         static_cast<const float*>(grad_lp), static_cast<const float*>(grad_entropy), static_cast<const T*>(h),
         static_cast<const T*>(weight), static_cast<const int64_t*>(ids), static_cast<const float*>(lse),
-        static_cast<const float*>(entropy), static_cast<T*>(grad_weight), N, H, V, ignore_index);
+        static_cast<const float*>(entropy), static_cast<T*>(grad_weight), N, H, V, ignore_index, temperature);
   }
   return hipGetLastError();
 }
 
 }  // namespace
 
-hipError_t linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, hipStream_t stream) {
+hipError_t linear_logp_backward_rows(const void* arg_grad_lp, const void* arg_grad_entropy, const void* arg_h, const void* arg_weight, const void* arg_ids, const void* arg_lse, const void* arg_entropy, void* out_grad_h, void* out_grad_weight, Dtype dtype_T, int64_t dim_N, int64_t dim_H, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, hipStream_t stream) {
   if ((dim_N == 0 || dim_H == 0) && (dim_H == 0 || dim_V == 0)) return hipSuccess;  // every output is empty: nothing to write
   switch (dtype_T) {
     case Dtype::float32: {
       using T = float;
-      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::float16: {
       using T = half_t;
-      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, stream);
     }
     case Dtype::bfloat16: {
       using T = bfloat16_t;
-      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, stream);
+      return launch<T>(arg_grad_lp, arg_grad_entropy, arg_h, arg_weight, arg_ids, arg_lse, arg_entropy, out_grad_h, out_grad_weight, dim_N, dim_H, dim_V, attr_ignore_index, attr_temperature, stream);
     }
   }
   return hipErrorInvalidValue;
