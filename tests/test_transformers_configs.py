@@ -12,7 +12,10 @@ the meta device, and a packed row's sequences stay apart with an all-ones mask a
 
 from __future__ import annotations
 
+import copy
 import inspect
+import io
+import pickle
 import re
 
 import pytest
@@ -280,3 +283,133 @@ def test_keys_taken_as_unread_are_never_read_by_the_model_code(rlkt):
         source = inspect.getsource(inspect.getmodule(getattr(transformers, CLASSES[model_type][1])))
         named = sorted(key for key in support.unread if key in source)
         assert not named, f"{model_type}'s modeling code names {named}"
+
+
+def _resize(model):
+    model.resize_token_embeddings(136, mean_resizing=False)
+
+
+def _add_layer(model):
+    model.model.layers.append(transformers.models.llama.modeling_llama.LlamaDecoderLayer(model.config, 1))
+
+
+def _drop_forward(model):
+    del model.model.norm.forward
+
+
+# Ways a model changes under the patch, each with the line that names it: every one would leave a
+# module on its own forward (torch's kernels), or the masks on another backend, under is_patched.
+CHANGES = {
+    "resize_token_embeddings": (_resize, r"lm_head: the Linear patch routed was replaced by a new Linear"),
+    "set_output_embeddings": (
+        lambda m: m.set_output_embeddings(torch.nn.Linear(64, 128, bias=False)),
+        r"lm_head: the Linear patch routed was replaced by a new Linear",
+    ),
+    "set_input_embeddings": (
+        lambda m: m.set_input_embeddings(torch.nn.Embedding(128, 64)),
+        r"model\.embed_tokens: the Embedding patch routed was replaced by a new Embedding",
+    ),
+    "assigned-lm_head": (lambda m: setattr(m, "lm_head", torch.nn.Linear(64, 128, bias=False)), r"lm_head: the Linear patch routed"),
+    "assigned-mlp": (
+        lambda m: setattr(m.model.layers[0], "mlp", transformers.models.llama.modeling_llama.LlamaMLP(m.config)),
+        r"model\.layers\.0\.mlp: the LlamaMLP patch routed was replaced by a new LlamaMLP",
+    ),
+    "added-layer": (_add_layer, r"model\.layers\.2: LlamaDecoderLayer added since patch"),
+    "forward-deleted": (_drop_forward, r"model\.norm \(LlamaRMSNorm\): its forward is no longer the one patch installed"),
+    "attn_implementation": (lambda m: m.set_attn_implementation("sdpa"), r"config\._attn_implementation is 'sdpa', no longer 'rlkernels'"),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_model_changed_under_the_patch_is_refused_until_patched_again(rlkt, change):
+    """A module replaced, added or left on its own forward after patch would run torch's kernels
+    while the model says it is patched: is_patched, the forward, token_logprobs and patch name
+    it; unpatch then patch routes the model as it now is."""
+    edit, line = CHANGES[change]
+    model = rlkt.patch(build("llama"))
+    ids = torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(5))
+    edit(model)
+    refusal = rf"LlamaForCausalLM was patched, but has changed since, and what changed is not routed to rlkernels:\n  {line}.*\ncall unpatch\(model\), then patch\(model\) again"
+    for call in (lambda: rlkt.is_patched(model), lambda: model(ids), lambda: rlkt.token_logprobs(model, ids), lambda: rlkt.patch(model)):
+        with pytest.raises(rlkt.PatchError, match=refusal):
+            call()
+    rlkt.unpatch(model)
+    assert not [name for name, m in model.named_modules() if "forward" in m.__dict__], "unpatch gave every module its own forward"
+    rlkt.patch(model)
+    assert rlkt.is_patched(model)
+    assert all("forward" in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Embedding))
+    with torch.no_grad():
+        assert torch.isfinite(model(ids).logits).all() and torch.isfinite(rlkt.token_logprobs(model, ids)).all()
+
+
+def test_changes_that_keep_what_patch_routed_are_not_refused(rlkt):
+    """Tying the weights, gradient checkpointing, train/eval and dtype moves keep every module and
+    its forward: the patched model runs on."""
+    model = rlkt.patch(build("llama", tie_word_embeddings=True))
+    ids = torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(6))
+    model.tie_weights()
+    model.gradient_checkpointing_enable()
+    model.train()
+    rlkt.token_logprobs(model, ids).sum().backward()
+    model.eval().to(torch.bfloat16).to(torch.float32)
+    assert rlkt.is_patched(model)
+
+
+def test_a_non_finite_weight_is_refused_by_name(rlkt):
+    """NaN or infinity in a weight is named with its count, not taken for a module whose
+    replacement computes something else (its probe would give NaN either way)."""
+    model = build("llama")
+    with torch.no_grad():
+        model.model.layers[0].mlp.up_proj.weight[0, :3] = float("nan")
+        model.lm_head.weight[1, 1] = float("-inf")
+    with pytest.raises(rlkt.PatchError) as refused:
+        rlkt.patch(model)
+    message = str(refused.value)
+    assert "model.layers.0.mlp.up_proj.weight holds 3 non-finite values (NaN or infinity) of 6144" in message
+    assert "lm_head.weight holds 1 non-finite value (NaN or infinity) of 8192" in message
+    assert "replacement differs" not in message
+    assert not rlkt.is_patched(model) and not [n for n, m in model.named_modules() if "forward" in m.__dict__]
+
+
+def _pickled(model):
+    return pickle.loads(pickle.dumps(model))
+
+
+def _saved(model):
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+@pytest.mark.parametrize("copier", [_pickled, copy.deepcopy, _saved], ids=["pickle", "deepcopy", "torch.save"])
+def test_a_patched_model_copies_and_loads_patched(rlkt, copier):
+    """pickle, deepcopy and torch.save of a patched model give a patched copy: its own modules
+    routed, the same logits' bits, and unpatching it leaves the original patched."""
+    model = rlkt.patch(build("llama"))
+    ids = torch.randint(3, 128, (2, 9), generator=torch.Generator().manual_seed(7))
+    clone = copier(model)
+    assert rlkt.is_patched(clone)
+    with torch.no_grad():
+        assert torch.equal(bits(clone(ids).logits), bits(model(ids).logits))
+        assert torch.equal(bits(rlkt.token_logprobs(clone, ids)), bits(rlkt.token_logprobs(model, ids)))
+    rlkt.unpatch(clone)
+    assert not [name for name, m in clone.named_modules() if "forward" in m.__dict__]
+    assert not clone.model._forward_pre_hooks and clone.config._attn_implementation == "sdpa"
+    assert rlkt.is_patched(model) and all("forward" in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_save_pretrained_of_a_patched_model_saves_the_plain_model(rlkt, tmp_path):
+    """save_pretrained of a patched model writes the files of the unpatched one, byte for byte
+    (weights, config, no attention implementation of the patch), and they load unpatched."""
+    model = rlkt.patch(build("llama"))
+    model.save_pretrained(tmp_path / "patched")
+    rlkt.unpatch(model)
+    model.save_pretrained(tmp_path / "plain")
+    files = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "patched").iterdir()) and "model.safetensors" in files
+    for name in files:
+        assert (tmp_path / "patched" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes(), name
+    loaded = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "patched", attn_implementation="sdpa")
+    assert not rlkt.is_patched(loaded) and not [n for n, m in loaded.named_modules() if "forward" in m.__dict__]
+    assert all(torch.equal(bits(loaded.state_dict()[k]), bits(v)) for k, v in model.state_dict().items())

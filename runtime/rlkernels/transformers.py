@@ -11,8 +11,10 @@ sets the attention implementation to ``"rlkernels"``; parameters and state dict 
 are, and ``unpatch`` restores the model exactly.  It refuses the whole model, naming what it
 cannot follow, rather than compute something else: a model type outside ``SUPPORTED_CONFIG``,
 a config key outside that allow-list away from its default, a value of a key it implements only
-in part, tensors on a device the kernels cannot run on (the meta device among them), or a module
-it cannot convert.
+in part, tensors on a device the kernels cannot run on (the meta device among them), a weight
+holding NaN or infinity, or a module it cannot convert.  A patched model refuses to run once a
+module has been replaced under the patch (``resize_token_embeddings``, an assignment), until
+``unpatch`` and ``patch`` again; it pickles, copies and saves (``save_pretrained``: the plain files).
 
 Importing this module registers the attention backend, so ``attn_implementation="rlkernels"``
 also works on its own (``from_pretrained(..., attn_implementation="rlkernels")``); it needs the
@@ -27,7 +29,7 @@ import dataclasses
 import functools
 import inspect
 import math
-import types
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -67,7 +69,8 @@ __all__ = [
 
 
 class PatchError(ValueError):
-    """The model holds something ``patch`` cannot make batch-invariant; nothing was changed."""
+    """The model holds something ``patch`` cannot make batch-invariant, and nothing was changed; or
+    a patched model has changed since in a way that leaves part of it off the patch."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -278,58 +281,64 @@ def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     return self.down_proj(_ops.swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
-def _make_attention_forward(theta: float | None, window: int | None) -> Callable[..., tuple[torch.Tensor, None]]:
+def _attention_forward(
+    self: Any,  # a transformers attention module: its projections are found by name
+    hidden_states: torch.Tensor,
+    position_embeddings: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    cache: Any = None,
+    past_key_values: Any = None,
+    *,
+    rlkernels_theta: float | None,
+    rlkernels_window: int | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """A Llama-style attention forward (q/k/v projections, optional per-head q/k RMS norm, RoPE,
-    KV cache, attention, output projection) on the batch-invariant ops; ``theta``: the layer's RoPE
-    base, None for a layer without positional rotation (NoPE); ``window``: the layer's sliding
-    window (transformers' count, the query included), None for full attention."""
-
-    def forward(
-        self: Any,  # a transformers attention module: its projections are found by name
-        hidden_states: torch.Tensor,
-        position_embeddings: Any = None,
-        attention_mask: torch.Tensor | None = None,
-        cache: Any = None,
-        past_key_values: Any = None,
-        **kwargs: Any,
-    ) -> tuple[torch.Tensor, None]:
-        if not isinstance(position_embeddings, RotaryPositions):
-            raise RuntimeError(  # noqa: TRY004 -- not a caller's wrong type: a model the patch left half-converted
-                f"{ATTN_IMPLEMENTATION}: {type(self).__name__} was patched but received {type(position_embeddings).__name__} "
-                "as position_embeddings, not the positions of a patched rotary embedding: patch the whole model with patch(model)"
-            )
-        cache = cache if cache is not None else past_key_values
-        batch, length = hidden_states.shape[:2]
-        dim = self.head_dim
-        q = self.q_proj(hidden_states).view(batch, length, -1, dim)
-        k = self.k_proj(hidden_states).view(batch, length, -1, dim)
-        v = self.v_proj(hidden_states).view(batch, length, -1, dim)
-        if getattr(self, "q_norm", None) is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        positions = position_embeddings.position_ids.expand(batch, length)
-        if theta is not None:
-            flat = positions.reshape(-1).contiguous()
-            q = _ops.rope(q.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim)
-            k = _ops.rope(k.reshape(batch * length, -1, dim), flat, theta).view(batch, length, -1, dim)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
-        kwargs.pop("position_ids", None)
-        out, _ = attention_forward(
-            self,
-            q,
-            k,
-            v,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            sliding_window=window,
-            position_ids=positions,
-            **kwargs,
+    KV cache, attention, output projection) on the batch-invariant ops; ``rlkernels_theta``: the
+    layer's RoPE base, None for a layer without positional rotation (NoPE); ``rlkernels_window``: the
+    layer's sliding window (transformers' count, the query included), None for full attention."""
+    if not isinstance(position_embeddings, RotaryPositions):
+        raise RuntimeError(  # noqa: TRY004 -- not a caller's wrong type: a model the patch left half-converted
+            f"{ATTN_IMPLEMENTATION}: {type(self).__name__} was patched but received {type(position_embeddings).__name__} "
+            "as position_embeddings, not the positions of a patched rotary embedding: patch the whole model with patch(model)"
         )
-        return self.o_proj(out.reshape(batch, length, -1)), None
+    cache = cache if cache is not None else past_key_values
+    batch, length = hidden_states.shape[:2]
+    dim = self.head_dim
+    q = self.q_proj(hidden_states).view(batch, length, -1, dim)
+    k = self.k_proj(hidden_states).view(batch, length, -1, dim)
+    v = self.v_proj(hidden_states).view(batch, length, -1, dim)
+    if getattr(self, "q_norm", None) is not None:
+        q, k = self.q_norm(q), self.k_norm(k)
+    positions = position_embeddings.position_ids.expand(batch, length)
+    if rlkernels_theta is not None:
+        flat = positions.reshape(-1).contiguous()
+        q = _ops.rope(q.reshape(batch * length, -1, dim), flat, rlkernels_theta).view(batch, length, -1, dim)
+        k = _ops.rope(k.reshape(batch * length, -1, dim), flat, rlkernels_theta).view(batch, length, -1, dim)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if cache is not None:
+        k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
+    kwargs.pop("position_ids", None)
+    out, _ = attention_forward(
+        self,
+        q,
+        k,
+        v,
+        attention_mask,
+        dropout=self.attention_dropout if self.training else 0.0,
+        scaling=self.scaling,
+        sliding_window=rlkernels_window,
+        position_ids=positions,
+        **kwargs,
+    )
+    return self.o_proj(out.reshape(batch, length, -1)), None
 
-    return forward
+
+def _make_attention_forward(theta: float | None, window: int | None) -> Callable[..., tuple[torch.Tensor, None]]:
+    """The attention forward of a layer with RoPE base ``theta`` (None: NoPE) and sliding window
+    ``window`` (None: full attention): a partial of a module-level function, so that a patched
+    model pickles (a closure does not)."""
+    return functools.partial(_attention_forward, rlkernels_theta=theta, rlkernels_window=window)
 
 
 # --------------------------------------------------------------------------------------------
@@ -566,6 +575,26 @@ def _device_refusals(model: nn.Module) -> list[str]:
     return problems
 
 
+_SUMMED = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _nonfinite_refusals(model: nn.Module) -> list[str]:
+    """Each floating-point parameter or buffer holding NaN or infinity, with how many: the probes
+    run the model's own weights, and a non-finite result would be taken for a module the
+    replacement computes differently."""
+    problems = []
+    with torch.no_grad():
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            # A sum is NaN or infinite when a term is (no copy of the tensor); only those are counted.
+            # Other dtypes (integers, float8, which torch.sum does not take) are the ops' to refuse.
+            if t.dtype not in _SUMMED or math.isfinite(float(torch.sum(t, dtype=torch.float32))):
+                continue
+            count = int((~torch.isfinite(t)).sum())
+            if count:  # else finite values whose float32 sum overflowed
+                problems.append(f"{name} holds {count} non-finite value{'s' if count > 1 else ''} (NaN or infinity) of {t.numel()}: load or initialise finite weights")
+    return problems
+
+
 # --------------------------------------------------------------------------------------------
 # Recognising modules by structure, and checking them by behaviour
 # --------------------------------------------------------------------------------------------
@@ -792,15 +821,89 @@ class _Swap:
 
 @dataclass
 class _PatchState:
-    swaps: list[_Swap]
     attn_implementation: Any
+    routed: list[nn.Module]  # the modules whose forward patch set
+    # What it set each to: the forward bound to the module by a partial (a bound method pickles as
+    # a lookup by name, which on load would find the class's forward).
+    installed: list[Any]
+    # Every module of the model and its children when patched: a module replaced, added or removed
+    # since (resize_token_embeddings, set_output_embeddings, an assignment, an adapter) would run
+    # its own forward, on torch's kernels, while the model says it is patched.
+    modules: list[nn.Module]
+    children: list[dict[str, Any]]
+    hooks: list[tuple[nn.Module, Any]]  # the forward pre-hooks that check all this before each run
+
+
+_CHILDREN = operator.attrgetter("_modules")
+_FORWARD = operator.attrgetter("forward")
 
 
 _STATE = "_rlkernels_patch_state"
 
 
+def _changes(model: nn.Module, state: _PatchState) -> list[str]:
+    """What no longer routes as ``patch`` routed it, one line each (empty: nothing).  The first pass
+    compares identities only, so that it can run before every forward."""
+    config = getattr(model, "config", None)
+    implementation = getattr(config, "_attn_implementation", None)
+    # Lists of dicts of modules and of forwards compare by identity (neither defines __eq__).
+    if (
+        list(map(_CHILDREN, state.modules)) == state.children
+        and list(map(_FORWARD, state.routed)) == state.installed
+        and implementation == ATTN_IMPLEMENTATION
+    ):
+        return []
+    paths = {id(module): path for path, module in model.named_modules(remove_duplicate=False)}
+    found = []
+    for module, children in zip(state.modules, state.children):
+        path = paths.get(id(module))
+        if path is None:
+            continue  # no longer in the model: its parent's line names it
+        for name in sorted(set(children) | set(module._modules)):
+            was, now = children.get(name), module._modules.get(name)
+            if was is now:
+                continue
+            where = f"{path}.{name}" if path else name
+            if now is None:
+                found.append(f"{where}: the {type(was).__name__} patch routed was removed")
+            elif was is None:
+                found.append(f"{where}: {type(now).__name__} added since patch, which runs its own forward")
+            else:
+                found.append(f"{where}: the {type(was).__name__} patch routed was replaced by a new {type(now).__name__}, which runs its own forward")
+    for module, installed in zip(state.routed, state.installed):
+        path = paths.get(id(module))
+        if path is not None and module.__dict__.get("forward") is not installed:
+            found.append(f"{path or '<model>'} ({type(module).__name__}): its forward is no longer the one patch installed")
+    if implementation != ATTN_IMPLEMENTATION:
+        found.append(f"config._attn_implementation is {implementation!r}, no longer {ATTN_IMPLEMENTATION!r}")
+    return found
+
+
+def _check_routing(model: nn.Module) -> None:
+    """PatchError when ``model`` is patched but part of it no longer runs what patch installed."""
+    state = model.__dict__.get(_STATE)
+    if state is None:
+        return
+    found = _changes(model, state)
+    if found:
+        raise PatchError(
+            f"{type(model).__name__} was patched, but has changed since, and what changed is not routed to {PACKAGE}:\n  "
+            + "\n  ".join(found)
+            + "\ncall unpatch(model), then patch(model) again"
+        )
+
+
+def _check_before_forward(model: nn.Module, module: nn.Module, args: Any) -> None:
+    """The forward pre-hook patch registers on the model and its body (a partial: hooks pickle with the model)."""
+    _check_routing(model)
+
+
 def is_patched(model: nn.Module) -> bool:
-    """Whether ``patch`` has been applied to ``model`` (and not undone)."""
+    """Whether ``patch`` has been applied to ``model`` (and not undone).  Raises PatchError when it
+    was, but a module patch routed has been replaced, added or removed since (for example by
+    ``resize_token_embeddings``), or its forward or the attention implementation changed: the
+    model is then neither, and ``unpatch`` followed by ``patch`` makes it patched again."""
+    _check_routing(model)
     return _STATE in model.__dict__
 
 
@@ -813,6 +916,9 @@ def _plan(model: nn.Module) -> list[_Swap]:
     the kernels run on, where the probes can run) the config, then (for a config patch implements)
     every module that cannot be converted."""
     problems = _device_refusals(model)
+    if problems:
+        raise _refusal(model, problems)
+    problems = _nonfinite_refusals(model)
     if problems:
         raise _refusal(model, problems)
     kinds, problems = _read_config(model.config)
@@ -917,8 +1023,13 @@ def patch(model: nn.Module) -> nn.Module:
     (with or without RoPE, its sliding window), and one module of each kind and class is first
     run against its replacement on a float32 CPU probe.  Parameters, buffers and ``state_dict``
     keys do not change.  Raises PatchError when anything cannot be converted, naming each device,
-    config key (with its value and the model type) or module (path and class) at fault; the model
-    is then left as it was.
+    non-finite weight (with its count), config key (with its value and the model type) or module
+    (path and class) at fault; the model is then left as it was.
+
+    Records every module and the forward set on each: a forward pre-hook on the model's body, and
+    ``is_patched``, raise PatchError naming each module replaced, added or removed since, each
+    forward changed over patch's and another attention implementation, rather than run them on
+    torch's kernels.  A patched model pickles, deep-copies and ``torch.save``-s as a patched model.
 
     Turns on inductor's ``emulate_precision_casts`` for the process (``unpatch`` leaves it on), so
     that ``torch.compile`` of the patched model gives eager's bits: without it inductor keeps a
@@ -935,21 +1046,36 @@ def patch(model: nn.Module) -> nn.Module:
     _compile_with_eagers_rounding()
     previous = config._attn_implementation
     set_impl(ATTN_IMPLEMENTATION)
+    installed = []
     for swap in swaps:
         # An instance attribute shadows the class's forward; deleting it restores the class's.
-        swap.module.forward = types.MethodType(swap.forward, swap.module)
-    model.__dict__[_STATE] = _PatchState(swaps, previous)
+        swap.module.forward = functools.partial(swap.forward, swap.module)
+        installed.append(swap.module.forward)
+    modules = list(model.modules())
+    # On the body, which the model's forward calls and token_logprobs calls alone: one check a run.
+    body = getattr(model, "base_model", model)
+    hook = functools.partial(_check_before_forward, model)
+    body.register_forward_pre_hook(hook)
+    model.__dict__[_STATE] = _PatchState(
+        previous, [swap.module for swap in swaps], installed, modules, [dict(m._modules) for m in modules], [(body, hook)]
+    )
     return model
 
 
 def unpatch(model: nn.Module) -> nn.Module:
     """Undo ``patch``: every module gets its own forward back and the attention implementation is
-    the one the model had before.  Returns the model."""
+    the one the model had before.  Returns the model.  Works on a model changed since ``patch``
+    (the way back from the PatchError that ``is_patched`` and the patched forwards then raise)."""
     state = model.__dict__.pop(_STATE, None)
     if state is None:
         raise PatchError(f"unpatch: {type(model).__name__} is not patched")
-    for swap in state.swaps:
-        del swap.module.forward
+    for module, installed in zip(state.routed, state.installed):
+        # Modules replaced since are given back theirs too; a forward set over patch's stays.
+        if module.__dict__.get("forward") is installed:
+            del module.forward
+    for module, hook in state.hooks:
+        for key in [key for key, value in module._forward_pre_hooks.items() if value is hook]:
+            del module._forward_pre_hooks[key]
     model.set_attn_implementation(state.attn_implementation)  # type: ignore[operator]
     return model
 
@@ -1035,10 +1161,17 @@ def token_logprobs(
     labels: torch.Tensor | None = None,
     entropy: bool = False,
     ignore_index: int = -100,
+    temperature: float = 1.0,
     **model_kwargs: Any,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probabilities of a causal LM, with ``linear_logp`` on the LM head's weight:
     the [tokens, vocabulary] logits are never materialised.
+
+    ``temperature``: the log-probs (and entropies) of the softmax of the logits divided by it, as a
+    sampler at that temperature draws from: ``linear_logp``'s ``temperature``, one float32 division
+    of each float32 logit (none at 1), which is the division vLLM's sampler makes
+    (``logits.div_(temperature)``), so vLLM's processed log-probs under the rlkernels plugin are
+    these, bit for bit.
 
     ``input_ids`` [B, T]; ``attention_mask`` [B, T] (or [B, past + T] with a cache), 1 for real
     tokens, padding left or right; ``labels`` [B, T]: the token scored at each position, by default
@@ -1099,7 +1232,7 @@ def token_logprobs(
         # (h / s) W^T is the model's (h W^T) / s, rounded at another point: exact where s is a
         # power of two (as in Granite's published configs), within the logprob tolerance elsewhere.
         rows = rows / divisor
-    lp, ent, _ = _ops.linear_logp(rows, head.weight, labels.reshape(-1).contiguous(), ignore_index)
+    lp, ent, _ = _ops.linear_logp(rows, head.weight, labels.reshape(-1).contiguous(), ignore_index, float(temperature))
     if entropy:
         return lp.view(batch, length), ent.view(batch, length)
     return lp.view(batch, length)
