@@ -146,6 +146,18 @@ def test_log_softmax_over_any_axis_matches_torch_and_its_rows_do_not_depend_on_t
         assert input_grad_dependent_rows(lambda t: torch.log_softmax(t, dim=-1), x) == []
 
 
+@pytest.mark.parametrize("op", ["mm", "log_softmax"])
+def test_forward_mode_ad_through_a_route_is_refused_naming_the_op(aten, op):
+    """A routed call on dual tensors raises naming the catalog's op; it never hands back a zero tangent."""
+    x = torch.randn(4, 6, generator=torch.Generator().manual_seed(5))
+    w = torch.randn(6, 3, generator=torch.Generator().manual_seed(6))
+    fn = (lambda t: torch.mm(t, w)) if op == "mm" else (lambda t: torch.log_softmax(t, dim=-1))
+    import torch.autograd.forward_ad as fwAD
+
+    with aten.batch_invariant(), fwAD.dual_level(), pytest.raises(RuntimeError, match=r"rlkernels[.a-z_ ]*(det_gemm|logp).*forward-mode AD"):
+        fn(fwAD.make_dual(x, torch.ones_like(x)))
+
+
 def test_bmm_gives_each_matrix_the_bits_it_has_alone(aten):
     g = torch.Generator().manual_seed(4)
     q, k = torch.randn(6, 29, 32, generator=g), torch.randn(6, 41, 32, generator=g)

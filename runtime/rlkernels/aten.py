@@ -244,6 +244,15 @@ class _LogSoftmaxRows(torch.autograd.Function):
         return (x.float() - lse.unsqueeze(1)).to(out_dtype)
 
     @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        # The catalog's ops have no forward derivative: refuse as they do, naming what was routed,
+        # rather than torch's "you must implement the jvp function".
+        raise RuntimeError(
+            "rlkernels.aten: log_softmax routed to rlkernels.logp does not support forward-mode AD (torch.func.jvp, jacfwd, "
+            "dual tensors): use reverse mode, or leave the batch_invariant mode for this computation"
+        )
+
+    @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         x, lse = ctx.saved_tensors
