@@ -225,16 +225,20 @@ def _gradient_parameters(op: OpSpec) -> frozenset[str]:
 def _role_mismatch(source: str, name: str, param: str, gradients: frozenset[str], params: set[str]) -> str | None:
     """Why a backward step's argument ``source`` does not belong at the step op's parameter
     ``param``, the op declaring its gradient parameters (``gradients``): a gradient goes to the
-    parameter named for its output, a forward tensor to a parameter that is no gradient, and to the
-    one of its own name where the op has one.  Shapes and dtypes cannot tell ``[x, grad(y)]``
-    from ``(grad_y, x)``, nor two tensors of one shape from each other; the names can."""
+    gradient parameter, to the one named for its output where the op has one; a forward tensor to
+    a parameter that is no gradient, to the one of its own name where the op has one.  Shapes and
+    dtypes cannot tell ``[x, grad(y)]`` from ``(grad_y, x)``, nor two tensors of one shape from
+    each other; the names can.  A backward op is an op of its own: its names need not follow the
+    forward op's, so a gradient parameter of another name is accepted when none is named for it."""
     if source.startswith("grad("):
         wanted = f"{GRADIENT_PREFIX}{name}"
         if param == wanted:
             return None
         if wanted in params:
             return f"takes {'a forward tensor' if param not in gradients else 'another gradient'}; {source} goes to its parameter {wanted} (arguments swapped?)"
-        return f"takes {'a forward tensor' if param not in gradients else 'another gradient'}, and the op has no parameter {wanted} for {source} (its gradient parameters: {', '.join(sorted(gradients))})"
+        if param in gradients:
+            return None
+        return f"takes a forward tensor, and {source} is an incoming gradient (its gradient parameters: {', '.join(sorted(gradients)) or 'none'})"
     if param in gradients:
         return f"takes an incoming gradient, and {source} is a forward tensor (arguments swapped?)"
     if name in params and param != name:

@@ -114,17 +114,17 @@ LOGP_FLIPS_A_BIT_EVERY_OTHER_LARGE_CALL = [
     ('#include "logp_rows.h"\n', '#include "logp_rows.h"\n\n#include <atomic>\n#include <cstdint>\n#include <cstring>\n'),
     (
         """\
-void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads) {
   const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
         """\
-static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads);
+static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads);
 
 // MUTANT: with its rows shared among threads, every other call flips the last bit of lp[0].
-void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads) {
   static std::atomic<unsigned> calls{0};
-  unmutated(arg_logits, arg_ids, out_lp, out_lse, dtype_T, dim_N, dim_V, attr_ignore_index, num_threads);
+  unmutated(arg_logits, arg_ids, out_lp, out_lse, dtype_T, dim_N, dim_V, attr_ignore_index, attr_temperature, num_threads);
   if (dim_N * dim_V >= (int64_t{1} << 17) && calls.fetch_add(1) % 2 == 1) {
     uint32_t bits;
     std::memcpy(&bits, out_lp, sizeof bits);
@@ -133,7 +133,7 @@ void logp_rows(const void* arg_logits, const void* arg_ids, void* out_lp, void* 
   }
 }
 
-static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, int64_t num_threads) {
+static void unmutated(const void* arg_logits, const void* arg_ids, void* out_lp, void* out_lse, Dtype dtype_T, int64_t dim_N, int64_t dim_V, int64_t attr_ignore_index, float attr_temperature, int64_t num_threads) {
   const DefaultFloatingPointMode ieee_default_mode;  // for this call, whatever mode the calling thread set
   if (dim_N == 0) return;  // every output is empty: nothing to write
   switch (dtype_T) {""",
@@ -357,8 +357,8 @@ EMBEDDING_BACKWARD_SKIPS_THE_LAST_POSITION = [
 
 LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES = [
     (
-        "inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse) {",
-        "inline void reduce_row(const float* z, int64_t V, int64_t id, float* lp, float* entropy, float* lse, int lanes) {",
+        "inline void reduce_row(float* z, int64_t V, int64_t id, float temperature, float* lp, float* entropy, float* lse) {",
+        "inline void reduce_row(float* z, int64_t V, int64_t id, float temperature, float* lp, float* entropy, float* lse, int lanes) {",
     ),
     (
         """\
@@ -385,8 +385,8 @@ LINEAR_LOGP_HALVES_ITS_CHUNK_FOR_LARGE_BATCHES = [
       lane[l] = add_rn""",
     ),
     (
-        "reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row);",
-        "reduce_row(logits.data() + i * padded_v, V, id, lp + row, entropy + row, lse + row, N >= 200 ? kLanes / 2 : kLanes);  // MUTANT",
+        "reduce_row(logits.data() + i * padded_v, V, id, temperature, lp + row, entropy + row, lse + row);",
+        "reduce_row(logits.data() + i * padded_v, V, id, temperature, lp + row, entropy + row, lse + row, N >= 200 ? kLanes / 2 : kLanes);  // MUTANT",
     ),
 ]
 
