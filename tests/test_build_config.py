@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, compiles
 
 torch = pytest.importorskip("torch", reason="the generated setup.py imports torch (make test installs it)")
 
@@ -166,6 +166,7 @@ def test_musa_archs_below_the_bfloat16_floor_are_refused():
     assert "__mt_bfloat16 only for __MUSA_ARCH__ >= 220" in facts["exit"]
 
 
+@compiles
 def test_musa_device_code_refuses_an_arch_without_bfloat16(tmp_path: Path):
     """A device torch_musa picks by itself (an MP21 card) meets the #error in rlk_numerics.h."""
     tool = __import__("importlib").import_module("test_compile_check").tool_module

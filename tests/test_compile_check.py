@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, compiles
 from generator.load import load_catalog
 
 TOOL = REPO / "tools" / "compile_check.py"
@@ -56,6 +56,7 @@ def require(*tools: str) -> None:
         pytest.skip("; ".join(f"{tool} not found: {tool_module.INSTALL_HINTS[tool]}" for tool in missing))
 
 
+@compiles
 def test_every_generated_kernel_compiles() -> None:
     """Every kernel source, for its platform's first spec arch (`make compile-check` compiles them
     all, and records the evidence): a source that does not compile fails here."""
@@ -75,6 +76,7 @@ def test_every_generated_kernel_compiles() -> None:
     assert MUSA_NOTE in out
 
 
+@compiles
 def test_the_full_check_plans_every_spec_arch_or_says_why_not() -> None:
     """`make compile-check` (no --first-arch): every ROCm arch of the spec is compiled, compiled as
     its stand-in, or skipped with the reason; every CUDA arch is one of nvcc's -gencode targets."""
@@ -99,6 +101,7 @@ def test_the_full_check_plans_every_spec_arch_or_says_why_not() -> None:
                 assert f"sm_{arch.partition('+')[0].replace('.', '')}" in job.label, (arch, job.label)
 
 
+@compiles
 @pytest.mark.parametrize("platform, source", [("musa", "silu_elementwise.mu"), ("cuda", "silu_elementwise.cu")])
 def test_a_broken_kernel_fails_and_is_named(tmp_path: Path, platform: str, source: str) -> None:
     require("nvcc", "g++")
@@ -194,6 +197,7 @@ def hip_probe(headers: Path, contract: str | None) -> object:
     return tool_module.Probe("rocm", "hipcc", "hipcc gfx90a", args, {"HIP_PLATFORM": "amd"})
 
 
+@compiles
 def test_contraction_check_fails_on_a_deliberately_fused_hip_build(tmp_path: Path) -> None:
     """Without the pragma and with -ffp-contract=fast, mul_rn/add_rn fuse, and the check says so."""
     require("hipcc")
@@ -206,6 +210,7 @@ def test_contraction_check_fails_on_a_deliberately_fused_hip_build(tmp_path: Pat
     assert "fma_rn: v_fmac_f32" in shipped.output  # the explicit fma is found: the scan sees fused instructions
 
 
+@compiles
 def test_the_pragma_alone_keeps_hip_unfused_under_the_compilers_default(tmp_path: Path) -> None:
     """No -ffp-contract flag at all: HIP's default fuses without the pragma and does not with it."""
     require("hipcc")
@@ -216,6 +221,7 @@ def test_the_pragma_alone_keeps_hip_unfused_under_the_compilers_default(tmp_path
     assert with_pragma.status == "OK", with_pragma.output
 
 
+@compiles
 def test_a_hip_kernel_without_fma_rn_fails_when_its_assembly_has_a_fused_op(tmp_path: Path) -> None:
     require("hipcc")
     headers = probe_headers(tmp_path, "rocm", pragma=False)
@@ -241,6 +247,7 @@ def test_a_hip_kernel_without_fma_rn_fails_when_its_assembly_has_a_fused_op(tmp_
     assert "no fma_rn" in result.output and "FP contraction is not off" in result.output
 
 
+@compiles
 def test_contraction_check_fails_on_a_deliberately_fused_cuda_build(tmp_path: Path) -> None:
     """CUDA's PTX: plain operators with -fmad=true fuse into fma.rn.f32, and the check says so."""
     require("nvcc")
@@ -283,6 +290,7 @@ def test_a_fused_op_with_an_exact_product_is_not_contraction() -> None:
     assert tool_module.amdgpu_fused(assembly) == ["v_fmac_f32_e32", "v_fma_f32", "v_mac_f32_e32"]
 
 
+@compiles
 def test_the_register_budgeted_kernels_compile_for_their_target_without_spills(tmp_path: Path) -> None:
     """The wgmma kernels (their spec names archs: the sm_90a target, setmaxnreg budgets) are compiled
     for every spec arch with ptxas's report: no spill on any target, and the report is shown."""

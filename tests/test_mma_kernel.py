@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Project, copy_project
+from conftest import REPO, Project, compiles, copy_project
 
 OP = "specs/ops/det_gemm.yaml"
 GENERATED = REPO / "generated"
@@ -86,6 +86,7 @@ def _nvcc() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
+@compiles
 @pytest.mark.parametrize("op", MMA_OPS)
 def test_generated_mma_kernel_compiles_for_sm90_without_spills(tmp_path: Path, op: str):
     nvcc = _nvcc()
@@ -145,6 +146,7 @@ def _gpu_check():
     return module
 
 
+@compiles
 def test_every_tile_configuration_gpu_check_tries_compiles_without_spills(tmp_path: Path):
     """A candidate that failed to build on the GPU machine would waste its device time; find out here."""
     nvcc = _nvcc()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, compiles
 
 GENERATED = REPO / "generated"
 CPU_HEADER_DIR = GENERATED / "cpu" / "csrc" / "kernels" / "cpu"
@@ -521,6 +521,7 @@ def find_nvcc() -> str | None:
     return found
 
 
+@compiles
 def test_cuda_rendering_compiles_without_approximate_instructions(tmp_path):
     nvcc = find_nvcc()
     if nvcc is None:
@@ -543,6 +544,7 @@ def test_cuda_rendering_compiles_without_approximate_instructions(tmp_path):
         assert banned not in text, f"PTX contains {banned!r}"
 
 
+@compiles
 def test_rocm_rendering_compiles_without_approximate_instructions(tmp_path):
     hipcc = shutil.which("hipcc")
     if hipcc is None:
@@ -653,6 +655,7 @@ def gpu_present() -> bool:
     return result.returncode == 0 and "GPU" in result.stdout
 
 
+@compiles
 def test_gpu_results_are_the_cpu_bits(harness, tmp_path):
     """On a machine with a CUDA GPU: every 97th bit pattern gives the same bits on the device as on the CPU."""
     nvcc = find_nvcc()
