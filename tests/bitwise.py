@@ -1,23 +1,18 @@
-"""Bitwise comparison of tensors for the project's tests: integer views of the bits, so -0.0 is
-not +0.0 and a NaN equals only the same NaN (``torch.equal`` says otherwise for both)."""
+"""Bitwise comparison of tensors for the project's tests: the contract suite's own helpers
+(``runtime/tests/bitwise.py``, which every package carries), read from that file so that there is
+one definition.  Integer views of the bits: -0.0 is not +0.0 and a NaN equals only the same NaN."""
 
 from __future__ import annotations
 
-from typing import Any
+import importlib.util
+from pathlib import Path
 
+_spec = importlib.util.spec_from_file_location("rlkernels_suite_bitwise", Path(__file__).resolve().parent.parent / "runtime" / "tests" / "bitwise.py")
+assert _spec is not None and _spec.loader is not None
+_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_suite)
 
-def bits(t: Any) -> Any:
-    """The integer view of a tensor's bits (its element size picks the integer type)."""
-    import torch
+bits = _suite.bits
+same_bits = _suite.same_bits
 
-    t = t.detach().contiguous()
-    if t.dtype == torch.bool:
-        return t
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def same_bits(a: Any, b: Any) -> bool:
-    """Same shape, same dtype and the same bits."""
-    import torch
-
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(bits(a), bits(b)))
+__all__ = ["bits", "same_bits"]

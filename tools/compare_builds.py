@@ -143,8 +143,8 @@ def _load(path: Path, name: str) -> Any:
 
 
 class _SuiteCases:
-    """One op of a package whose tests are the generic contract suite (tests/cases.py and
-    tests/test_contracts.py), under the names of the per-op test modules older packages had."""
+    """One op of a package whose tests are the generic contract suite (tests/cases.py, and the test
+    modules beside it), under the names of the per-op test modules older packages had."""
 
     def __init__(self, suite: Any, case: Any) -> None:
         self.case, self.suite = case, suite
@@ -162,7 +162,9 @@ class _SuiteCases:
         return self.case.run_kernel(kernel, *args, **attrs)
 
     def _sequence_dims(self, lengths: dict[str, list[int]]) -> dict[str, int]:
-        return dict(self.suite._sequence_dims(self.case, lengths))
+        # cases.sequence_dims; test_contracts._sequence_dims in packages whose suite was one module
+        sequence_dims = getattr(self.suite, "sequence_dims", None) or self.suite._sequence_dims
+        return dict(sequence_dims(self.case, lengths))
 
 
 class _Param:
@@ -176,7 +178,9 @@ def _tests_module(package: Path, op: str) -> Any:
     tests = package / "tests"
     if (tests / "cases.py").is_file():
         sys.path.insert(0, str(tests))
-        suite = _load(tests / "test_contracts.py", "compared_contracts")
+        suite = _load(tests / "cases.py", "compared_cases")
+        if not hasattr(suite, "empty_cases"):  # a suite of one module, whose helpers it held
+            suite = _load(tests / "test_contracts.py", "compared_contracts")
         return _SuiteCases(suite, suite.CASES[op])
     return _load(tests / f"test_{op}.py", f"generated_test_{op}")
 

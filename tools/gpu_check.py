@@ -398,9 +398,11 @@ def op_dtypes(op: str) -> list[str]:
 
 
 def bits(t):
-    import torch
+    """The integer view of a tensor's bits, on the CPU: the project's one definition (tests/bitwise.py),
+    imported when first needed, as torch is."""
+    from tests.bitwise import bits as integer_view
 
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    return integer_view(t)
 
 
 def same_bits(got, want) -> bool:

@@ -22,11 +22,12 @@ to the emulator; a case's verdict is then "holds" or "BROKEN ...".
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import shutil
 import sys
+import types
 from pathlib import Path
 
 EMULATOR = Path(__file__).resolve().parent
@@ -61,24 +62,24 @@ def build(package: Path, build_dir: Path) -> None:
 
 
 def _contract_suite(package: Path):
-    """The package's contract suite: its cases (one per op) and its test module."""
+    """The package's contract suite: its cases (one per op) and the helpers its tests share
+    (``cases``), its invariance tests (``test_invariance``) and its bitwise comparison."""
     sys.path.insert(0, str(package / "tests"))
-    spec = importlib.util.spec_from_file_location("emulated_contracts", package / "tests" / "test_contracts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    cases = importlib.import_module("cases")
+    invariance = importlib.import_module("test_invariance")
+    bitwise = importlib.import_module("bitwise")
+    return types.SimpleNamespace(
+        CASES=cases.CASES,
+        empty_cases=cases.empty_cases,
+        make_empty_inputs=cases.make_empty_inputs,
+        test_deterministic=invariance.test_deterministic,
+        test_batch_invariant=invariance.test_batch_invariant,
+        bits=bitwise.bits,
+    )
 
 
 def _as_tuple(out):
     return out if isinstance(out, tuple) else (out,)
-
-
-def _bits(t):
-    import torch
-
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]) if t.dtype != torch.bool else t
 
 
 def _with_nonfinite(inputs):
@@ -165,7 +166,7 @@ def compare(package: Path, results_path: Path, contracts: bool = False) -> int:
                     got = _as_tuple(getattr(packet, kernel).redispatch(device, *inputs, **{**tests.attrs, **attrs}))
                     if portable:
                         want = _as_tuple(getattr(packet, cpu_kernel)(*inputs, **{**tests.attrs, **attrs}))
-                        diffs = [i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape or g.dtype != w.dtype or not torch.equal(_bits(g), _bits(w))]
+                        diffs = [i for i, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape or g.dtype != w.dtype or not torch.equal(suite.bits(g), suite.bits(w))]
                         case["verdict"] = "identical" if not diffs else f"DIFFERS from cpu/{cpu_kernel} in output {diffs[0]}: " + _describe(got[diffs[0]], want[diffs[0]])
                     else:
                         want = tests.reference(*inputs, **attrs)
@@ -221,11 +222,11 @@ def _contract_cases(suite, tests, packet, device, kernel):
 
 
 def _describe(got, want) -> str:
-
+    from bitwise import bits  # the package's contract suite's own (its tests/ is on sys.path)
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"shape/dtype {tuple(got.shape)} {got.dtype} vs {tuple(want.shape)} {want.dtype}"
-    mismatched = int((_bits(got) != _bits(want)).sum())
-    index = int((_bits(got) != _bits(want)).view(-1).nonzero()[0])
+    mismatched = int((bits(got) != bits(want)).sum())
+    index = int((bits(got) != bits(want)).view(-1).nonzero()[0])
     return f"{mismatched}/{got.numel()} elements, first at flat index {index}: {got.reshape(-1)[index].item()!r} vs {want.reshape(-1)[index].item()!r}"
 
 

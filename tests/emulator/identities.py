@@ -28,9 +28,12 @@ def main(package: Path, results_path: Path) -> int:
     import torch
 
     sys.path.insert(0, str(package))
+    sys.path.insert(0, str(package / "tests"))  # the contract suite's helpers: bitwise
     sys.path.append(str(EMULATOR / "python"))  # stand-ins for vendor Python modules (torch_musa)
     import rlkernels
     from rlkernels._registry import BUILD_PLATFORM, PLATFORMS
+
+    from bitwise import bits
 
     if rlkernels.NATIVE_ERROR is not None:
         raise SystemExit(f"the emulated native library did not load: {rlkernels.NATIVE_ERROR}")
@@ -40,9 +43,6 @@ def main(package: Path, results_path: Path) -> int:
     def on_device(op: str, kernel: str, *args: object) -> tuple[torch.Tensor, ...]:
         out = getattr(getattr(torch.ops.rlkernels, op), kernel).redispatch(device, *args)
         return out if isinstance(out, tuple) else (out,)
-
-    def bits(t: torch.Tensor) -> torch.Tensor:
-        return t.contiguous().view({2: torch.int16, 4: torch.int32}[t.element_size()])
 
     def verdict(got: tuple[torch.Tensor, ...], want: tuple[torch.Tensor, ...], names: tuple[str, ...]) -> str:
         for name, g, w in zip(names, got, want):

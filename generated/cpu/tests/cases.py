@@ -1,6 +1,25 @@
 # Copied from runtime/tests/cases.py by rlkernels' generator. DO NOT EDIT: edit that file and run `make generate`.
 """What the contract suite runs for each op, and the helpers its tests share.
 
+The contract suite is one set of tests, run for every op of the catalog from its registry entry
+and its test data, the way PyTorch's OpInfo drives its tests over every op; its modules are one
+per family of properties, all parametrised here (``parametrize`` and its columns) over ``CASES``:
+
+- ``test_accuracy``: against the reference within the op's tolerance class, on empty inputs, and
+  the same bits through the native op, lifted leading dimensions and bool bytes;
+- ``test_invariance``: every guarantee each native kernel declares, checked bitwise at the sizes
+  its tiles call for, through the kernel's own overload (``torch.ops.<package>.<op>.<kernel>``),
+  and bits that do not depend on the caller's floating-point mode;
+- ``test_sequences``: packed sequences and paged caches;
+- ``test_autograd``: gradients, or a clear refusal where the spec declares no backward;
+  forward-mode AD, torch.func and vmap;
+- ``test_input_errors``: bad inputs rejected with errors that name the argument;
+- ``test_torch_integration``: ``torch.library.opcheck`` on every overload, autocast,
+  torch.compile and meta tensors.
+
+Test ids start with the op's name; ``pytest tests --op NAME`` runs one op's contracts (``-k NAME``
+also matches the ops whose names contain NAME).
+
 The data comes from two places: the package's registry (the op's signature, kernels and
 backends) and ``contract_cases.json`` beside this file (the test shapes, the batch dimension,
 packed sequences, attribute variants, how to fill integer arguments and, per native kernel, the
@@ -11,12 +30,14 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import torch
+
+from bitwise import bits
 
 _DATA = json.loads(Path(__file__).with_name("contract_cases.json").read_text(encoding="utf-8"))
 PACKAGE = _DATA["package"]
@@ -41,16 +62,6 @@ def absent_reason(platform: str) -> str:
 
 
 DEVICE_TYPE = device_type(registry.BUILD_PLATFORM)
-
-
-def bits(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's bits as integers: -0.0 differs from +0.0, and a NaN equals only the same NaN."""
-    tensor = tensor.detach().cpu().contiguous()
-    if tensor.dtype == torch.bool:
-        return tensor.view(torch.uint8)
-    if tensor.is_floating_point():
-        return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
-    return tensor
 
 
 def offsets(lengths: Sequence[int]) -> torch.Tensor:
@@ -298,7 +309,7 @@ class OpCase:
 
 CASES: dict[str, OpCase] = {name: OpCase(name, data) for name, data in _DATA["ops"].items() if name in registry.OPS}
 """Every op of the catalog, by name: those of contract_cases.json the package's registry holds
-(the two come from one generate, so that is all of them: test_contracts holds them to it; another
+(the two come from one generate, so that is all of them: test_accuracy holds them to it; another
 package's registry, as tools/compare_builds.py imports one, may lack some)."""
 UNREGISTERED = sorted(set(_DATA["ops"]) - set(registry.OPS))
 
@@ -321,3 +332,151 @@ def devices() -> list[tuple[str, Any]]:
     if DEVICE_TYPE != "cpu":
         found.append((DEVICE_TYPE, () if present(registry.BUILD_PLATFORM) else (pytest.mark.skip(reason=absent_reason(registry.BUILD_PLATFORM)),)))
     return found
+
+
+# ---------------------------------------------------------------------------- parametrisation
+# The columns a contract test is parametrised by, each a function of the op's case giving
+# (id, values, marks) rows; ``parametrize`` crosses them for every op of the catalog.
+
+
+def _shape_id(shape: dict[str, int]) -> str:
+    return "x".join(f"{k}{v}" for k, v in sorted(shape.items()))
+
+
+def kernels(guarantee: str | None = None, device_only: bool = False, extra: tuple[str, ...] = ()) -> Callable[[OpCase], Iterator[Any]]:
+    """Every native kernel the package carries (that declares ``guarantee``), with its device;
+    ``extra``: also these pseudo-kernels on the CPU ("default": the op's own dispatch;
+    "public": the public function)."""
+
+    def column(case: OpCase) -> Iterator[Any]:
+        for platform, device, kernel, marks in targets(case, device_only):
+            if guarantee is None or case.declares(platform, kernel, guarantee):
+                yield f"{platform}-{kernel}", (device, kernel), marks
+        for name in extra:
+            yield {"default": "default", "public": "public"}[name], ("cpu", None if name == "public" else name), ()
+
+    return column
+
+
+def dtypes(first_only: bool = False) -> Callable[[OpCase], Iterator[Any]]:
+    def column(case: OpCase) -> Iterator[Any]:
+        for dtype in case.dtypes[:1] if first_only else case.dtypes:
+            yield dtype, (dtype,), ()
+
+    return column
+
+
+def shapes(case: OpCase) -> Iterator[Any]:
+    for shape in case.shapes:
+        yield _shape_id(shape), (shape,), ()
+
+
+def variants(case: OpCase) -> Iterator[Any]:
+    for param in case.variants:
+        yield param.id, param.values, param.marks
+
+
+def flags(case: OpCase) -> Iterator[Any]:
+    for param in case.flags:
+        yield param.id, param.values, param.marks
+
+
+def defaults_and_flags(case: OpCase) -> Iterator[Any]:
+    yield "defaults", ({},), ()
+    yield from flags(case)
+
+
+def on_devices(case: OpCase) -> Iterator[Any]:
+    for device, marks in devices():
+        yield device, (device,), marks
+
+
+def only(predicate: Callable[[OpCase], bool]) -> Callable[[OpCase], Iterator[Any]]:
+    """A column with one empty case for the ops ``predicate`` holds for, none for the others."""
+
+    def column(case: OpCase) -> Iterator[Any]:
+        if predicate(case):
+            yield "", (), ()
+
+    return column
+
+
+def unnamed(column: Callable[[OpCase], Iterator[Any]]) -> Callable[[OpCase], Iterator[Any]]:
+    """``column`` without an id of its own (for filters)."""
+
+    def strip(case: OpCase) -> Iterator[Any]:
+        for _, values, marks in column(case):
+            yield None, values, marks
+
+    return strip
+
+
+Test = TypeVar("Test", bound=Callable[..., None])
+
+
+def parametrize(names: str, *columns: Callable[[OpCase], Iterator[Any]]) -> Callable[[Test], Test]:
+    """``_cases`` with filters' empty ids left out of the test id."""
+    params = []
+    for name, case in CASES.items():
+        combos: list[tuple[list[str], list[Any], list[Any]]] = [([], [], [])]
+        for column in columns:
+            combos = [
+                ([*ids, ident] if ident else ids, [*values, *more], [*marks, *more_marks])
+                for ids, values, marks in combos
+                for ident, more, more_marks in column(case)
+            ]
+        params += [pytest.param(case, *values, id="-".join([name, *ids]), marks=marks) for ids, values, marks in combos]
+    mark: Callable[[Test], Test] = pytest.mark.parametrize(names, params)
+    return mark
+
+
+def named(name: str) -> Callable[[str], str]:
+    """assert_close's message, led by the output's name."""
+    return lambda message: f"{name}: {message}"
+
+
+def needs_guarantee(case: OpCase, device: str, kernel: str, guarantee: str) -> None:
+    """The kernel declares ``guarantee`` (the parametrisation only offers such kernels; checked again)."""
+    assert guarantee in case.facts(device, kernel)["guarantees"], f"{kernel} on {runtime.platform_of(device)} does not declare {guarantee}"
+
+
+# ---------------------------------------------------------------------------- inputs of the empty-input and packed-sequence contracts
+# Also read by tools/compare_builds.py and the device emulator's comparisons.
+
+
+def empty_cases(case: OpCase) -> Iterator[Any]:
+    # A dimension another one's size gives (B1 = B + 1) follows it, as a counted one follows its mask.
+    dims = list(dict.fromkeys(d for _, _, shape, _, _ in case.args for d in shape if d not in case.counted and d not in case.follows))
+    for d in dims:
+        sizes = {**case.shapes[0], d: 0, **({case.divides[d]: 0} if d in case.divides else {})}
+        sizes.update({dim: sizes[base] + plus for dim, (base, plus) in case.follows.items()})
+        yield f"{d}0", (sizes, False), ()
+    if any(dtype == "bool" for _, dtype, _, _, _ in case.args):
+        yield "nothing-kept", (dict(case.shapes[0]), True), ()
+
+
+def make_empty_inputs(case: OpCase, dims: dict[str, int], dtype: str, device: str, none_kept: bool = False, seed: int = 16) -> list[Any]:
+    """make_inputs on ``dims``, with every boolean argument false if ``none_kept``, and each
+    counted dimension resized to the count its argument holds."""
+    dims = dict(dims)
+    inputs = case.make_inputs(dims, dtype, device, seed=seed)
+    names = [name for name, *_ in case.args]
+    if none_kept:
+        inputs = [torch.zeros_like(t) if t.dtype == torch.bool else t for t in inputs]
+    for dim, source in case.counted.items():
+        dims[dim] = int(inputs[names.index(source)].count_nonzero())
+        for index, (_, _, shape, _, _) in enumerate(case.args):
+            if dim in shape:
+                old = inputs[index]
+                inputs[index] = torch.randn([dims[d] for d in shape], generator=torch.Generator().manual_seed(seed)).to(old.dtype).to(device)
+    return inputs
+
+
+def _entries(case: OpCase) -> str:
+    """The offsets arguments' dimension: sequences + 1."""
+    return next(shape[0] for name, _, shape, _, _ in case.args if name in case.offsets.values())
+
+
+def sequence_dims(case: OpCase, lengths: dict[str, list[int]]) -> dict[str, int]:
+    count = len(next(iter(lengths.values())))
+    return {**case.shapes[0], **{dim: sum(lengths[dim]) for dim in case.offsets}, _entries(case): count + 1}
