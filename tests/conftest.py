@@ -89,19 +89,24 @@ class Project:
     def run(self, *args: str) -> int:
         return main(["--root", str(self.root), *args])
 
-    def refuses_edit(self, errors: Any, rel: str, old: str, new: str, *needles: str) -> str:
-        """Edit ``rel``, run generate, and restore the file: the run exits 2 without a traceback,
-        leaves generated/ as it was, and one line of its errors names ``rel`` and holds every
-        needle.  ``errors`` gives the errors written (pytest's capsys).  Returns that line."""
+    def refuses_edit(self, errors: Any, rel: str, old: str, new: str, *needles: str, field: str | None = None, absent: tuple[str, ...] = ()) -> str:
+        """Edit ``rel``, run generate, and restore the file: the run exits 2 without a traceback
+        (nor any word of ``absent``, in any case), leaves generated/ as it was, and one line of its
+        errors names ``rel`` -- with ``field``, starts ``rel:LINE: field``, LINE the edit's first
+        line -- and holds every needle.  ``errors`` gives the errors written (pytest's capsys).
+        Returns that line."""
         before = self.snapshot()
         original = (self.root / rel).read_text()
-        self.edit(rel, old, new)
+        line = self.edit(rel, old, new)
         try:
             assert self.run("generate") == 2
             err = errors.readouterr().err
             assert "Traceback" not in err
-            found = [line for line in err.splitlines() if line.startswith(f"{rel}:") and all(n in line for n in needles)]
-            assert found, f"no line of {rel} with {needles!r} in:\n{err}"
+            for word in absent:
+                assert word.lower() not in err.lower(), f"{word!r} in:\n{err}"
+            prefix = f"{rel}:" if field is None else f"{rel}:{line}: {field}"
+            found = [text for text in err.splitlines() if text.startswith(prefix) and all(n in text for n in needles)]
+            assert found, f"no line starting {prefix!r} with {needles!r} in:\n{err}"
             assert self.snapshot() == before
             return found[0]
         finally:

@@ -30,21 +30,6 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return copy_project(tmp_path_factory.mktemp("vocabulary") / "proj", ops=("det_gemm", "det_gemm_nt", "det_gemm_tn", "column_sum"))
 
 
-def refused(project: Project, capsys: pytest.CaptureFixture[str], file: str, old: str, new: str, field: str, message: str) -> None:
-    before = project.snapshot()
-    original = (project.root / file).read_text()
-    line = project.edit(file, old, new)
-    try:
-        assert project.run("generate") == 2
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        prefix = f"{file}:{line}: {field}: "
-        assert any(l.startswith(prefix) and message in l for l in err.splitlines()), f"no line starting {prefix!r} with {message!r} in:\n{err}"
-        assert project.snapshot() == before
-    finally:
-        (project.root / file).write_text(original)
-
-
 @pytest.mark.parametrize(
     "file, old, new, field, message",
     [
@@ -68,7 +53,7 @@ def refused(project: Project, capsys: pytest.CaptureFixture[str], file: str, old
     ],
 )
 def test_what_becomes_code_or_flags_must_be_a_word_of_the_vocabulary(generated, capsys, file, old, new, field, message):
-    refused(generated, capsys, file, old, new, field, message)
+    generated.refuses_edit(capsys, file, old, new, message, field=f"{field}: ")
 
 
 @pytest.mark.parametrize(

@@ -29,22 +29,6 @@ def generated(tmp_path_factory) -> Project:
     return copy_project(tmp_path_factory.mktemp("strict") / "proj", ops=ops)
 
 
-def refused(project: Project, capsys, file: str, old: str, new: str, field: str, message: str) -> None:
-    before = project.snapshot()
-    original = (project.root / file).read_text()
-    line = project.edit(file, old, new)
-    try:
-        assert project.run("generate") == 2
-        err = capsys.readouterr().err
-        assert "Traceback" not in err
-        # A rule of the whole op (the model's own check) is reported at the op's first line.
-        prefix = f"{file}:{line}: {field}" if field else f"{file}:"
-        assert any(l.startswith(prefix) and message in l for l in err.splitlines()), f"no line starting {prefix!r} with {message!r} in:\n{err}"
-        assert project.snapshot() == before
-    finally:
-        (project.root / file).write_text(original)
-
-
 @pytest.mark.parametrize(
     "file, old, new, field, message",
     [
@@ -60,11 +44,11 @@ def refused(project: Project, capsys, file: str, old: str, new: str, field: str,
     ],
 )
 def test_lax_values_are_refused(generated, capsys, file, old, new, field, message):
-    refused(generated, capsys, file, old, new, field, message)
+    generated.refuses_edit(capsys, file, old, new, message, field=field or None)
 
 
 def test_a_tolerance_of_true_is_refused(project, capsys):
-    refused(project, capsys, "specs/package.yaml", "float32: {atol: 1.0e-5, rtol: 1.0e-5}", "float32: {atol: true, rtol: 1.0e-5}", "tolerances.elementwise.float32.atol", "valid number")
+    project.refuses_edit(capsys, "specs/package.yaml", "float32: {atol: 1.0e-5, rtol: 1.0e-5}", "float32: {atol: true, rtol: 1.0e-5}", "valid number", field="tolerances.elementwise.float32.atol")
 
 
 @pytest.mark.parametrize(
@@ -77,7 +61,7 @@ def test_a_tolerance_of_true_is_refused(project, capsys):
     ],
 )
 def test_a_backward_that_does_not_fit_is_refused(generated, capsys, file, old, new, field, message):
-    refused(generated, capsys, file, old, new, field, message)
+    generated.refuses_edit(capsys, file, old, new, message, field=field or None)
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +90,7 @@ ATTN_STEP = '  - {op: attention_backward, args: ["grad(o)", q, k, v, o, lse, cu_
     ids=["forward-at-gradient", "gradient-at-forward", "output-at-gradient", "same-shape-swapped", "output-at-input"],
 )
 def test_a_backward_step_argument_in_another_role_is_refused(roles, capsys, file, old, new, field, message):
-    refused(roles, capsys, file, old, new, field, message)
+    roles.refuses_edit(capsys, file, old, new, message, field=field or None)
 
 
 PAGED = "specs/ops/paged_attention.yaml"
@@ -131,7 +115,7 @@ GELU_X = "  - {name: x, dtype: T, shape: [R, C], doc: input}"
     ids=["int32-include", "bool-high", "bool-include", "bool-low", "float32-high", "bfloat16-of-a-variable"],
 )
 def test_test_values_outside_what_the_dtype_holds_are_refused(roles, capsys, file, old, new, field, message):
-    refused(roles, capsys, file, old, new, field, message)
+    roles.refuses_edit(capsys, file, old, new, message, field=field or None)
 
 
 def test_test_values_a_dtype_holds_are_accepted(roles):
@@ -207,7 +191,7 @@ CAUSAL = "  - {name: causal, type: bool, default: true, doc:"
     ],
 )
 def test_an_attribute_range_that_does_not_hold_is_refused(generated, capsys, old, new, field, message):
-    refused(generated, capsys, ATTN, old, new, field, message)
+    generated.refuses_edit(capsys, ATTN, old, new, message, field=field or None)
 
 
 @pytest.mark.parametrize("plus", [64, -3, 0])
