@@ -136,6 +136,7 @@ def _op_problems(catalog: Catalog, op: OpSpec) -> tuple[list[SpecProblem], list[
             )
         elif isinstance(kernel, NativeKernel):
             problems += _tile_problems(src, op, name, kernel, row_batched)
+            problems += _reduction_for_problems(src, op, name, kernel)
     for name, kernel in op.kernels.items():
         for index, platform in enumerate(kernel.platforms or () if isinstance(kernel, NativeKernel) else ()):
             if platform not in platforms:
@@ -351,6 +352,37 @@ def _layout_problems(src: SourceMap, op: OpSpec) -> list[SpecProblem]:
     )
     why += "; only a k_tree reduction's parts combine into the whole (reduction: {dim: ..., order: k_tree, leaf: ...})"
     return _undefined_claims(src, op, Guarantee.layout_invariant, why)
+
+
+def _reduction_for_problems(src: SourceMap, op: OpSpec, name: str, kernel: NativeKernel) -> list[SpecProblem]:
+    """A kernel's own order for some dtypes (``reduction_for``) is another order than the op's over
+    the same dimension, for dtypes the op takes; its bits there are not its sibling kernels', so it
+    cannot claim ``portable``."""
+    problems: list[SpecProblem] = []
+    if not kernel.reduction_for:
+        return problems
+    allowed = {d for dtypes in op.dtype_vars.values() for d in dtypes}
+    for dtype, reduction in kernel.reduction_for.items():
+        where = ("kernels", name, "reduction_for", dtype.value)
+        if op.reduction is None:
+            problems.append(src.problem(where, f"kernel {name} states an order for {dtype.value}, but {op.name} declares no reduction"))
+            continue
+        if reduction.dim != op.reduction.dim:
+            problems.append(
+                src.problem(where, f"kernel {name} reduces {dtype.value} over {reduction.dim}, but {op.name} reduces over {op.reduction.dim}")
+            )
+        if dtype not in allowed:
+            problems.append(src.problem(where, f"kernel {name} states an order for {dtype.value}, which no dtype variable of {op.name} allows"))
+    if Guarantee.portable in kernel.guarantees and any(r != op.reduction for r in kernel.reduction_for.values()):
+        dtypes = ", ".join(sorted(d.value for d, r in kernel.reduction_for.items() if r != op.reduction))
+        problems.append(
+            src.problem(
+                ("kernels", name, "guarantees", kernel.guarantees.index(Guarantee.portable)),
+                f"kernel {name} declares portable, but reduces {dtypes} in its own order (reduction_for), not in {op.name}'s: "
+                f"its bits there are not those of the op's kernels on other platforms",
+            )
+        )
+    return problems
 
 
 def _undefined_claims(src: SourceMap, op: OpSpec, guarantee: Guarantee, why: str) -> list[SpecProblem]:

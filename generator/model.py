@@ -710,14 +710,22 @@ class Reduction(StrictModel):
                 output dtype, then combined pairwise by mid-split with adds in the output dtype.
     lanes_tree: ``lanes`` float32 partial sums (lane l adds terms l, l+lanes, ... ascending),
                 then combined by a pairwise tree (lane i += lane i+half, half = lanes/2, ..., 1).
+    pair_chunks: the terms in chunks of ``chunk`` consecutive indices from index 0 (the last one
+                padded with zero terms), chunks in ascending order; per chunk two float32 sums
+                start at +0, one over the chunk's even indices and one over its odd indices, each
+                ascending, then acc = acc + (even + odd).  Subnormal inputs read as zeros of their
+                sign, and every result below 2^-126 in magnitude (rounded with an unbounded
+                exponent) becomes a zero of its sign: what AMX's TDPBF16PS computes per tile step
+                (chunk 32).
 
     ``step`` is how each term joins its accumulator, and ``inner`` names a reduction that
     computes each term (linear_logp's logit, a dot over H, is each term of its sum over V).
     """
 
     dim: DimName
-    order: Literal["ascending", "k_tree", "lanes_tree", "online_blocks"]
+    order: Literal["ascending", "k_tree", "lanes_tree", "online_blocks", "pair_chunks"]
     accumulator: Literal["float32"]
+    chunk: StrictInt | None = Field(default=None, ge=2, le=1024)
     leaf: StrictInt | None = Field(default=None, ge=1, le=4096)
     lanes: StrictInt | None = Field(default=None, ge=2, le=1024)
     block: StrictInt | None = Field(default=None, ge=2, le=1024)
@@ -737,7 +745,11 @@ class Reduction(StrictModel):
             raise ValueError("lanes is required for order lanes_tree, and only for it")
         if (self.order == "online_blocks") != (self.block is not None):
             raise ValueError("block is required for order online_blocks, and only for it")
-        for name, value in (("lanes", self.lanes), ("block", self.block)):
+        if (self.order == "pair_chunks") != (self.chunk is not None):
+            raise ValueError("chunk is required for order pair_chunks, and only for it")
+        if self.order == "pair_chunks" and self.step != "fma":
+            raise ValueError("order pair_chunks joins each term by one fused multiply-add: it needs step: fma")
+        for name, value in (("lanes", self.lanes), ("block", self.block), ("chunk", self.chunk)):
             if value is not None and value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, got {value}")
         if self.inner is not None and self.inner.dim == self.dim:
@@ -830,6 +842,11 @@ class NativeKernel(StrictModel):
     """Template parameters, so one template serves several ops (e.g. operand layouts)."""
     support_headers: tuple[SupportHeader, ...] = ()
     """Package headers the kernel includes beyond the ones every kernel may use."""
+    reduction_for: dict[Dtype, Reduction] = Field(default={}, max_length=3)
+    """Operand dtypes for which this kernel reduces in another order than the op's ``reduction``
+    (e.g. ``bfloat16: {order: pair_chunks, ...}``): the order its template states for them.  Such a
+    kernel gives other bits than the op's other kernels for those dtypes, so it cannot claim
+    ``portable``."""
     tiles: Tiles | None = None
     """Where the kernel's work changes shape; the generated tests take their sizes from it."""
     archs: tuple[ArchEntry, ...] = Field(default=(), max_length=1)

@@ -169,7 +169,7 @@ def _require(ok: bool, what: str) -> str:
     return ""
 
 
-_REDUCTION_DEFAULTS: dict[str, Any] = {"step": "add", "leaf": None, "lanes": None, "block": None}
+_REDUCTION_DEFAULTS: dict[str, Any] = {"step": "add", "leaf": None, "lanes": None, "block": None, "chunk": None}
 
 
 def _states_reduction(spec: Any, stated: Mapping[str, Any] | None) -> bool:
@@ -179,9 +179,18 @@ def _states_reduction(spec: Any, stated: Mapping[str, Any] | None) -> bool:
     field's default (step add, no size, no inner reduction)."""
     if spec is None or stated is None:
         return spec is None and stated is None
-    if any(getattr(spec, key) != stated.get(key, _REDUCTION_DEFAULTS.get(key)) for key in ("order", "dim", "step", "leaf", "lanes", "block")):
+    if any(getattr(spec, key) != stated.get(key, _REDUCTION_DEFAULTS.get(key)) for key in ("order", "dim", "step", "leaf", "lanes", "block", "chunk")):
         return False
     return _states_reduction(spec.inner, stated.get("inner"))
+
+
+def _states_reductions_for(spec: Mapping[Any, Any], stated: Mapping[str, Any] | None) -> bool:
+    """``{{ states_reductions_for(kernel_spec.reduction_for, stated) }}``: whether a kernel's own
+    orders by dtype (the spec's ``reduction_for``) are the ones its template states (``reduces_for``,
+    {dtype name: stated reduction}): the same dtypes, each the same reduction."""
+    stated = stated or {}
+    named = {getattr(dtype, "value", dtype): reduction for dtype, reduction in spec.items()}
+    return set(named) == set(stated) and all(_states_reduction(named[d], stated[d]) for d in named)
 
 
 def _reduction_text(stated: Mapping[str, Any] | None) -> str:
@@ -255,6 +264,7 @@ def _environment(templates_dir: str, cache_dir: str | None = None) -> jinja2.Env
     env.globals["require"] = _require
     env.globals["states_reduction"] = _states_reduction
     env.globals["reduction_text"] = _reduction_text
+    env.globals["states_reductions_for"] = _states_reductions_for
     return env
 
 

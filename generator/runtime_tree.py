@@ -1,7 +1,8 @@
 """The package's hand-written Python under ``runtime/``: which files reach every package, and
 the names the package itself defines, which no op may take.
 
-``runtime/rlkernels/`` becomes the package's Python folder, ``runtime/tests/`` its tests and
+``runtime/rlkernels/`` becomes the package's Python folder, ``runtime/tests/`` its tests,
+``runtime/csrc/`` hand-written C++ headers beside the generated ones (``csrc/`` of the package) and
 ``runtime/setup.py`` its build script, copied as they are (``plan``).  An op's public function is an attribute of the package, beside
 the package's own names (its modules, and what ``__init__.py`` binds); ``contracts`` refuses an
 op named like one of them, so no op can shadow the package or the package an op.
@@ -21,6 +22,8 @@ from .paths import RUNTIME_DIR
 PACKAGE_DIR = "rlkernels"
 """The folder of ``runtime/`` that becomes the package's Python folder (named as the package spec says)."""
 TESTS_DIR = "tests"
+CSRC_DIR = "csrc"
+"""The folder of ``runtime/`` whose C++ headers go to the package's ``csrc/`` (kernels include them as ``../../<name>``)."""
 MAX_SOURCE_BYTES = 1024 * 1024
 
 
@@ -33,12 +36,12 @@ def destination(rel: str, package: str) -> str | None:
     folder, _, rest = rel.partition("/")
     if not rest:
         return rel if rel in ROOT_FILES else None
-    return {PACKAGE_DIR: f"{package}/{rest}", TESTS_DIR: f"{TESTS_DIR}/{rest}"}.get(folder)
+    return {PACKAGE_DIR: f"{package}/{rest}", TESTS_DIR: f"{TESTS_DIR}/{rest}", CSRC_DIR: f"{CSRC_DIR}/{rest}"}.get(folder)
 
 
 def runtime_files(runtime: Path) -> tuple[str, ...]:
     """The hand-written files under ``runtime/`` (relative to it, sorted): every Python source of
-    its ``rlkernels/`` and ``tests/`` folders.  Anything else there -- a symbolic link, a special
+    its ``rlkernels/`` and ``tests/`` folders and every C++ header of its ``csrc/``.  Anything else there -- a symbolic link, a special
     file, a file of another kind, a sub-folder -- is an error naming it, so nothing unexpected
     reaches a package.  Python's byte-code caches are skipped."""
     if not runtime.is_dir():
@@ -64,10 +67,10 @@ def runtime_files(runtime: Path) -> tuple[str, ...]:
                 continue
             if path.is_symlink() or not path.is_file():
                 problems.append(f"{shown}: not a regular file; the package's sources must be plain files")
-            elif not name.endswith((".py", ".typed")) or destination(rel, "package") is None:
+            elif not name.endswith(".h" if rel.startswith(f"{CSRC_DIR}/") else (".py", ".typed")) or destination(rel, "package") is None:
                 problems.append(
                     f"{shown}: not copied into any package; {RUNTIME_DIR}/ holds the Python files of {PACKAGE_DIR}/ and {TESTS_DIR}/, "
-                    f"and {', '.join(sorted(ROOT_FILES))}"
+                    f"the C++ headers of {CSRC_DIR}/, and {', '.join(sorted(ROOT_FILES))}"
                 )
             else:
                 found.append(rel)

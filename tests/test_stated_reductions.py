@@ -22,15 +22,30 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Project:
     [
         ("column_sum", "order: ascending, accumulator: float32}", "order: lanes_tree, lanes: 4, accumulator: float32}", "columns",
          "the reduction {dim: M, order: ascending} that templates/kernels/column_sum_columns.j2 renders"),
-        ("det_gemm", "reduction: {dim: K,", "reduction: {dim: M,", "simt", "the reduction {dim: K, order: ascending, step: fma}"),
-        ("det_gemm", "order: ascending, accumulator: float32, step: fma}", "order: k_tree, leaf: 32, accumulator: float32, step: fma}", "simt",
-         "the reduction {dim: K, order: ascending, step: fma} that templates/kernels/det_gemm_simt.j2 renders"),
+        ("det_gemm", "order: ascending, accumulator: float32, step: fma}", "order: k_tree, leaf: 32, accumulator: float32, step: fma}", "amx",
+         "the reduction {dim: K, order: ascending, step: fma} that templates/kernels/det_gemm_amx.j2 renders"),
         ("rms_norm", "order: lanes_tree, lanes: 256,", "order: ascending,", "rows", "that templates/kernels/rms_norm_rows.j2 renders"),
         ("det_gemm_ktree", "T: [bfloat16]", "T: [bfloat16, float32]", "tree", "bfloat16 operands (T: [bfloat16]): it rounds every leaf and node to bfloat16"),
     ],
 )
 def test_a_reduction_no_kernel_renders_is_refused(generated: Project, capsys: pytest.CaptureFixture[str], op: str, old: str, new: str, kernel: str, message: str):
     generated.refuses_edit(capsys, f"specs/ops/{op}.yaml", old, new, f": kernels.{kernel}.template: cannot render ", message)
+
+
+def test_an_op_reduction_over_another_dimension_than_a_kernels_own_order_is_refused(generated: Project, capsys: pytest.CaptureFixture[str]):
+    generated.refuses_edit(capsys, "specs/ops/det_gemm.yaml", "reduction: {dim: K,", "reduction: {dim: M,",
+                           ": kernels.amx.reduction_for.bfloat16: ", "kernel amx reduces bfloat16 over K, but det_gemm reduces over M")
+
+
+def test_a_kernel_order_by_dtype_its_template_does_not_render_is_refused(generated: Project, capsys: pytest.CaptureFixture[str]):
+    generated.refuses_edit(capsys, "specs/ops/det_gemm_nt.yaml", "order: pair_chunks, chunk: 32,", "order: pair_chunks, chunk: 64,",
+                           ": kernels.amx.template: cannot render ", "the orders by dtype", "templates/kernels/det_gemm_amx.j2 renders")
+
+
+def test_a_kernel_with_its_own_order_cannot_claim_portable(generated: Project, capsys: pytest.CaptureFixture[str]):
+    generated.refuses_edit(capsys, "specs/ops/det_gemm_tn.yaml", "    guarantees: [deterministic, batch_invariant]\n    doc: bfloat16 on AMX",
+                           "    guarantees: [deterministic, batch_invariant, portable]\n    doc: bfloat16 on AMX",
+                           ": kernels.amx.guarantees.2: ", "kernel amx declares portable, but reduces bfloat16 in its own order")
 
 
 def test_every_reduction_of_the_catalog_is_one_its_kernels_render(generated: Project):

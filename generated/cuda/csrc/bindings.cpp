@@ -62,9 +62,12 @@
 #include "kernels/cpu/attention_backward_blocks.h"
 #include "kernels/cpu/column_sum_columns.h"
 #include "kernels/cpu/det_gemm_simt.h"
+#include "kernels/cpu/det_gemm_amx.h"
 #include "kernels/cpu/det_gemm_ktree_tree.h"
 #include "kernels/cpu/det_gemm_nt_simt.h"
+#include "kernels/cpu/det_gemm_nt_amx.h"
 #include "kernels/cpu/det_gemm_tn_simt.h"
+#include "kernels/cpu/det_gemm_tn_amx.h"
 #include "kernels/cpu/embedding_rows.h"
 #include "kernels/cpu/embedding_backward_rows.h"
 #include "kernels/cpu/gelu_tanh_elementwise.h"
@@ -511,6 +514,16 @@ at::Tensor det_gemm_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, b
   return out_c;
 }
 
+at::Tensor det_gemm_amx_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm(arg_a, arg_b, attr_out_fp32);
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
+  rlk::cpu::det_gemm_amx(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), at::get_num_threads());
+  return out_c;
+}
+
 // ---------------------------------------------------------------- det_gemm_ktree (specs/ops/det_gemm_ktree.yaml)
 
 void check_det_gemm_ktree(const at::Tensor& arg_a, const at::Tensor& arg_b) {
@@ -649,6 +662,16 @@ at::Tensor det_gemm_nt_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b
   return out_c;
 }
 
+at::Tensor det_gemm_nt_amx_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, const std::optional<at::Tensor>& arg_bias, bool attr_out_fp32) {
+  check_det_gemm_nt(arg_a, arg_b, arg_bias, attr_out_fp32);
+  const int64_t dim_M = arg_a.size(0);
+  const int64_t dim_K = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(0);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
+  rlk::cpu::det_gemm_nt_amx(arg_a.data_ptr(), arg_b.data_ptr(), arg_bias.has_value() ? arg_bias->data_ptr() : nullptr, out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_M, dim_K, dim_N, static_cast<bool>(attr_out_fp32), at::get_num_threads());
+  return out_c;
+}
+
 // ---------------------------------------------------------------- det_gemm_tn (specs/ops/det_gemm_tn.yaml)
 
 void check_det_gemm_tn(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
@@ -724,6 +747,16 @@ at::Tensor det_gemm_tn_simt_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b
   const int64_t dim_N = arg_b.size(1);
   at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
   rlk::cpu::det_gemm_tn_simt(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_K, dim_M, dim_N, static_cast<bool>(attr_out_fp32), at::get_num_threads());
+  return out_c;
+}
+
+at::Tensor det_gemm_tn_amx_cpu(const at::Tensor& arg_a, const at::Tensor& arg_b, bool attr_out_fp32) {
+  check_det_gemm_tn(arg_a, arg_b, attr_out_fp32);
+  const int64_t dim_K = arg_a.size(0);
+  const int64_t dim_M = arg_a.size(1);
+  const int64_t dim_N = arg_b.size(1);
+  at::Tensor out_c = at::empty({dim_M, dim_N}, arg_a.options().dtype((attr_out_fp32 ? at::kFloat : arg_a.scalar_type())));
+  rlk::cpu::det_gemm_tn_amx(arg_a.data_ptr(), arg_b.data_ptr(), out_c.data_ptr(), to_rlk_dtype(arg_a), to_rlk_dtype(out_c), dim_K, dim_M, dim_N, static_cast<bool>(attr_out_fp32), at::get_num_threads());
   return out_c;
 }
 
@@ -2266,16 +2299,19 @@ TORCH_LIBRARY(rlkernels, m) {
   m.def("det_gemm(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm.wgmma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm.amx(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_ktree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_ktree.tree(Tensor a, Tensor b) -> Tensor");
   m.def("det_gemm_nt(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.wgmma(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.mma(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_nt.amx(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_nt.simt(Tensor a, Tensor b, Tensor? bias, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.wgmma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.mma(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
+  m.def("det_gemm_tn.amx(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("det_gemm_tn.simt(Tensor a, Tensor b, bool out_fp32=False) -> Tensor");
   m.def("embedding(Tensor weight, Tensor ids) -> Tensor");
   m.def("embedding.rows(Tensor weight, Tensor ids) -> Tensor");
@@ -2608,12 +2644,15 @@ TORCH_LIBRARY_IMPL(rlkernels, CPU, m) {
   m.impl("column_sum.columns", &column_sum_columns_cpu);
   m.impl("det_gemm", &det_gemm_simt_cpu);
   m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm.amx", &det_gemm_amx_cpu);
   m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
   m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.amx", &det_gemm_nt_amx_cpu);
   m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
   m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.amx", &det_gemm_tn_amx_cpu);
   m.impl("embedding", &embedding_rows_cpu);
   m.impl("embedding.rows", &embedding_rows_cpu);
   m.impl("embedding_backward", &embedding_backward_rows_cpu);
@@ -2671,12 +2710,15 @@ TORCH_LIBRARY_IMPL(rlkernels, SparseCPU, m) {
   m.impl("column_sum.columns", &column_sum_columns_cpu);
   m.impl("det_gemm", &det_gemm_simt_cpu);
   m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm.amx", &det_gemm_amx_cpu);
   m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
   m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.amx", &det_gemm_nt_amx_cpu);
   m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
   m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.amx", &det_gemm_tn_amx_cpu);
   m.impl("embedding", &embedding_rows_cpu);
   m.impl("embedding.rows", &embedding_rows_cpu);
   m.impl("embedding_backward", &embedding_backward_rows_cpu);
@@ -2734,12 +2776,15 @@ TORCH_LIBRARY_IMPL(rlkernels, SparseCsrCPU, m) {
   m.impl("column_sum.columns", &column_sum_columns_cpu);
   m.impl("det_gemm", &det_gemm_simt_cpu);
   m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm.amx", &det_gemm_amx_cpu);
   m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
   m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.amx", &det_gemm_nt_amx_cpu);
   m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
   m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.amx", &det_gemm_tn_amx_cpu);
   m.impl("embedding", &embedding_rows_cpu);
   m.impl("embedding.rows", &embedding_rows_cpu);
   m.impl("embedding_backward", &embedding_backward_rows_cpu);
@@ -2797,12 +2842,15 @@ TORCH_LIBRARY_IMPL(rlkernels, NestedTensorCPU, m) {
   m.impl("column_sum.columns", &column_sum_columns_cpu);
   m.impl("det_gemm", &det_gemm_simt_cpu);
   m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm.amx", &det_gemm_amx_cpu);
   m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
   m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.amx", &det_gemm_nt_amx_cpu);
   m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
   m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.amx", &det_gemm_tn_amx_cpu);
   m.impl("embedding", &embedding_rows_cpu);
   m.impl("embedding.rows", &embedding_rows_cpu);
   m.impl("embedding_backward", &embedding_backward_rows_cpu);
@@ -2860,12 +2908,15 @@ TORCH_LIBRARY_IMPL(rlkernels, MkldnnCPU, m) {
   m.impl("column_sum.columns", &column_sum_columns_cpu);
   m.impl("det_gemm", &det_gemm_simt_cpu);
   m.impl("det_gemm.simt", &det_gemm_simt_cpu);
+  m.impl("det_gemm.amx", &det_gemm_amx_cpu);
   m.impl("det_gemm_ktree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_ktree.tree", &det_gemm_ktree_tree_cpu);
   m.impl("det_gemm_nt", &det_gemm_nt_simt_cpu);
   m.impl("det_gemm_nt.simt", &det_gemm_nt_simt_cpu);
+  m.impl("det_gemm_nt.amx", &det_gemm_nt_amx_cpu);
   m.impl("det_gemm_tn", &det_gemm_tn_simt_cpu);
   m.impl("det_gemm_tn.simt", &det_gemm_tn_simt_cpu);
+  m.impl("det_gemm_tn.amx", &det_gemm_tn_amx_cpu);
   m.impl("embedding", &embedding_rows_cpu);
   m.impl("embedding.rows", &embedding_rows_cpu);
   m.impl("embedding_backward", &embedding_backward_rows_cpu);
