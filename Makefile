@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 GEN := $(PY) -m generator
 PLATFORM ?= cpu
 
-.PHONY: help generate check diff test test-fast lint compile-check wheel gpu-check bench clean
+.PHONY: help generate check diff test test-fast lint compile-check wheel install gpu-check bench clean
 
 help:
 	@echo "make help       this list"
@@ -21,6 +21,9 @@ help:
 	@echo "make lint       ruff check generator runtime tests tools; mypy --strict generator runtime"
 	@echo "make compile-check  compile every generated kernel: nvcc (.cu), hipcc (.hip), nvcc + MUSA shim (.mu)"
 	@echo "make wheel PLATFORM=cpu|cuda|rocm|musa  build dist/rlkernels-<version>+<label>.torch<XY>-*.whl"
+	@echo "make install EXTRAS=transformers,trl,vllm  build the wheel for this machine's platform and install it,"
+	@echo "                with those extras, into python3's environment (an activated virtual environment);"
+	@echo "                PYTHON=, PLATFORM=, WHEEL=<a built wheel>, TORCH_INDEX= (see docs/building.md)"
 	@echo "make gpu-check  on a GPU machine: build the CUDA package, run its tests, compare with CPU, benchmark"
 	@echo "make bench      benchmarks, as ratios against baselines measured in the same process"
 	@echo "make clean      remove build outputs (.build, dist, build); not the virtual environments"
@@ -82,6 +85,17 @@ compile-check: $(VENV)/.gen-stamp
 
 wheel: $(BUILD_VENV)/.build-stamp
 	$(BUILD_VENV)/bin/python tools/build_wheel.py --platform $(PLATFORM)
+
+# make install: tools/install.py, run by the generator's environment (.venv) for the environment of
+# $(PYTHON).  PLATFORM is passed only when given (make wheel's default, cpu, is not a choice here:
+# the platform then follows the target's torch).  TORCH_INDEX: where a CPU target without torch
+# gets it (empty: pip's configured index).
+EXTRAS ?=
+WHEEL ?=
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+install: $(VENV)/.gen-stamp
+	$(PY) tools/install.py --python "$(PYTHON)" --extras "$(EXTRAS)" --torch-index "$(TORCH_INDEX)" \
+		$(if $(filter command line environment,$(origin PLATFORM)),--platform "$(PLATFORM)") $(if $(WHEEL),--wheel "$(WHEEL)")
 
 gpu-check:
 	bash tools/gpu_check.sh
