@@ -467,13 +467,13 @@ def test_plugin_is_inert_when_off_and_refuses_another_vllm_version(package, monk
 
 
 def test_readme_rollout_example(package):
-    """The README's "Rollouts with vLLM" example (a ``py`` block: it needs a model and an engine, so
-    tests/test_docs.py does not run it) makes the calls test_vllm_reports_the_trainers_log_probs_bit_for_bit
+    """The README's "Rollouts with vLLM" example (a ``py`` block, a script that starts an engine, which
+    tests/test_install.py runs in a fresh install) makes the calls test_vllm_reports_the_trainers_log_probs_bit_for_bit
     makes, with the switch, the extra and the entry point this package declares."""
     readme = (REPO / "README.md").read_text()
     section = readme.split("## Rollouts with vLLM", 1)[1].split("\n## ", 1)[0]
     example = section.split("```py\n", 1)[1].split("```", 1)[0]
-    for call in ('os.environ["RLKERNELS_VLLM"] = "1"', 'vllm.LLM(path, dtype="bfloat16")', "logprobs=0, prompt_logprobs=0", "rlkt.patch(model)",
+    for call in ('os.environ["RLKERNELS_VLLM"] = "1"', 'vllm.LLM(path, dtype="bfloat16"', "logprobs=0, prompt_logprobs=0", "rlkt.patch(",
                  "rlkt.token_logprobs(model"):
         assert call in example, call
     worker = WORKER.read_text()
