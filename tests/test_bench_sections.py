@@ -249,6 +249,7 @@ class NoBuild(core.Context):
         return None
 
 
+@pytest.mark.slow  # the section asks for transformers, which only make test installs (the vllm extra)
 def test_the_large_model_runs_forward_and_backward_only_and_is_not_in_the_default_run(monkeypatch):
     torch = pytest.importorskip("torch")
     large = LargeDecoderSection()
