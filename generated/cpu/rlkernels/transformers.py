@@ -39,6 +39,10 @@ import torch
 from torch import nn
 
 from . import _ops
+from ._families import FAMILIES, Family, op_window
+from ._families import LayerKind as _LayerKind
+from ._families import Unimplemented as _Unimplemented
+from ._families import finite_nonzero as _finite_nonzero
 from ._registry import OPS, PACKAGE, TOLERANCES
 from ._runtime import UnsupportedError, platform_of, select_backend
 
@@ -192,8 +196,7 @@ def attention_forward(
         )
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
     scale = 0.0 if scaling is None else float(scaling)  # 0: the op's 1/sqrt(D)
-    # transformers' window lets a query see `sliding_window` keys, itself included; the op counts those before it.
-    window = -1 if sliding_window is None else int(sliding_window) - 1
+    window = op_window(sliding_window)
     batch, heads, tq, dim = query.shape
     kv_heads, tk = key.shape[1], key.shape[2]
 
@@ -347,96 +350,6 @@ def _make_attention_forward(theta: float | None, window: int | None) -> Callable
 # --------------------------------------------------------------------------------------------
 
 
-class _LayerKind(NamedTuple):
-    """What one attention layer computes, as its config says."""
-
-    rope: bool  # q and k rotated by RoPE (False: a NoPE layer)
-    window: int | None  # sliding window in transformers' count (the query included); None: full attention
-
-
-class _Unimplemented(Exception):
-    """A config value patch does not implement: the key (``key[i]`` for one entry), the value, why."""
-
-    def __init__(self, key: str, value: Any, why: str) -> None:
-        super().__init__(key, value, why)
-        self.key, self.value, self.why = key, value, why
-
-
-def _window(config: Any) -> int:
-    value = config.sliding_window
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _Unimplemented("sliding_window", value, "a sliding layer needs a window of at least one key")
-    return value
-
-
-def _layer_types(config: Any) -> list[str]:
-    types, count = config.layer_types, config.num_hidden_layers
-    if not isinstance(types, (list, tuple)) or len(types) < count:
-        raise _Unimplemented("layer_types", types, f"expected a type for each of the {count} layers")
-    for i, kind in enumerate(types[:count]):
-        if kind not in ("full_attention", "sliding_attention"):
-            raise _Unimplemented(f"layer_types[{i}]", kind, "only full_attention and sliding_attention layers are implemented")
-    return list(types[:count])
-
-
-def _rope_layers(config: Any) -> list[_LayerKind]:
-    """Llama, Granite: RoPE and full attention on every layer."""
-    return [_LayerKind(True, None)] * config.num_hidden_layers
-
-
-def _mistral_layers(config: Any) -> list[_LayerKind]:
-    """Mistral: RoPE on every layer, and config.sliding_window on every layer (None: full attention)."""
-    window = None if config.sliding_window is None else _window(config)
-    return [_LayerKind(True, window)] * config.num_hidden_layers
-
-
-def _qwen_layers(config: Any) -> list[_LayerKind]:
-    """Qwen2, Qwen3: RoPE on every layer; config.layer_types (made from use_sliding_window and
-    max_window_layers where not given) says which layers slide, by config.sliding_window."""
-    return [_LayerKind(True, _window(config) if kind == "sliding_attention" else None) for kind in _layer_types(config)]
-
-
-def _smollm3_layers(config: Any) -> list[_LayerKind]:
-    """SmolLM3: config.no_rope_layers[i] (made from no_rope_layer_interval where not given) says
-    whether layer i rotates q and k; a sliding_attention layer slides by config.sliding_window."""
-    count, flags = config.num_hidden_layers, config.no_rope_layers
-    if not isinstance(flags, (list, tuple)) or len(flags) < count or any(flag not in (0, 1) for flag in flags[:count]):
-        raise _Unimplemented("no_rope_layers", flags, f"expected 1 (RoPE) or 0 (NoPE) for each of the {count} layers")
-    kinds = []
-    for i, kind in enumerate(_layer_types(config)):
-        window = None
-        if kind == "sliding_attention":
-            if not config.use_sliding_window:
-                # The model's sdpa and eager masks would slide, while the layer passes no window to other backends.
-                raise _Unimplemented(f"layer_types[{i}]", kind, "with use_sliding_window=False the layer's own backends disagree on it")
-            window = _window(config)
-        kinds.append(_LayerKind(bool(flags[i]), window))
-    return kinds
-
-
-_ValueCheck = Callable[[Any], "str | None"]
-"""Why a value of an implemented key is not implemented, or None."""
-
-
-def _only_silu(value: Any) -> str | None:
-    return None if value == "silu" else "only the SiLU-gated MLP (SwiGLU) has a batch-invariant op"
-
-
-def _plain_rope(value: Any) -> str | None:
-    if not isinstance(value, dict) or value.get("rope_type") != "default" or set(value) - {"rope_type", "rope_theta"}:
-        return "only the default, unscaled RoPE ({'rope_type': 'default', 'rope_theta': ...}) is implemented"
-    theta = value.get("rope_theta")
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
-        return "rope_theta must be a positive number"
-    return None
-
-
-def _finite_nonzero(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value == 0:
-        return "the logits are divided by it: a finite, non-zero number"
-    return None
-
-
 # Keys that do not change what the model computes: names, token ids (the embedding's padding_idx
 # is the module's own, handled there), output and cache switches, dtype, initialisation, the
 # position limit (the rope op has no table).
@@ -446,50 +359,8 @@ _INERT_KEYS = frozenset({
     "return_dict", "transformers_version", "use_cache",
 })
 
-# Keys every supported type implements.  Sizes, eps and biases: the patched forwards read them from
-# the modules (det_linear adds a bias).  tie_word_embeddings: the LM head's weight is read,
-# whichever tensor it is.  attention_dropout: 0 in eval; the attention refuses dropout in training.
-_LLAMA_KEYS: dict[str, _ValueCheck | None] = {
-    "attention_bias": None, "attention_dropout": None, "head_dim": None, "hidden_act": _only_silu, "hidden_size": None,
-    "intermediate_size": None, "mlp_bias": None, "num_attention_heads": None, "num_hidden_layers": None,
-    "num_key_value_heads": None, "rms_norm_eps": None, "rope_parameters": _plain_rope, "tie_word_embeddings": None,
-    "vocab_size": None,
-}
-_QWEN_WINDOW_KEYS: dict[str, _ValueCheck | None] = {
-    "layer_types": None, "max_window_layers": None, "sliding_window": None, "use_sliding_window": None,
-}
-
-
-@dataclass(frozen=True)
-class _ConfigSupport:
-    """What patch understands of one model type's config."""
-
-    layers: Callable[[Any], list[_LayerKind]]
-    """Each layer's kind, or _Unimplemented."""
-    implemented: dict[str, _ValueCheck | None]
-    """Keys whose value patch reads and implements, each with the check of its value (None: any)."""
-    unread: frozenset[str] = frozenset()
-    """Keys that published configs of the type carry but its modeling code never reads."""
-
-
-_SUPPORT: dict[str, _ConfigSupport] = {
-    "llama": _ConfigSupport(_rope_layers, _LLAMA_KEYS, unread=frozenset({"pretraining_tp"})),
-    # The embedding and residual multipliers are the model's own element-wise code between the
-    # patched modules; attention_multiplier is the attention's scaling, which the patched forward
-    # passes on; token_logprobs divides by logits_scaling as the model's forward does.
-    "granite": _ConfigSupport(
-        _rope_layers,
-        {**_LLAMA_KEYS, "attention_multiplier": None, "embedding_multiplier": None, "residual_multiplier": None, "logits_scaling": _finite_nonzero},
-    ),
-    "mistral": _ConfigSupport(_mistral_layers, {**_LLAMA_KEYS, "sliding_window": None}),
-    "qwen2": _ConfigSupport(_qwen_layers, {**_LLAMA_KEYS, **_QWEN_WINDOW_KEYS}, unread=frozenset({"use_mrope"})),
-    "qwen3": _ConfigSupport(_qwen_layers, {**_LLAMA_KEYS, **_QWEN_WINDOW_KEYS}),
-    "smollm3": _ConfigSupport(
-        _smollm3_layers,
-        {**_LLAMA_KEYS, "layer_types": None, "no_rope_layer_interval": None, "no_rope_layers": None, "sliding_window": None, "use_sliding_window": None},
-        unread=frozenset({"max_window_layers", "pretraining_tp"}),
-    ),
-}
+_SUPPORT: dict[str, Family] = {family.model_type: family for family in FAMILIES}
+"""What patch understands of each model type's config (``_families``)."""
 
 SUPPORTED_CONFIG: dict[str, frozenset[str]] = {
     model_type: frozenset(_INERT_KEYS | support.implemented.keys() | support.unread) for model_type, support in _SUPPORT.items()

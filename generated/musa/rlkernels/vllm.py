@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from . import _runtime
+from ._families import FAMILIES, op_window
 from ._registry import OPS, Op
 
 ENV = "RLKERNELS_VLLM"
@@ -63,8 +64,10 @@ ENV = "RLKERNELS_VLLM"
 SUPPORTED_VLLM = "0.32.0"
 """The one vLLM release whose internals this module is written against."""
 
-ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
-"""The model classes (``config.architectures``) whose every op the plugin routes."""
+_FAMILIES = {family.architecture: family for family in FAMILIES if family.vllm}
+
+ARCHITECTURES = tuple(_FAMILIES)
+"""The model classes (``config.architectures``) whose every op the plugin routes (``_families``)."""
 
 __all__ = ["ARCHITECTURES", "ENV", "SUPPORTED_VLLM", "RefusedError", "enabled", "register"]
 
@@ -733,8 +736,7 @@ def _checked_model(arch: str) -> type:
     routes (or a container of them), so that nothing in the model runs vLLM's own kernels."""
     import importlib
 
-    module = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[arch]
-    base: Any = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), arch)
+    base: Any = getattr(importlib.import_module(f"vllm.model_executor.models.{_FAMILIES[arch].model_type}"), arch)
 
     class Checked(base):
         def __init__(self, *, vllm_config: Any, prefix: str = "", **kwargs: Any) -> None:  # vLLM reads the signature
@@ -752,11 +754,11 @@ def _checked_model(arch: str) -> type:
     return Checked
 
 
-# Modules of the four families that only route tensors between routed ones (and add residuals).
+# Modules of the routed families that only route tensors between routed ones (and add residuals).
 _CONTAINERS = frozenset(
     {
         "ModuleList",
-        *(f"{family}{part}" for family in ("Llama", "Mistral", "Qwen2", "Qwen3") for part in ("Model", "DecoderLayer", "Attention", "MLP")),
+        *(f"{family.prefix}{part}" for family in _FAMILIES.values() for part in ("Model", "DecoderLayer", "Attention", "MLP")),
     }
 )
 
@@ -785,6 +787,34 @@ def _unrouted(model: nn.Module) -> list[str]:
     return problems
 
 
+@dataclasses.dataclass
+class RoutedAttentionMetadata:
+    """What the plugin's attention reads of a step's attention metadata (built by its builder)."""
+
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc: torch.Tensor  # [B + 1] int32
+    seq_lens: torch.Tensor  # [B] int32
+    block_table: torch.Tensor  # [B, MB] int32
+    slot_mapping: torch.Tensor  # [T] int64
+    causal: bool
+
+
+def _kv_planes(kv_cache: torch.Tensor, kv_heads: int, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer's cache [NB, 2, BS, HK * D] (layout LHBNC, two head slots) as its key and value
+    planes, [NB, BS, HK, D] each and contiguous: no copy."""
+    nb, slots, bs = kv_cache.shape[:3]
+    if slots != 2 or kv_cache.shape[3] != kv_heads * head_size:
+        raise RefusedError(f"{ENV}=1: rlkernels.vllm attention got a KV cache of shape {list(kv_cache.shape)}, not its own [blocks, 2, block, heads x dim]")
+    k, v = kv_cache[:, 0].view(nb, bs, kv_heads, head_size), kv_cache[:, 1].view(nb, bs, kv_heads, head_size)
+    if not (k.is_contiguous() and v.is_contiguous()):
+        raise RefusedError(
+            f"{ENV}=1: rlkernels.vllm attention needs the KV cache layout LHBNC (each plane contiguous); unset VLLM_KV_CACHE_LAYOUT"
+        )
+    return k, v
+
+
 def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None:
     """Register the plugin's attention backend in place of vLLM's CPU one (CPU_ATTN)."""
     from vllm.v1.attention.backend import (
@@ -797,26 +827,15 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
     )
     from vllm.v1.kv_cache_interface import AttentionSpec, KVCacheLayout
 
-    @dataclasses.dataclass
-    class Metadata:
-        num_actual_tokens: int
-        max_query_len: int
-        max_seq_len: int
-        query_start_loc: torch.Tensor  # [B + 1] int32
-        seq_lens: torch.Tensor  # [B] int32
-        block_table: torch.Tensor  # [B, MB] int32
-        slot_mapping: torch.Tensor  # [T] int64
-        causal: bool
-
-    class Builder(AttentionMetadataBuilder[Metadata]):
+    class Builder(AttentionMetadataBuilder[RoutedAttentionMetadata]):
         def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
             super().__init__(kv_cache_spec, layer_names, vllm_config, device)
 
-        def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False) -> Metadata:
+        def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False) -> RoutedAttentionMetadata:
             m = common_attn_metadata
             if not isinstance(m.causal, bool):
                 raise RefusedError(f"{ENV}=1: rlkernels.vllm attention takes causal or full attention, not a per-token causal mask")
-            return Metadata(
+            return RoutedAttentionMetadata(
                 num_actual_tokens=m.num_actual_tokens,
                 max_query_len=m.max_query_len,
                 max_seq_len=m.max_seq_len,
@@ -826,19 +845,6 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
                 slot_mapping=m.slot_mapping,
                 causal=m.causal,
             )
-
-    def planes(kv_cache: torch.Tensor, kv_heads: int, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The layer's cache [NB, 2, BS, HK * D] (layout LHBNC, two head slots) as its key and value
-        planes, [NB, BS, HK, D] each and contiguous: no copy."""
-        nb, slots, bs = kv_cache.shape[:3]
-        if slots != 2 or kv_cache.shape[3] != kv_heads * head_size:
-            raise RefusedError(f"{ENV}=1: rlkernels.vllm attention got a KV cache of shape {list(kv_cache.shape)}, not its own [blocks, 2, block, heads x dim]")
-        k, v = kv_cache[:, 0].view(nb, bs, kv_heads, head_size), kv_cache[:, 1].view(nb, bs, kv_heads, head_size)
-        if not (k.is_contiguous() and v.is_contiguous()):
-            raise RefusedError(
-                f"{ENV}=1: rlkernels.vllm attention needs the KV cache layout LHBNC (each plane contiguous); unset VLLM_KV_CACHE_LAYOUT"
-            )
-        return k, v
 
     class Impl(AttentionImpl):
         def __init__(
@@ -877,16 +883,15 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             self.attn_type = attn_type
             self.kv_sharing_target_layer_name = None
             self.sliding_window = sliding_window
-            # vLLM's window counts the query itself (as transformers'); the op counts the keys before it.
-            self.window = -1 if sliding_window is None else int(sliding_window) - 1
+            self.window = op_window(sliding_window)
             self._planes: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
         def planes(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            """``planes`` of this layer's cache, made once: vLLM hands the layer the same cache
+            """``_kv_planes`` of this layer's cache, made once: vLLM hands the layer the same cache
             tensor every step (twice a step: to write, then to attend); the views follow its data."""
             made = self._planes
             if made is None or made[0] is not kv_cache:
-                made = self._planes = (kv_cache, *planes(kv_cache, self.num_kv_heads, self.head_size))
+                made = self._planes = (kv_cache, *_kv_planes(kv_cache, self.num_kv_heads, self.head_size))
             return made[1], made[2]
 
         def do_kv_cache_update(self, layer: nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
@@ -900,7 +905,7 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             key: torch.Tensor,
             value: torch.Tensor,
             kv_cache: torch.Tensor,
-            attn_metadata: Metadata | None,
+            attn_metadata: RoutedAttentionMetadata | None,
             output: torch.Tensor,
             output_scale: torch.Tensor | None = None,
             output_block_scale: torch.Tensor | None = None,
@@ -963,7 +968,6 @@ def _install_attention(AttentionBackendEnum: Any, register_backend: Any) -> None
             itemsize = torch.empty((), dtype=spec.dtype).element_size()
             return dataclasses.replace(spec, num_head_slots=2, state_content_bytes=spec.num_kv_heads * spec.head_size * itemsize)
 
-    _export(Metadata, "RoutedAttentionMetadata")
     _export(Builder, "RoutedAttentionMetadataBuilder")
     _export(Impl, "RoutedAttentionImpl")
     _export(Backend, "RoutedAttentionBackend")
