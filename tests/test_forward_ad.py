@@ -2,7 +2,7 @@
 tangent, where the unpatched model gives one; reverse mode through the same model still works.
 
 The contract suite holds every op and overload to the rule (test_forward_mode_ad_is_refused and
-test_gradient_under_a_torch_func_transform_is_refused in runtime/tests/test_contracts.py); this
+test_gradient_under_a_torch_func_transform_is_refused in runtime/tests/test_autograd.py); this
 shows it reaches a model, whose parameters carry the tangents.
 """
 
