@@ -306,9 +306,6 @@ def test_make_install_into_a_fresh_venv_runs_the_readmes_examples(installed: tup
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="the sampled tokens' log-probs this example's engine reports differ from token_logprobs' "
-                   "in the last bits of some tokens (seen greedy and sampled, with and without vLLM's engine processes); "
-                   "tests/test_vllm_plugin.py's engines do not show it")
 def test_the_readmes_vllm_example_runs_in_the_fresh_install(installed: tuple[Path, dict[str, str], Path]):
     """The README's ``py`` block, a rollout script: a real vLLM engine (vLLM's default, compiled mode,
     its engine core in a process of its own) on the plugin, compared with the patched model."""
