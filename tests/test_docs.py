@@ -166,7 +166,7 @@ QUOTED: dict[str, Source] = {
         _with(("  cuda: [wgmma, mma, simt]", "  cuda: [mma, wgmma, simt]"), "diff", "--summary"), whole=True
     ),
     "diff --summary, with musa: []": Source(_with(("  musa: [simt]", "  musa: []"), "diff", "--summary")),
-    "diff --summary, with step: add in specs/ops/det_gemm.yaml": Source(_with(("step: fma}", "step: add}"), "diff", "--summary")),
+    "diff --summary, with step: add in specs/ops/det_gemm.yaml": Source(_with(("order: ascending, accumulator: float32, step: fma}", "order: ascending, accumulator: float32, step: add}"), "diff", "--summary")),
     "rlkernels.logp(logits, [[0, 1, 2], [0, 1, 2]]), checked in tests/test_cpu_package.py": Source(
         _asserted_in("tests/test_cpu_package.py"), asserted=True
     ),
