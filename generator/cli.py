@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,8 @@ EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away (``d
 REGISTRY = "registry.json"
 MAX_SHOWN_BYTES = 16 * 1024 * 1024
 """``diff`` shows at most this much of a file that is in the way (the rest is past any output's size)."""
+MAX_EXACT_DIFF_LINES = 40_000
+"""``diff`` matches every line of two versions of a file up to this many lines in all (``unified_diff``)."""
 
 
 def _expected(layout: Layout, workers: int | None = None) -> Output:
@@ -184,12 +186,67 @@ def _semantic(layout: Layout, args: argparse.Namespace, new_registry: bytes) -> 
     return semantic_diff.report(semantic_diff.compare(old, new), source)
 
 
+def _sources_on_disk(layout: Layout) -> dict[str, bytes]:
+    """The packages' C++ sources under generated/, keyed as under it (what a record's hash covers)."""
+    from .source_hash import package_files
+
+    found: dict[str, bytes] = {}
+    for package in sorted(layout.generated.iterdir()) if layout.generated.is_dir() else []:
+        if package.is_dir() and not package.is_symlink() and (package / "csrc").is_dir():
+            found |= package_files(package, package.name)
+    return found
+
+
+def _sources_at(layout: Layout, rev: str) -> dict[str, bytes]:
+    """The packages' C++ sources under generated/ as committed at ``rev`` (verified as for the registry)."""
+    what = f"--base {_shown_value(rev)}"
+    verified = _git(layout, what, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    commit = verified.stdout.decode(errors="replace").strip()
+    listed = _git(layout, what, "ls-tree", "-r", "-z", "--full-tree", commit, "--", "generated/")
+    if verified.returncode != 0 or listed.returncode != 0:
+        raise GeneratorError(f"{what}: cannot list generated/ at that commit")
+    wanted: dict[str, str] = {}
+    for entry in listed.stdout.split(b"\0"):
+        meta, _, path = entry.decode(errors="replace").partition("\t")  # "<mode> <type> <object>\t<path>"
+        kind, oid = (meta.split(" ") + ["", ""])[1:3]
+        if kind == "blob" and path.split("/")[2:3] == ["csrc"]:
+            wanted[path.removeprefix("generated/")] = oid
+    if not wanted:
+        return {}
+    try:
+        batch = subprocess.run(["git", "cat-file", "--batch"], cwd=layout.root, input="".join(f"{oid}\n" for oid in wanted.values()).encode(),
+                               capture_output=True, check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise GeneratorError(f"{what}: cannot run git ({exc})") from None
+    out, at, found = batch.stdout, 0, {}
+    for rel in wanted:
+        header_end = out.index(b"\n", at)
+        size = int(out[at:header_end].split()[2])
+        found[rel] = out[header_end + 1 : header_end + 1 + size]
+        at = header_end + 1 + size + 1
+    return found
+
+
+def _evidence_lines(layout: Layout, args: argparse.Namespace, expected: Output) -> list[str]:
+    """The records the change makes stale (or current again), compared with generated/ as it is, or at --base."""
+    from . import evidence
+
+    if expected.evidence is None or not expected.evidence.ledger.records:
+        return []
+    try:
+        before = _sources_at(layout, args.base) if args.base is not None else _sources_on_disk(layout)
+    except (GeneratorError, OSError, ValueError, IndexError) as exc:
+        return [f"evidence the change makes stale: unavailable ({exc})"]
+    return evidence.consequence_lines(evidence.consequences(expected.evidence.ledger, before, expected.files))
+
+
 def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
     recover(layout.generated, layout.extras, read_only=True)
     expected = _expected(layout, args.jobs)
     changes = compute_changes(layout.generated, expected.files, expected.extras)
     summary = _semantic(layout, args, expected.files.get(REGISTRY, b'{"ops": {}}'))
     semantic_changed = not summary[0].endswith(": none")
+    summary += _evidence_lines(layout, args, expected)
     if changes.empty and not semantic_changed and args.base is None and not args.summary:
         return EXIT_OK
     print("\n".join(summary))
@@ -203,8 +260,36 @@ def cmd_diff(layout: Layout, args: argparse.Namespace) -> int:
             except FileProblem as problem:
                 old = [f"({shown}: {problem})\n"]
             new = data.decode().splitlines(keepends=True) if data is not None else []
-            sys.stdout.writelines(difflib.unified_diff(old, new, f"a/{shown}", f"b/{shown}" if data is not None else "/dev/null"))
+            sys.stdout.writelines(unified_diff(old, new, f"a/{shown}", f"b/{shown}" if data is not None else "/dev/null"))
     return EXIT_DIFFERS if not changes.empty or semantic_changed else EXIT_OK
+
+
+def unified_diff(a: list[str], b: list[str], fromfile: str, tofile: str, context: int = 3) -> Iterator[str]:
+    """``difflib.unified_diff`` without its "popular line" heuristic, which in a file of more than
+    200 lines takes every line that makes up more than 1% of it (a blank line, a table's header
+    row: REGISTRY.md is made of them) for junk that never anchors a match: a one-line change then
+    showed as a hundred unchanged lines removed and added again.  Matching every line costs more
+    on a file of many distinct lines, so above MAX_EXACT_DIFF_LINES the heuristic stays."""
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=len(a) + len(b) > MAX_EXACT_DIFF_LINES)
+    for index, group in enumerate(matcher.get_grouped_opcodes(context)):
+        if index == 0:
+            yield f"--- {fromfile}\n"
+            yield f"+++ {tofile}\n"
+        first, last = group[0], group[-1]
+        yield f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n"
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (f" {line}" for line in a[i1:i2])
+                continue
+            yield from (f"-{line}" for line in a[i1:i2])
+            yield from (f"+{line}" for line in b[j1:j2])
+
+
+def _range(start: int, stop: int) -> str:
+    """A hunk's line range as unified diffs write it (difflib's _format_range_unified)."""
+    length = stop - start
+    beginning = start + 1 if length else start
+    return f"{beginning}" if length == 1 else f"{beginning},{length}"
 
 
 def _evidence_for_explain(layout: Layout) -> Evidence | str:

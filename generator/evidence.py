@@ -520,3 +520,85 @@ def report_lines(evidence: Evidence, command: str) -> tuple[list[str], list[str]
             f"contract (op, kernel, backend, platform or dtype gone); it is ignored"
         )
     return out, err
+
+
+# --------------------------------------------------------------------------- what a change does to the ledger
+
+
+@dataclass(frozen=True)
+class Consequences:
+    """What rendering other sources does to the ledger's records (``diff``'s summary)."""
+
+    staled: tuple[Record, ...]
+    """Records that cover the sources as they were and not as they would be rendered."""
+    renewed: tuple[Record, ...]
+    """Records that did not cover the sources as they were and cover them as rendered: a change put back."""
+    dropped: tuple[Record, ...] = ()
+    """Records that covered the sources as they were, of kernels no longer rendered on their platform."""
+
+
+def consequences(ledger: Ledger, before: Mapping[str, bytes], after: Mapping[str, bytes]) -> Consequences:
+    """Each record judged against two renderings of generated/ (keyed as under it; only the
+    packages' ``csrc/`` files matter): its kernel's hash is recomputed on each side, as the check
+    that wrote it computed it."""
+    memos = (Memo(), Memo())
+    hashes: dict[tuple[str, str, str], tuple[str | None, str | None]] = {}
+    staled: list[Record] = []
+    renewed: list[Record] = []
+    dropped: list[Record] = []
+    for record in sorted(ledger.records, key=lambda r: (r.op, r.platform, r.kernel, r.level, r.dtype)):
+        key = (record.platform, record.op, record.kernel)
+        if key not in hashes:
+            hashes[key] = (source_sha256(before, *key, memo=memos[0]), source_sha256(after, *key, memo=memos[1]))
+        old, new = hashes[key]
+        if old == new:
+            continue
+        if record.source_sha256 == old:
+            (staled if new is not None else dropped).append(record)
+        elif record.source_sha256 == new:
+            renewed.append(record)
+    return Consequences(tuple(staled), tuple(renewed), tuple(dropped))
+
+
+def _kernel_lines(records: Sequence[Record]) -> list[str]:
+    """One line per kernel on a platform: its levels, and its dtypes where they are not all alike."""
+    by_kernel: dict[tuple[str, str, str], dict[str, list[str]]] = {}
+    for r in records:
+        by_kernel.setdefault((r.op, r.kernel, r.platform), {}).setdefault(r.level, []).append(r.dtype)
+    lines = []
+    for (op, kernel, platform), levels in by_kernel.items():
+        ordered = sorted(levels.items(), key=lambda item: _rank(item[0]))
+        if len({tuple(dtypes) for _, dtypes in ordered}) == 1:
+            shown = f"{', '.join(level for level, _ in ordered)} ({', '.join(ordered[0][1])})"
+        else:
+            shown = "; ".join(f"{level} ({', '.join(dtypes)})" for level, dtypes in ordered)
+        lines.append(f"  {op}/{platform} {kernel}: {shown}")
+    return lines
+
+
+def consequence_lines(found: Consequences) -> list[str]:
+    """``diff``'s lines about the ledger: every record the change makes stale, per kernel, and the
+    checks that wrote them, which must run on the new sources to renew them."""
+    lines: list[str] = []
+    if found.staled:
+        n = len(found.staled)
+        lines.append(f"evidence the change makes stale ({n} record{'s' if n > 1 else ''}: the sources they were checked on change):")
+        lines += _kernel_lines(found.staled)
+        checks: dict[str, dict[str, list[str]]] = {}
+        for r in found.staled:
+            platforms = checks.setdefault(r.how.check, {}).setdefault(r.level, [])
+            if r.platform not in platforms:
+                platforms.append(r.platform)
+        lines.append("renewed only by running again on the new sources the checks that wrote them:")
+        for check, levels in checks.items():
+            what = "; ".join(f"{level} on {', '.join(sorted(platforms))}" for level, platforms in sorted(levels.items(), key=lambda i: _rank(i[0])))
+            lines.append(one_line(f"  {check} ({what})"))
+    if found.dropped:
+        n = len(found.dropped)
+        lines.append(f"evidence of kernels the change stops rendering ({n} record{'s' if n > 1 else ''}: they will name no contract):")
+        lines += _kernel_lines(found.dropped)
+    if found.renewed:
+        n = len(found.renewed)
+        lines.append(f"evidence the change makes current again ({n} record{'s' if n > 1 else ''}: the sources they were checked on return):")
+        lines += _kernel_lines(found.renewed)
+    return lines

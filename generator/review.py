@@ -9,9 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from .load import Catalog
+from .model import Kernel, NativeKernel
 from .views import OpView
 
 REGISTRY_JSON = "registry.json"
+
+
+def _kernel(kernel: Kernel) -> dict[str, Any]:
+    """A native kernel's entry names what its source is rendered from (template, functor, params),
+    so that a change to any of them is named in ``diff``'s summary, not only in its unified diff."""
+    entry: dict[str, Any] = {"kind": kernel.kind, "guarantees": sorted(g.value for g in kernel.guarantees)}
+    if isinstance(kernel, NativeKernel):
+        entry |= {"template": kernel.template, "functor": kernel.functor, "params": dict(sorted(kernel.params.items()))}
+    return entry
 
 
 def _op(view: OpView, platforms: list[str]) -> dict[str, Any]:
@@ -27,7 +37,7 @@ def _op(view: OpView, platforms: list[str]) -> dict[str, Any]:
         },
         "tolerance": spec.tolerance,
         "reduction": spec.reduction.model_dump(mode="json", exclude_none=True) if spec.reduction is not None else None,
-        "kernels": {name: {"kind": k.kind, "guarantees": sorted(g.value for g in k.guarantees)} for name, k in spec.kernels.items()},
+        "kernels": {name: _kernel(k) for name, k in spec.kernels.items()},
         "backends": {platform: list(view.backends(platform)) for platform in platforms},
         "torch_schema": sig.torch_schema,
     }

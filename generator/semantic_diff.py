@@ -110,6 +110,19 @@ def _reduction_changes(name: str, where: str, old: State, new: State) -> list[Ch
     return out
 
 
+def _param_changes(subject: str, old: State, new: State) -> list[Change]:
+    """One line per template parameter changed, added or removed: each renders another source."""
+    out: list[Change] = []
+    for key in _ordered(old.keys() | new.keys()):
+        if key not in new:
+            out.append(Change(subject, f"param {key} removed (was {json.dumps(old[key])})"))
+        elif key not in old:
+            out.append(Change(subject, f"param {key} added: {json.dumps(new[key])}"))
+        elif old[key] != new[key]:
+            out.append(Change(subject, f"param {key} {json.dumps(old[key])} → {json.dumps(new[key])}"))
+    return out
+
+
 def _tolerance_note(old_state: State, new_state: State, old_class: str, new_class: str) -> str:
     """'looser' / 'tighter' / '' for a switch between tolerance classes, when both tables are known."""
     old_table = _dict(_dict(old_state.get("tolerances")).get(old_class))
@@ -175,7 +188,10 @@ def _op_changes(name: str, old: State, new: State, old_state: State, new_state: 
             out.append(Change(subject, f"loses guarantee {g}{where}", weakens=bool(serving)))
         for g in _ordered(gained):
             out.append(Change(subject, f"gains guarantee {g}"))
-        for key in _ordered((a.keys() | b.keys()) - {"kind", "guarantees"}):
+        if "params" in a and "params" in b:
+            out += _param_changes(subject, _dict(a["params"]), _dict(b["params"]))
+        # A key one side lacks is a registry of another format (an older --base), not a change.
+        for key in _ordered((a.keys() & b.keys()) - {"kind", "guarantees", "params"}):
             if a.get(key) != b.get(key):
                 out.append(Change(subject, f"{key} {json.dumps(a.get(key))} → {json.dumps(b.get(key))}"))
 

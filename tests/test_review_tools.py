@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import random
 import re
 import subprocess
 
 import pytest
 
 from conftest import REPO, Project
-from generator import contracts, readme, semantic_diff
+from generator import contracts, evidence, readme, semantic_diff
+from generator.cli import unified_diff
 from generator.errors import SpecError
 from generator.explain import explain, verdict
 from generator.load import load_catalog, parse_yaml
 from generator.schema import MODELS, schema_files, schema_header, schema_path, spec_kind
+from generator.source_hash import source_sha256
 
 OP = "specs/ops/det_gemm.yaml"
 
@@ -225,8 +229,116 @@ def test_diff_against_a_git_revision(small_project: Project, capsys):
     out = capsys.readouterr().out
     assert "semantic changes (HEAD:generated/registry.json → the specs):" in out
     assert "WEAKENS CONTRACT: det_gemm/rocm: supported → unsupported" in out
+    dropped = [r for r in records_covering(small_project) if (r.op, r.platform) == ("det_gemm", "rocm")]
+    assert dropped and f"evidence of kernels the change stops rendering ({len(dropped)} records: they will name no contract):" in out
+    assert "  det_gemm/rocm simt: " in out and "evidence the change makes stale" not in out
     assert small_project.run("diff", "--base", "no-such-rev") == 2
     assert "error: --base no-such-rev: not a commit in this repository" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- diff: what a change costs
+
+
+def records_covering(project: Project, base: str | None = "HEAD") -> list[evidence.Record]:
+    """The ledger's records that cover the sources under generated/ (as committed at ``base``, or on disk)."""
+    if base is None:
+        files = {p.relative_to(project.generated).as_posix(): p.read_bytes() for p in project.generated.rglob("*") if p.is_file()}
+    else:
+        listed = subprocess.run(["git", "ls-files", "generated"], cwd=project.root, capture_output=True, text=True, check=True).stdout.split()
+        files = {
+            rel.removeprefix("generated/"): subprocess.run(["git", "show", f"{base}:{rel}"], cwd=project.root, capture_output=True, check=True).stdout
+            for rel in listed
+            if "/csrc/" in rel
+        }
+    ledger = evidence.read_ledger(project.root)
+    return [r for r in ledger.records if r.source_sha256 == source_sha256(files, r.platform, r.op, r.kernel)]
+
+
+def stale_block(out: str) -> list[str]:
+    """The lines of diff's summary about the records a change makes stale, header first."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("evidence the change makes stale ("))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return lines[start:end]
+
+
+def test_diff_names_the_records_a_summary_edit_makes_stale_and_the_checks_that_renew_them(small_project: Project, capsys):
+    """The summary is in each of the op's kernels' header comment, which their hash covers."""
+    covering = [r for r in records_covering(small_project, base=None) if r.op == "det_gemm"]
+    assert covering, "the ledger holds current records of det_gemm's kernels"
+    small_project.edit(OP, "\nsummary: Deterministic batch-invariant", "\nsummary: Deterministic and batch-invariant")
+    assert small_project.run("diff", "--summary") == 1
+    out = capsys.readouterr().out
+    assert 'det_gemm: summary "Deterministic batch-invariant' in out
+    block = stale_block(out)
+    assert block[0] == f"evidence the change makes stale ({len(covering)} records: the sources they were checked on change):"
+    for platform, kernel in {(r.platform, r.kernel) for r in covering}:
+        (line,) = [line for line in block if line.startswith(f"  det_gemm/{platform} {kernel}: ")]
+        levels = {r.level for r in covering if (r.platform, r.kernel) == (platform, kernel)}
+        assert all(level in line for level in levels), line
+    assert not any(line.startswith(("  column_sum/", "  det_gemm_nt/", "  det_gemm_tn/")) for line in block)
+    renew = out.split("renewed only by running again on the new sources the checks that wrote them:\n", 1)[1].splitlines()
+    for check in {r.how.check for r in covering}:
+        assert any(line.startswith(f"  {check} (") for line in renew), check
+
+
+def test_diff_names_a_kernel_param_change_and_the_records_it_makes_stale(small_project: Project, capsys):
+    covering = [r for r in records_covering(small_project, base=None) if (r.op, r.kernel) == ("det_gemm", "mma")]
+    assert covering
+    params = next(line for line in (small_project.root / OP).read_text().splitlines() if "warps_m: 2" in line)
+    small_project.edit(OP, params, params.replace("stages: 3", "stages: 4"))
+    assert small_project.run("diff", "--summary") == 1
+    out = capsys.readouterr().out
+    assert "  det_gemm kernel mma: param stages 3 → 4" in out
+    assert "semantic changes (generated/registry.json → the specs): none" not in out
+    block = stale_block(out)
+    assert block[0].startswith(f"evidence the change makes stale ({len(covering)} records")
+    assert [line.split(":")[0] for line in block[1:]] == ["  det_gemm/cuda mma"]
+    # Put back after a generate, the records cover the sources again.
+    assert small_project.run("generate") == 0
+    small_project.edit(OP, params.replace("stages: 3", "stages: 4"), params)
+    capsys.readouterr()
+    assert small_project.run("diff", "--summary") == 1
+    out = capsys.readouterr().out
+    assert "  det_gemm kernel mma: param stages 4 → 3" in out
+    assert f"evidence the change makes current again ({len(covering)} records: the sources they were checked on return):" in out
+    assert "evidence the change makes stale" not in out
+
+
+def test_param_changes_are_named_one_by_one_and_an_older_registry_without_params_shows_none():
+    def with_params(**params):
+        op = gemm()
+        op["kernels"]["mma"] = {**op["kernels"]["mma"], "template": "kernels/det_gemm_mma.j2", "functor": None, "params": params}
+        return op
+
+    out = lines(state(det_gemm=with_params(block_k=32, stages=3, spare=True)), state(det_gemm=with_params(block_k=64, stages=3, warps=2)))
+    assert out == ["det_gemm kernel mma: param block_k 32 → 64", "det_gemm kernel mma: param spare removed (was true)", "det_gemm kernel mma: param warps added: 2"]
+    assert lines(state(det_gemm=gemm()), state(det_gemm=with_params(stages=3))) == []
+
+
+def test_a_one_line_change_shows_as_one_line_in_registry_md(project: Project, capsys):
+    """The whole catalog's REGISTRY.md repeats lines (blank lines, table headers) that difflib's
+    heuristic took for junk: an unchanged line was shown removed and added again."""
+    project.edit(OP, "\nsummary: Deterministic batch-invariant", "\nsummary: Deterministic and batch-invariant")
+    capsys.readouterr()
+    assert project.run("diff") == 1
+    out = capsys.readouterr().out
+    registry = out.split("--- a/generated/REGISTRY.md\n", 1)[1].split("\n--- ", 1)[0].splitlines()
+    removed = [line[1:] for line in registry if line.startswith("-")]
+    added = [line[1:] for line in registry if line.startswith("+") and not line.startswith("+++")]
+    assert removed and not set(removed) & set(added), "an unchanged line is shown removed and added again"
+    assert "Deterministic batch-invariant matrix product C = A @ B." in removed and len(removed) < 20
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_unified_diff_is_difflibs_where_difflib_matches_every_line(seed: int):
+    rng = random.Random(seed)
+    for _ in range(50):
+        a = [rng.choice("abcde") + "\n" for _ in range(rng.randint(0, 40))]
+        b = [rng.choice("abcde") + "\n" for _ in range(rng.randint(0, 40))]
+        if rng.random() < 0.5:
+            b = a[: rng.randint(0, len(a))] + b[:3] + a[rng.randint(0, len(a)) :]
+        assert list(unified_diff(a, b, "a/x", "b/x")) == list(difflib.unified_diff(a, b, "a/x", "b/x"))
 
 
 # --------------------------------------------------------------------------- explain
