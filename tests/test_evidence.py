@@ -218,7 +218,7 @@ def test_levels_render_and_a_changed_source_shows_stale_without_failing_check(le
     assert ledgerless.run("check") == 1, "new records make REGISTRY.md stale until generated"
     assert ledgerless.run("generate") == 0
     text = registry(ledgerless)
-    assert "| `det_gemm` | simt (none) | wgmma (none) → mma (executed) → simt (compiled) | simt (none) | simt (none) |" in text
+    assert "| `det_gemm` | simt (none) → amx (none) | wgmma (none) → mma (executed) → simt (compiled) | simt (none) | simt (none) |" in text
     assert "| cuda | `mma` | executed | executed | executed | executed: a check, on NVIDIA H200, CUDA 13.0, torch 2.11.0+cu130 (commit 0123456789ab) |" in text
 
     # A changed tensor-core header changes mma's source (and wgmma's, which has no records), not simt's.
@@ -347,9 +347,9 @@ def test_a_run_with_nothing_passed_writes_no_record(ledgerless: Project, tmp_pat
     "package, named, message",
     [
         ("cpu", ("no_such_op", "simt", "cpu", "float32"), "unknown op 'no_such_op'; the ops are column_sum, det_gemm, det_gemm_nt, det_gemm_tn"),
-        ("cpu", ("det_gemm", "no_such_kernel", "cpu", "float32"), "unknown kernel 'no_such_kernel' of op det_gemm; its native kernels are mma, simt, wgmma"),
+        ("cpu", ("det_gemm", "no_such_kernel", "cpu", "float32"), "unknown kernel 'no_such_kernel' of op det_gemm; its native kernels are amx, mma, simt, wgmma"),
         ("cuda", ("det_gemm", "simt", "tpu", "float32"), "unknown platform 'tpu'; the platforms are cpu, cuda, musa, rocm"),
-        ("cpu", ("det_gemm", "mma", "cpu", "float32"), "kernel mma of op det_gemm is not a backend of it on cpu; its native kernels there are simt"),
+        ("cpu", ("det_gemm", "mma", "cpu", "float32"), "kernel mma of op det_gemm is not a backend of it on cpu; its native kernels there are amx, simt"),
         ("cpu", ("det_gemm", "simt", "cpu", "float64"), "unknown dtype 'float64' of op det_gemm; its dtypes are float32, float16, bfloat16"),
         ("tpu", ("det_gemm", "simt", "cpu", "float32"), "package_platform: unknown platform 'tpu'; the platforms are cpu, cuda, musa, rocm"),
     ],

@@ -38,14 +38,14 @@ def test_cuda_registry_prefers_mma_with_simt_as_portable_fallback(op: str):
     # wgmma first: its launcher runs it on an sm_90a build on a 9.0 device and hands every other to mma.
     assert entry["backends"]["cuda"] == ["wgmma", "mma", "simt"]
     assert {platform: names for platform, names in entry["backends"].items() if platform != "cuda"} == {
-        "cpu": ["simt"],
+        "cpu": ["simt", "amx"],
         "rocm": ["simt"],
         "musa": ["simt"],
     }
     assert entry["kernels"]["mma"]["guarantees"] == ["batch_invariant", "deterministic"]
     assert "portable" in entry["kernels"]["simt"]["guarantees"]
     build = json.loads((GENERATED / "cuda/rlkernels/_build.json").read_text())
-    assert build["backends"][op] == {"cuda": ["wgmma", "mma", "simt"], "cpu": ["simt"]}, f"the cuda package's registry must list wgmma, mma, then simt, for {op}"
+    assert build["backends"][op] == {"cuda": ["wgmma", "mma", "simt"], "cpu": ["simt", "amx"]}, f"the cuda package's registry must list wgmma, mma, then simt, for {op}"
 
 
 @pytest.mark.parametrize(("op", "dims", "bias"), [("det_gemm", "M, K, N", ""), ("det_gemm_nt", "M, K, N", "bias, "), ("det_gemm_tn", "K, M, N", "")])

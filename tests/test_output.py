@@ -41,7 +41,7 @@ def test_every_file_has_a_provenance_header(project: Project):
             assert '"_generated"' in path.read_text(), path
             continue
         assert "DO NOT EDIT" in head[0], path
-        if head[0].startswith("# Copied from runtime/"):  # the package's hand-written Python, as it is
+        if head[0].startswith(("# Copied from runtime/", "// Copied from runtime/")):  # the package's hand-written Python and C++, as it is
             rel = head[0].split("Copied from ")[1].split(" ")[0]
             assert path.read_text().split("\n", 1)[1] == (project.root / rel).read_text(), path
             continue

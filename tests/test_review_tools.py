@@ -196,7 +196,7 @@ def test_diff_summary_only(small_project: Project, capsys):
 
 
 def test_diff_reports_a_reduction_step_change(small_project: Project, capsys):
-    small_project.edit(OP, "step: fma}", "step: add}")
+    small_project.edit(OP, "order: ascending, accumulator: float32, step: fma}", "order: ascending, accumulator: float32, step: add}")
     assert small_project.run("diff", "--summary") == 1
     assert """det_gemm: reduction step "fma" → "add" (the op's bits change)""" in capsys.readouterr().out
 
@@ -474,7 +474,9 @@ def test_registry_matrix_lists_dtypes_backends_and_guarantees(small_project: Pro
     text = (small_project.generated / "REGISTRY.md").read_text()
     assert "| `det_gemm` | deterministic, batch_invariant | float32, float16, bfloat16 |" in text
     assert "| platform | backends, in order | float32 | float16 | bfloat16 | guaranteed whichever backend runs |" in text
-    assert "| cpu | `simt` | yes | yes | yes | deterministic, batch_invariant, portable |" in text
+    # amx, which only CPUs run and which claims no portability, follows simt: portable is not
+    # guaranteed whichever CPU backend runs.
+    assert "| cpu | `simt` → `amx` | yes | yes | yes | deterministic, batch_invariant |" in text
     assert "| musa | unsupported | — | — | — | — |" in text
 
 

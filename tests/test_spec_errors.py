@@ -32,7 +32,7 @@ def errors_of(project: Project, capsys) -> str:
         (OP, "  - {name: a, dtype: T", "  - {name: class, dtype: T", "args.0.name", "reserved in C++"),
         (OP, "requires: [deterministic, batch_invariant]", "requires: [deterministic, fast]", "requires.1", "Input should be 'deterministic', 'batch_invariant', 'portable' or 'layout_invariant'"),
         (OP, "  musa: [simt]", "  musa: [simt]\n  metal: [simt]", "backends.metal", "Unknown platform metal. Expected one of cpu, cuda, musa, rocm"),
-        (OP, "  cuda: [wgmma, mma, simt]", "  cuda: [tiled]", "backends.cuda.0", "Unknown backend tiled. Expected one of mma, simt, torch_matmul, torch_reference, wgmma"),
+        (OP, "  cuda: [wgmma, mma, simt]", "  cuda: [tiled]", "backends.cuda.0", "Unknown backend tiled. Expected one of amx, mma, simt, torch_matmul, torch_reference, wgmma"),
         (OP, "  cuda: [wgmma, mma, simt]", "  cuda: [simt, simt]", "backends.cuda.1", "backend simt is listed twice for cuda"),
         # A kernel's archs: one arch-specific target, which every platform running it builds and names a macro for.
         (OP, '    archs: ["9.0a"]', '    archs: ["9.0a", "10.0a"]', "kernels.wgmma.archs", "at most 1 item"),
@@ -50,10 +50,10 @@ def errors_of(project: Project, capsys) -> str:
         ("specs/ops/swiglu.yaml", "requires: [deterministic, batch_invariant, portable]", "requires: [deterministic, batch_invariant, portable, layout_invariant]", "requires.3", "layout_invariant is required, but swiglu declares no reduction; only a k_tree reduction's parts combine into the whole"),
         (OP, "name: det_gemm", "name: det_gemm2", "name", "must match the file name"),
         # A reduction's step and the reduction inside it.
-        (OP, "step: fma}", "step: fused}", "reduction.step", "Input should be 'add' or 'fma'"),
-        (OP, "step: fma}", "step: fma, inner: {dim: K, order: ascending, accumulator: float32}}", "reduction", "inner reduces over K, the dimension of the reduction it computes terms for"),
-        (OP, "step: fma}", "step: fma, inner: {dim: H, order: ascending, accumulator: float32}}", "", "reduction over H: no argument has that dimension"),
-        (OP, "step: fma}", "step: fma, inner: {dim: N, order: ascending, accumulator: float32, lanes: 4}}", "reduction.inner", "lanes is required for order lanes_tree, and only for it"),
+        (OP, "order: ascending, accumulator: float32, step: fma}", "order: ascending, accumulator: float32, step: fused}", "reduction.step", "Input should be 'add' or 'fma'"),
+        (OP, "order: ascending, accumulator: float32, step: fma}", "order: ascending, accumulator: float32, step: fma, inner: {dim: K, order: ascending, accumulator: float32}}", "reduction", "inner reduces over K, the dimension of the reduction it computes terms for"),
+        (OP, "order: ascending, accumulator: float32, step: fma}", "order: ascending, accumulator: float32, step: fma, inner: {dim: H, order: ascending, accumulator: float32}}", "", "reduction over H: no argument has that dimension"),
+        (OP, "order: ascending, accumulator: float32, step: fma}", "order: ascending, accumulator: float32, step: fma, inner: {dim: N, order: ascending, accumulator: float32, lanes: 4}}", "reduction.inner", "lanes is required for order lanes_tree, and only for it"),
         (OP, "  - {name: b, dtype: T, shape: [K, N]", "  - {name: b, dtype: U, shape: [K, N]", "", "dtype variable U is not declared"),
         (OP, "  - {name: c, dtype: T, shape: [M, N]", "  - {name: c, dtype: T, shape: [M, Q]", "", "dimension Q does not appear"),
         (CUDA, "  compiler_key: nvcc", "  compiler_key: 42", "build.compiler_key", "Input should be a valid string"),
@@ -185,7 +185,7 @@ def test_kernels_whose_generated_names_collide_are_refused(bare_project: Project
         "kernels:\n",
         "kernels:\n  nt_simt:\n    kind: native\n    template: kernels/det_gemm_simt.j2\n    guarantees: [deterministic, batch_invariant, portable]\n",
     )
-    bare_project.edit(OP, "  cpu: [simt]", "  cpu: [nt_simt, simt]")
+    bare_project.edit(OP, "  cpu: [simt, amx]", "  cpu: [nt_simt, simt, amx]")
     err = errors_of(bare_project, capsys)
     assert "op det_gemm_nt kernel simt and op det_gemm kernel nt_simt both generate the name det_gemm_nt_simt" in err, err
 

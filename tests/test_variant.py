@@ -48,7 +48,7 @@ def test_another_ops_kernel_keeps_its_own_layout():
         ("det_gemm", "mma", "cuda", {"stages": 17}, "param stages = 17 is the kernel's tiles.stages, which may be at most 16"),
         ("det_gemm", "mma", "rocm", {}, "det_gemm's kernel mma is not rendered for rocm: no package carries it there (it renders for cuda)"),
         ("det_gemm", "torch_matmul", "cuda", {}, "det_gemm's kernel torch_matmul is a Python reference (torch.matmul): it has no params to render"),
-        ("det_gemm", "tiled", "cuda", {}, "det_gemm has no kernel tiled (its kernels: mma, simt, torch_matmul, torch_reference, wgmma)"),
+        ("det_gemm", "tiled", "cuda", {}, "det_gemm has no kernel tiled (its kernels: amx, mma, simt, torch_matmul, torch_reference, wgmma)"),
         ("det_gem", "mma", "cuda", {}, "no op det_gem in"),
         ("det_gemm", "mma", "metal", {}, "no platform metal (platforms: cpu, cuda, musa, rocm)"),
     ],
