@@ -17,7 +17,7 @@ help:
 	@echo "make diff       show what 'make generate' would change; succeeds when it shows changes"
 	@echo "                (python -m generator diff itself exits 1 then)"
 	@echo "make test       run every test (generator, contracts, CPU package build): about an hour of CPU"
-	@echo "make test-fast  every test not marked slow (no package built, no device compiler or engine): about 9 minutes"
+	@echo "make test-fast  every test not marked slow (no package built, no device compiler or engine): about 8.5 minutes"
 	@echo "make lint       ruff check generator runtime tests tools; mypy --strict generator runtime"
 	@echo "make compile-check  compile every generated kernel: nvcc (.cu), hipcc (.hip), nvcc + MUSA shim (.mu)"
 	@echo "make wheel PLATFORM=cpu|cuda|rocm|musa  build dist/rlkernels-<version>+<label>.torch<XY>-*.whl"
