@@ -69,10 +69,13 @@ def _function(test: str) -> str:
     return test.split("[", 1)[0]
 
 
-def run_generated_tests(root: Path, ops: list[str], select: str, junit: Path) -> Outcomes:
-    """Run the package's contract tests of ``ops`` (``-k select``) inside ``root``, in one
-    process; every test's outcome."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", *(f"--op={op}" for op in ops), "-k", select, f"--junitxml={junit}"]
+def run_generated_tests(root: Path, ops: list[str], select: tuple[str, ...], junit: Path) -> Outcomes:
+    """Run the package's contract test functions whose names start with one of ``select`` (for
+    ``ops``) inside ``root``, in one process; every test's outcome.
+
+    Selected by node id, not ``-k``: ``-k`` also matches module names, so ``test_accuracy``
+    would take in every test of tests/test_accuracy.py."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selected_tests(root, select), *(f"--op={op}" for op in ops), f"--junitxml={junit}"]
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=1800)
     tests: dict[str, str] = {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
@@ -80,6 +83,18 @@ def run_generated_tests(root: Path, ops: list[str], select: str, junit: Path) ->
         outcome = "failed" if "failure" in kinds else "error" if "error" in kinds else "skipped" if "skipped" in kinds else "passed"
         tests[case.get("name", "")] = outcome
     return Outcomes(done.returncode, tests, done.stdout[-6000:] + done.stderr[-3000:])
+
+
+def selected_tests(root: Path, select: tuple[str, ...]) -> list[str]:
+    """The node ids (tests/<module>.py::<function>) of the test functions in ``root``'s tests
+    whose names start with one of ``select``; each prefix must name at least one."""
+    found = [(module, name) for module in sorted((root / "tests").glob("test_*.py")) for name in re.findall(r"^def (test_\w+)\(", module.read_text(), flags=re.MULTILINE)]
+    ids = []
+    for prefix in select:
+        named = [f"tests/{module.name}::{name}" for module, name in found if name.startswith(prefix)]
+        assert named, f"no contract test function starts with {prefix!r} (was it renamed?)"
+        ids += named
+    return list(dict.fromkeys(ids))
 
 
 # Runs in a package root: calls torch.ops.rlkernels.<op>.<kernel> on saved inputs, saves the outputs.

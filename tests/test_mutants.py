@@ -34,7 +34,7 @@ from package_build import build_inplace
 pytestmark = pytest.mark.slow
 
 # The generated tests each mutant runs: the guarantees' tests, and accuracy, which must pass.
-SELECT = "test_accuracy or test_deterministic or test_batch_invariant"
+SELECT = ("test_accuracy", "test_deterministic", "test_batch_invariant")
 DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -212,7 +212,7 @@ def test_rms_norm_that_splits_long_rows_of_small_batches_is_caught(built, tmp_pa
 
 # ---------------------------------------------------------------------------- attention
 
-ATTENTION_SELECT = "test_accuracy or test_deterministic or test_sequence or test_chunked or test_decode"
+ATTENTION_SELECT = ("test_accuracy", "test_deterministic", "test_sequence", "test_chunked", "test_decode")
 
 # The host kernels' dots run in block_dots, which both carry (_attention_host.j2) and which knows
 # neither the sequence nor the call: a mutant gives its d loop an order from two thread-local
@@ -258,7 +258,7 @@ ATTENTION_DECODE_DOTS_DESCENDING = [
 
 # ---------------------------------------------------------------------------- paged_attention
 
-PAGED_SELECT = "test_accuracy or test_deterministic or test_paged"
+PAGED_SELECT = ("test_accuracy", "test_deterministic", "test_paged")
 PAGED_BLOCK_ROWS = """\
       const auto block_rows = [&](int64_t start, int64_t from, int64_t to, int64_t* rows) {
         bool any_unreadable = false;"""
@@ -499,7 +499,7 @@ def test_fake_kernel_with_a_wrong_shape_is_caught(built, tmp_path):
     more than the kernel returns.  Caught by test_opcheck (its fake-tensor check) and by the
     meta-tensor test, on every overload; the kernels themselves are untouched."""
     mutant = build_mutant("rlkernels/_public.py", FAKE_DET_GEMM_ONE_COLUMN_TOO_WIDE)
-    outcomes = run_generated_tests(mutant.root, ["det_gemm"], "test_opcheck or test_public_function_on_meta_tensors or test_accuracy", tmp_path / "junit.xml")
+    outcomes = run_generated_tests(mutant.root, ["det_gemm"], ("test_opcheck", "test_public_function_on_meta_tensors", "test_accuracy"), tmp_path / "junit.xml")
     assert outcomes.failing == {"test_opcheck", "test_public_function_on_meta_tensors"}, outcomes.output
     assert set(outcomes.of("test_opcheck").values()) == {"failed"}
 
@@ -511,7 +511,7 @@ def test_op_without_autograd_is_caught(built, tmp_path):
     Not by test_opcheck: opcheck's registration check only catches backend kernels that build
     autograd graphs themselves, not a missing autograd kernel."""
     mutant = build_mutant("rlkernels/_public.py", LOGP_BACKWARD_WITHOUT_AUTOGRAD)
-    outcomes = run_generated_tests(mutant.root, ["logp_backward"], "test_opcheck or test_not_differentiable or test_accuracy", tmp_path / "junit.xml")
+    outcomes = run_generated_tests(mutant.root, ["logp_backward"], ("test_opcheck", "test_not_differentiable", "test_accuracy"), tmp_path / "junit.xml")
     assert outcomes.failing == {"test_not_differentiable_is_refused"}, outcomes.output
     assert set(outcomes.of("test_not_differentiable_is_refused").values()) == {"failed"}
 
