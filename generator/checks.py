@@ -6,40 +6,18 @@ give the same message, each followed by what it got (", got shape [3, 4]").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from dataclasses import replace
 
+from .interchange import interchange
 from .model import FLOAT32_MAX, FLOAT32_ZERO_BELOW
 from .signature import Signature
 
-CheckKind = Literal["layout", "rank", "dtype", "same_dtype", "same_device", "dim", "multiple_of", "multiple_of_dim", "equals_dim", "count_nonzero", "contiguous", "finite", "bound"]
-Relation = Literal[">", ">=", "<", "<="]
-
-ATTRIBUTE_KINDS: frozenset[CheckKind] = frozenset({"finite", "bound"})
+# The check declaration is the package's (its bindings and its Python read these checks back).
+Check = interchange.Check
+CheckKind = interchange.CheckKind
+Relation = interchange.Relation
+ATTRIBUTE_KINDS = interchange.ATTRIBUTE_CHECKS
 """Checks of an attribute's value (``arg`` names the attribute); the others check a tensor."""
-
-
-@dataclass(frozen=True)
-class Check:
-    """One input check.  ``message`` is the fixed part, shared by both languages."""
-
-    kind: CheckKind
-    arg: str
-    message: str
-    optional: bool = False
-    """The argument may be None; the check applies only when it is given."""
-    rank: int = 0
-    dtypes: tuple[str, ...] = ()
-    other: str = ""
-    axis: int = 0
-    other_axis: int = 0
-    multiple_of: int = 1
-    dim: str = ""
-    relation: Relation = ">="
-    bound: int | float = 0
-    """``bound`` checks: the value must be ``<relation> <bound>``."""
-    plus: int = 0
-    """equals_dim: what is added to the other dimension's size."""
 
 
 def _words(items: tuple[str, ...]) -> str:

@@ -11,18 +11,14 @@ import functools
 import itertools
 from dataclasses import dataclass
 
+from .interchange import interchange
 from .model import Attr, Dtype, OpSpec, Output, TensorArg
 
 FLOATS = ("float32", "float16", "bfloat16")
 
 
-@dataclass(frozen=True)
-class DimBinding:
-    """The first argument axis that carries a dimension; every later use must equal it."""
-
-    dim: str
-    arg: str
-    axis: int
+DimBinding = interchange.DimBinding
+"""The first argument axis that carries a dimension; every later use must equal it (declared with the package's data files)."""
 
 
 @dataclass(frozen=True)

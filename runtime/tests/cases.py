@@ -31,18 +31,24 @@ import importlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 import torch
 
 from bitwise import bits
 
-_DATA = json.loads(Path(__file__).with_name("contract_cases.json").read_text(encoding="utf-8"))
-PACKAGE = _DATA["package"]
+if TYPE_CHECKING:
+    from rlkernels._interchange import KernelSizes, OpCases, Paged
+
+_FILE = Path(__file__).with_name("contract_cases.json")
+# The file names its package, whose declaration of the file's layout then reads it in full.
+PACKAGE: str = json.loads(_FILE.read_text(encoding="utf-8"))["package"]
 package = importlib.import_module(PACKAGE)
 registry = importlib.import_module(f"{PACKAGE}._registry")
 runtime = importlib.import_module(f"{PACKAGE}._runtime")
+interchange = importlib.import_module(f"{PACKAGE}._interchange")
+_DATA = interchange.read(interchange.ContractCases, _FILE)
 
 Inputs = list[Any]
 Outputs = tuple[torch.Tensor, ...]
@@ -78,47 +84,47 @@ def _random_split(total: int, entries: int, generator: torch.Generator) -> torch
 class OpCase:
     """One op of the catalog: its test data and the helpers its contract tests use."""
 
-    def __init__(self, name: str, data: dict[str, Any]) -> None:
+    def __init__(self, name: str, data: OpCases) -> None:
         op = registry.OPS[name]
         self.name = name
         self.op = op
-        self.shapes: list[dict[str, int]] = [dict(shape) for shape in data["shapes"]]
+        self.shapes: list[dict[str, int]] = [dict(shape) for shape in data.shapes]
         # (name, dtype or dtype variable, shape, optional, how to fill it)
-        self.args = [(a.name, a.dtype, a.shape, a.optional, data["values"].get(a.name)) for a in op.args]
+        self.args = [(a.name, a.dtype, a.shape, a.optional, data.values.get(a.name)) for a in op.args]
         self.attrs: dict[str, Any] = {a.name: a.default for a in op.attrs}
         # (name, shape, differentiable)
         self.outputs = [(o.name, o.shape, o.differentiable) for o in op.outputs]
         # Dimensions whose size is the number of true entries of an argument (they follow its data).
-        self.counted: dict[str, str] = data["counted"]
+        self.counted: dict[str, str] = data.counted
         # Dimensions another must be a multiple of, and those (a divisor 0 leaves only 0).
-        self.divides: dict[str, str] = data["divides"]
+        self.divides: dict[str, str] = data.divides
         # Dimensions another one's size gives (B1 = B + 1): dimension -> (that one, what is added).
-        self.follows: dict[str, tuple[str, int]] = {dim: (base, plus) for dim, (base, plus) in data["follows"].items()}
-        sequences = data["sequences"]
+        self.follows: dict[str, tuple[str, int]] = data.follows
+        sequences = data.sequences
         # Packed sequences: dimension -> the argument holding its offsets (cu_seqlens).
-        self.offsets: dict[str, str] = {dim: arg for dim, arg in sequences["offsets"]} if sequences else {}
+        self.offsets: dict[str, str] = dict(sequences.offsets) if sequences else {}
         # The first packed dimension's rows see the second's aligned to the end, each only up to its own position.
-        self.prefix: bool = bool(sequences and sequences["prefix"])
+        self.prefix: bool = bool(sequences and sequences.prefix)
         # The bool attribute under which alone that holds, if any.
-        self.prefix_if: str | None = sequences["prefix_if"] if sequences else None
+        self.prefix_if: str | None = sequences.prefix_if if sequences else None
         # Sequences whose keys lie in a paged cache (tests.paged): the queries' dimension, and the
         # arguments holding the queries' offsets, the keys' lengths, the block table and the caches.
-        self.paged: dict[str, Any] | None = data["paged"]
+        self.paged: Paged | None = data.paged
         if self.paged is not None:
-            self.prefix_if = self.paged["prefix_if"]
+            self.prefix_if = self.paged.prefix_if
         self.grad_inputs = list(op.grad_inputs)
         # Each case gives every dtype variable a dtype; an op with several variables spells a case as
         # their dtypes joined by "/", in the order of dtype_vars, and its tests run every combination.
         self.dtype_vars = list(op.dtype_vars)
-        self.dtypes: list[str] = data["dtype_cases"]
+        self.dtypes: list[str] = list(data.dtype_cases)
         self.leading_dim = op.leading_dim
-        self.batch_dim: str | None = data["batch_dim"]
-        self.variants_data: list[dict[str, Any]] = data["variants"]
+        self.batch_dim: str | None = data.batch_dim
+        self.variants_data: list[dict[str, Any]] = [dict(v) for v in data.variants]
         # Every native kernel this package carries for the op, per platform, with the sizes taken from
         # its spec's tiles: batch sizes around each row tile and past two of them, chunk splits on
         # either side of a tile boundary, padding past the next one, and a reduction extent that runs
         # more than stages + 1 steps with a ragged tail.
-        self.kernels: dict[str, dict[str, dict[str, Any]]] = {p: data["kernels"][p] for p in registry.CARRIED_PLATFORMS}
+        self.kernels: dict[str, dict[str, KernelSizes]] = {p: data.kernels[p] for p in registry.CARRIED_PLATFORMS}
         self.reduction = op.reduction
         self.dynamic = bool(op.dynamic_dims)
 
@@ -144,11 +150,11 @@ class OpCase:
         found += [pytest.param(dict(v), id="-".join(f"{k}={v[k]}" for k in sorted(v))) for v in self.variants_data]
         return found + [f for f in self.flags if dict(f.values[0]) not in self.variants_data]
 
-    def facts(self, device: str, kernel: str) -> dict[str, Any]:
+    def facts(self, device: str, kernel: str) -> KernelSizes:
         return self.kernels[runtime.platform_of(device)][kernel]
 
     def declares(self, platform: str, kernel: str, guarantee: str) -> bool:
-        return guarantee in self.kernels[platform][kernel]["guarantees"]
+        return guarantee in self.kernels[platform][kernel].guarantees
 
     # ------------------------------------------------------------------ calls
 
@@ -210,7 +216,7 @@ class OpCase:
         tensors: Inputs = []
         offsets_of = {arg: dim for dim, arg in self.offsets.items()}
         if self.paged is not None:
-            offsets_of[self.paged["query_offsets"]] = self.paged["queries"]
+            offsets_of[self.paged.query_offsets] = self.paged.queries
         for name, arg_dtype, shape, _, values in self.args:
             size = [dims[d] for d in shape]
             torch_dtype = getattr(torch, self.dtype_of(dtype, arg_dtype) if len(arg_dtype) == 1 else arg_dtype)
@@ -223,13 +229,13 @@ class OpCase:
             if values is None and torch_dtype.is_floating_point:
                 tensor = torch.randn(size, generator=generator)
             else:
-                values = values or {"low": 0, "high": 2, "include": [], "every": 5}
-                high = dims[values["high"]] if isinstance(values["high"], str) else values["high"]
+                values = values or interchange.Values()
+                high = dims[values.high] if isinstance(values.high, str) else values.high
                 # An empty range (a zero-size vocabulary) leaves only the values planted below and `low`.
-                tensor = torch.randint(values["low"], high, size, generator=generator) if high > values["low"] else torch.full(size, values["low"])
+                tensor = torch.randint(values.low, high, size, generator=generator) if high > values.low else torch.full(size, values.low)
                 flat = tensor.view(-1)
-                include = values["include"][:plant]
-                for i, position in enumerate(range(0, flat.numel(), values["every"]) if include else ()):
+                include = values.include[:plant]
+                for i, position in enumerate(range(0, flat.numel(), values.every) if include else ()):
                     flat[position] = include[i % len(include)]
             tensors.append(tensor.to(torch_dtype).to(device))
         if self.paged is not None:
@@ -243,11 +249,11 @@ class OpCase:
         assert self.paged is not None
         names = [name for name, *_ in self.args]
         shapes = {name: shape for name, _, shape, _, _ in self.args}
-        starts = tensors[names.index(self.paged["query_offsets"])].cpu().long()
+        starts = tensors[names.index(self.paged.query_offsets)].cpu().long()
         queries = (starts[1:] - starts[:-1]).tolist()
-        capacity = dims[shapes[self.paged["block_table"]][1]] * dims[shapes[self.paged["caches"][0]][1]]
+        capacity = dims[shapes[self.paged.block_table][1]] * dims[shapes[self.paged.caches[0]][1]]
         keys = [q + int(torch.randint(0, max(capacity - q, 0) + 1, (1,), generator=generator)) for q in queries]
-        index = names.index(self.paged["lengths"])
+        index = names.index(self.paged.lengths)
         old = tensors[index]
         tensors[index] = torch.tensor(keys, dtype=torch.int64).reshape(old.shape).to(old.dtype).to(old.device)
 
@@ -279,9 +285,9 @@ class OpCase:
     def contract_dims(self, device: str, kernel: str) -> dict[str, int]:
         """The first test shape with the kernel's reduction extent and, for a batched op, its largest batch."""
         own = self.facts(device, kernel)
-        dims = {**self.shapes[0], **own["extents"]}
-        if self.batch_dim is not None and own["batch_sizes"]:
-            dims[self.batch_dim] = max(own["batch_sizes"])
+        dims = {**self.shapes[0], **own.extents}
+        if self.batch_dim is not None and own.batch_sizes:
+            dims[self.batch_dim] = max(own.batch_sizes)
         return dims
 
     def batch_axes(self) -> list[int | None]:
@@ -306,11 +312,11 @@ class OpCase:
         return tuple(outputs[i] for i in self.batched_outputs)
 
 
-CASES: dict[str, OpCase] = {name: OpCase(name, data) for name, data in _DATA["ops"].items() if name in registry.OPS}
+CASES: dict[str, OpCase] = {name: OpCase(name, data) for name, data in _DATA.ops.items() if name in registry.OPS}
 """Every op of the catalog, by name: those of contract_cases.json the package's registry holds
 (the two come from one generate, so that is all of them: test_accuracy holds them to it; another
 package's registry, as tools/compare_builds.py imports one, may lack some)."""
-UNREGISTERED = sorted(set(_DATA["ops"]) - set(registry.OPS))
+UNREGISTERED = sorted(set(_DATA.ops) - set(registry.OPS))
 
 
 def targets(case: OpCase, device_kernels_only: bool = False) -> list[tuple[str, str, str, Any]]:
@@ -436,7 +442,7 @@ def named(name: str) -> Callable[[str], str]:
 
 def needs_guarantee(case: OpCase, device: str, kernel: str, guarantee: str) -> None:
     """The kernel declares ``guarantee`` (the parametrisation only offers such kernels; checked again)."""
-    assert guarantee in case.facts(device, kernel)["guarantees"], f"{kernel} on {runtime.platform_of(device)} does not declare {guarantee}"
+    assert guarantee in case.facts(device, kernel).guarantees, f"{kernel} on {runtime.platform_of(device)} does not declare {guarantee}"
 
 
 # ---------------------------------------------------------------------------- inputs of the empty-input and packed-sequence contracts

@@ -48,7 +48,7 @@ def test_batch_invariant(case: OpCase, device: str, kernel: str, dtype: str, att
     full = case.batched(outputs)
     assert full, "batch_invariant needs an output with the batch dimension"
 
-    for size in own["batch_sizes"]:
+    for size in own.batch_sizes:
         # Every row, as part of a batch of `size`: the whole batch cut into consecutive pieces.
         for start in range(0, total, size):
             stop = min(start + size, total)
@@ -56,13 +56,13 @@ def test_batch_invariant(case: OpCase, device: str, kernel: str, dtype: str, att
             case.assert_bitwise_equal(got, case.out_take(outputs, start, stop), f"{kernel}: rows {start}..{stop} as a batch of {stop - start} vs {total}")
 
     axes = [case.outputs[i][1].index(case.batch_dim) for i in case.batched_outputs]
-    for at in own["chunks"]:
+    for at in own.chunks:
         head = case.batched(case.run_kernel(kernel, *case.take(inputs, 0, at), **attrs))
         tail = case.batched(case.run_kernel(kernel, *case.take(inputs, at, total), **attrs))
         chunked = tuple(torch.cat([h, t], dim=axis) for h, t, axis in zip(head, tail, axes))
         case.assert_bitwise_equal(chunked, full, f"{kernel}: chunked at {at} of {total}")
 
-    pad = own["pad_by"]
+    pad = own.pad_by
     padded_inputs = [
         t if axis is None else torch.cat([t, torch.zeros_like(t.narrow(axis, 0, 1)).expand(*[pad if i == axis else s for i, s in enumerate(t.shape)])], dim=axis)
         for t, axis in zip(inputs, case.batch_axes())

@@ -96,7 +96,7 @@ def _with_nonfinite(inputs):
 
 def _offsets_arguments(tests) -> list[str]:
     """The arguments holding packed sequences' offsets: the packed ones, and a paged cache's queries'."""
-    return [*tests.offsets.values(), *([tests.paged["query_offsets"]] if tests.paged is not None else [])]
+    return [*tests.offsets.values(), *([tests.paged.query_offsets] if tests.paged is not None else [])]
 
 
 def _with_offsets_out_of_order(tests, inputs):
@@ -202,7 +202,7 @@ def _contract_cases(suite, tests, packet, device, kernel):
     tests.run_kernel = on_device
     tests.facts = lambda _device, name: tests.kernels[BUILD_PLATFORM][name]
     own = tests.kernels[BUILD_PLATFORM][kernel]
-    checks = [c for c in ("deterministic", "batch_invariant") if c in own["guarantees"] and (c != "batch_invariant" or tests.batch_dim is not None)]
+    checks = [c for c in ("deterministic", "batch_invariant") if c in own.guarantees and (c != "batch_invariant" or tests.batch_dim is not None)]
     for check in checks:
         for dtype in tests.dtypes[-1:]:  # emulated tensor cores are slow: the 16-bit path, once
             for variant in tests.variants:

@@ -47,7 +47,7 @@ def _packed_lengths(case: OpCase, device: str, kernel: str) -> dict[str, list[in
     """Per packed dimension, the lengths of the test's sequences: every length the kernel's
     tiles call for, an empty sequence among them, and (for the second dimension) the same
     lengths rotated, so that some sequences have more rows in one dimension than in the other."""
-    base = list(case.facts(device, kernel)["lengths"])
+    base = list(case.facts(device, kernel).lengths)
     base = [*base[:2], 0, *base[2:]]
     return {dim: base[i:] + base[:i] for i, dim in enumerate(case.offsets)}
 
@@ -115,7 +115,7 @@ def _prefix_case(case: OpCase, device: str, kernel: str, dtype: str, seed: int, 
     if case.prefix_if is not None and not {**case.attrs, **attrs}[case.prefix_if]:
         pytest.skip(f"queries see the keys after their own position when {case.prefix_if} is False: no prefix to chunk or decode against")
     queries, keys = case.offsets
-    length = max(case.facts(device, kernel)["lengths"])
+    length = max(case.facts(device, kernel).lengths)
     lengths = {queries: [length], keys: [length]}
     return lengths, case.make_inputs(sequence_dims(case, lengths), dtype, device, seed=seed, lengths=lengths)
 
@@ -155,7 +155,7 @@ def test_chunked_prefill_gives_the_bits_of_one_pass(case: OpCase, device: str, k
     lengths, inputs = _prefix_case(case, device, kernel, dtype, 20, attrs)
     full = case.run_kernel(kernel, *inputs, **attrs)
     length = lengths[next(iter(case.offsets))][0]
-    cuts = sorted({0, length, *(c for c in case.facts(device, kernel)["lengths"] if 0 < c < length)})
+    cuts = sorted({0, length, *(c for c in case.facts(device, kernel).lengths if 0 < c < length)})
     for start, stop in itertools.pairwise(cuts):
         got = case.run_kernel(kernel, *_queries_against_prefix(case, inputs, start, stop), **attrs)
         case.assert_bitwise_equal(
@@ -170,7 +170,7 @@ def test_decode_gives_the_bits_of_prefill(case: OpCase, device: str, kernel: str
     lengths, inputs = _prefix_case(case, device, kernel, dtype, 21, attrs)
     full = case.run_kernel(kernel, *inputs, **attrs)
     length = lengths[next(iter(case.offsets))][0]
-    own = case.facts(device, kernel)["lengths"]
+    own = case.facts(device, kernel).lengths
     for position in sorted({0, length - 1, *(c - 1 for c in own if 0 < c <= length), *(c for c in own if c < length)}):
         got = case.run_kernel(kernel, *_queries_against_prefix(case, inputs, position, position + 1), **attrs)
         case.assert_bitwise_equal(_query_rows(case, got, 0, 1), _query_rows(case, full, position, position + 1), f"{kernel}: decode at position {position}")
@@ -210,14 +210,14 @@ def _paged_rows(case: OpCase, arg: str, count: int, dtype: str, generator: torch
     blocks and block size; a query argument's queries), from the op's first test shape."""
     _, arg_dtype, shape, _, _ = next(a for a in case.args if a[0] == arg)
     assert case.paged is not None
-    skip = 2 if arg in case.paged["caches"] else 1
+    skip = 2 if arg in case.paged.caches else 1
     sizes = [count, *(case.shapes[0][d] for d in shape[skip:])]
     return torch.randn(sizes, generator=generator).to(getattr(torch, case.dtype_of(dtype, arg_dtype)))
 
 
 def _query_args(case: OpCase) -> list[str]:
     assert case.paged is not None
-    return [name for name, _, shape, _, _ in case.args if shape[:1] == (case.paged["queries"],) and name != case.paged["query_offsets"]]
+    return [name for name, _, shape, _, _ in case.args if shape[:1] == (case.paged.queries,) and name != case.paged.query_offsets]
 
 
 def _paged_sequences(case: OpCase, device: str, kernel: str, dtype: str, seed: int) -> list[PagedSequence]:
@@ -226,7 +226,7 @@ def _paged_sequences(case: OpCase, device: str, kernel: str, dtype: str, seed: i
     decode step) or about half of them (a prefill chunk against its prefix)."""
     assert case.paged is not None
     generator = torch.Generator().manual_seed(seed)
-    lengths = list(case.facts(device, kernel)["lengths"])
+    lengths = list(case.facts(device, kernel).lengths)
     lengths = [*lengths[:2], 0, *lengths[2:]]
     found = []
     for index, keys in enumerate(lengths):
@@ -234,7 +234,7 @@ def _paged_sequences(case: OpCase, device: str, kernel: str, dtype: str, seed: i
         found.append(
             PagedSequence(
                 {arg: _paged_rows(case, arg, queries, dtype, generator) for arg in _query_args(case)},
-                {cache: _paged_rows(case, cache, keys, dtype, generator) for cache in case.paged["caches"]},
+                {cache: _paged_rows(case, cache, keys, dtype, generator) for cache in case.paged.caches},
             )
         )
     return found
@@ -263,20 +263,20 @@ def _paged_inputs(case: OpCase, sequences: list[PagedSequence], block_size: int,
     base = case.make_inputs(case.shapes[0], dtype, "cpu", seed=23)
     inputs: list[Any] = []
     for (name, _, shape, _, _), given in zip(case.args, base):
-        if name in paged["caches"]:
+        if name in paged.caches:
             rows = [s.keys[name] for s in sequences]
             cache = torch.full([total * block_size, *rows[0].shape[1:]], float("nan"), dtype=rows[0].dtype)
             for s_rows, ids in zip(rows, blocks):
                 j = torch.arange(s_rows.shape[0])
                 cache[ids[j // block_size] * block_size + j % block_size] = s_rows
             inputs.append(cache.reshape(total, block_size, *rows[0].shape[1:]))
-        elif name == paged["block_table"]:
+        elif name == paged.block_table:
             inputs.append(table.to(given.dtype))
-        elif name == paged["lengths"]:
+        elif name == paged.lengths:
             inputs.append(torch.tensor([s.key_count for s in sequences], dtype=given.dtype))
-        elif name == paged["query_offsets"]:
+        elif name == paged.query_offsets:
             inputs.append(offsets([s.query_count for s in sequences]).to(given.dtype))
-        elif shape[:1] == (paged["queries"],):
+        elif shape[:1] == (paged.queries,):
             inputs.append(torch.cat([s.queries[name] for s in sequences]))
         else:
             inputs.append(given)
@@ -287,7 +287,7 @@ def _paged_rows_of(case: OpCase, outputs: Outputs, sequences: list[PagedSequence
     """Sequence ``index``'s rows of every output led by the queries' dimension."""
     assert case.paged is not None
     start = sum(s.query_count for s in sequences[:index])
-    rows = tuple(o.narrow(0, start, sequences[index].query_count) for (_, shape, _), o in zip(case.outputs, outputs) if shape[:1] == (case.paged["queries"],))
+    rows = tuple(o.narrow(0, start, sequences[index].query_count) for (_, shape, _), o in zip(case.outputs, outputs) if shape[:1] == (case.paged.queries,))
     assert rows, "no output is led by the queries' dimension"
     return rows
 
@@ -315,7 +315,7 @@ def test_paged_sequence_does_not_depend_on_block_placement(case: OpCase, device:
     unused blocks (twice), give every sequence the same bits."""
     needs_guarantee(case, device, kernel, "batch_invariant")
     sequences = _paged_sequences(case, device, kernel, dtype, seed=22)
-    for size in case.facts(device, kernel)["block_sizes"]:
+    for size in case.facts(device, kernel).block_sizes:
         in_order = case.run_kernel(kernel, *_paged_inputs(case, sequences, size, device, dtype, None), **attrs)
         for placement in (24, 25):
             shuffled = case.run_kernel(kernel, *_paged_inputs(case, sequences, size, device, dtype, placement), **attrs)
@@ -328,7 +328,7 @@ def test_paged_sequence_does_not_depend_on_block_size(case: OpCase, device: str,
     of its reduction block, each shuffled: the same bits."""
     needs_guarantee(case, device, kernel, "batch_invariant")
     sequences = _paged_sequences(case, device, kernel, dtype, seed=26)
-    first, *others = case.facts(device, kernel)["block_sizes"]
+    first, *others = case.facts(device, kernel).block_sizes
     want = case.run_kernel(kernel, *_paged_inputs(case, sequences, first, device, dtype, 27), **attrs)
     for size in others:
         got = case.run_kernel(kernel, *_paged_inputs(case, sequences, size, device, dtype, 27 + size), **attrs)
@@ -341,7 +341,7 @@ def test_paged_sequence_does_not_depend_on_the_other_sequences(case: OpCase, dev
     step's sequences in the opposite order."""
     needs_guarantee(case, device, kernel, "batch_invariant")
     sequences = _paged_sequences(case, device, kernel, dtype, seed=28)
-    size = case.facts(device, kernel)["block_sizes"][1 % len(case.facts(device, kernel)["block_sizes"])]
+    size = case.facts(device, kernel).block_sizes[1 % len(case.facts(device, kernel).block_sizes)]
     step = case.run_kernel(kernel, *_paged_inputs(case, sequences, size, device, dtype, 29), **attrs)
     _assert_finite(step, f"{kernel}: the step")
     for index, sequence in enumerate(sequences):
@@ -366,18 +366,18 @@ def test_paged_query_offsets_out_of_order_give_nan_rows(case: OpCase, device: st
     assert case.paged is not None
     sequences = [s for s in _paged_sequences(case, device, kernel, dtype, seed=33) if s.query_count]
     assert len(sequences) >= 3, "three sequences with queries, to put the second and third out of order"
-    inputs = _paged_inputs(case, sequences, case.facts(device, kernel)["block_sizes"][0], device, dtype, None)
-    position = [name for name, *_ in case.args].index(case.paged["query_offsets"])
+    inputs = _paged_inputs(case, sequences, case.facts(device, kernel).block_sizes[0], device, dtype, None)
+    position = [name for name, *_ in case.args].index(case.paged.query_offsets)
     scrambled = inputs[position].clone()
     scrambled[[1, 2]] = scrambled[[2, 1]]
     inputs[position] = scrambled
     outputs = case.run_kernel(kernel, *inputs, **case.attrs)
     for (name, shape, _), tensor in zip(case.outputs, outputs):
-        if shape[:1] == (case.paged["queries"],):
-            assert torch.isnan(tensor.float()).all(), f"{kernel}: {name} has rows that are not NaN with {case.paged['query_offsets']} = {scrambled.tolist()}"
+        if shape[:1] == (case.paged.queries,):
+            assert torch.isnan(tensor.float()).all(), f"{kernel}: {name} has rows that are not NaN with {case.paged.query_offsets} = {scrambled.tolist()}"
 
 
-@parametrize("case, device, kernel, dtype, attrs", unnamed(only(lambda c: c.paged is not None and c.paged["prefix"])), kernels("batch_invariant"), dtypes(), variants)
+@parametrize("case, device, kernel, dtype, attrs", unnamed(only(lambda c: c.paged is not None and c.paged.prefix)), kernels("batch_invariant"), dtypes(), variants)
 def test_paged_decode_and_chunked_prefill_give_the_bits_of_prefill(case: OpCase, device: str, kernel: str, dtype: str, attrs: dict[str, Any]) -> None:
     """One sequence: its queries in one pass, in chunks that end on either side of a block boundary
     (each against its whole prefix), and one at a time against the keys up to it (decode), each
@@ -387,44 +387,44 @@ def test_paged_decode_and_chunked_prefill_give_the_bits_of_prefill(case: OpCase,
         pytest.skip(f"queries see the keys after their own position when {case.prefix_if} is False: no prefix to chunk or decode against")
     assert case.paged is not None
     own = case.facts(device, kernel)
-    length = max(own["lengths"])
+    length = max(own.lengths)
     generator = torch.Generator().manual_seed(32)
     whole = PagedSequence(
         {arg: _paged_rows(case, arg, length, dtype, generator) for arg in _query_args(case)},
-        {cache: _paged_rows(case, cache, length, dtype, generator) for cache in case.paged["caches"]},
+        {cache: _paged_rows(case, cache, length, dtype, generator) for cache in case.paged.caches},
     )
-    size = own["block_sizes"][1 % len(own["block_sizes"])]
+    size = own.block_sizes[1 % len(own.block_sizes)]
     full = _paged_rows_of(case, case.run_kernel(kernel, *_paged_inputs(case, [whole], size, device, dtype, 33), **attrs), [whole], 0)
     _assert_finite(full, f"{kernel}: one pass")
-    cuts = sorted({0, length, *(c for c in own["lengths"] if 0 < c < length)})
+    cuts = sorted({0, length, *(c for c in own.lengths if 0 < c < length)})
     calls = [(start, stop) for start, stop in itertools.pairwise(cuts)]
-    calls += [(p, p + 1) for p in sorted({0, length - 1, *(c - 1 for c in own["lengths"] if 0 < c <= length), *(c for c in own["lengths"] if c < length)})]
+    calls += [(p, p + 1) for p in sorted({0, length - 1, *(c - 1 for c in own.lengths if 0 < c <= length), *(c for c in own.lengths if c < length)})]
     for start, stop in calls:
         chunk = whole.chunk(start, stop)
         got = _paged_rows_of(case, case.run_kernel(kernel, *_paged_inputs(case, [chunk], size, device, dtype, 34 + start), **attrs), [chunk], 0)
         case.assert_bitwise_equal(got, tuple(o.narrow(0, start, stop - start) for o in full), f"{kernel}: queries {start}..{stop} against keys 0..{stop}")
 
 
-@parametrize("case, device, kernel, dtype, attrs", unnamed(only(lambda c: c.paged is not None and c.paged["packed"] is not None)), kernels("batch_invariant"), dtypes(), variants)
+@parametrize("case, device, kernel, dtype, attrs", unnamed(only(lambda c: c.paged is not None and c.paged.packed is not None)), kernels("batch_invariant"), dtypes(), variants)
 def test_paged_gives_the_bits_of_the_packed_op(case: OpCase, device: str, kernel: str, dtype: str, attrs: dict[str, Any]) -> None:
     """The step, in caches of each block size, against the op of packed sequences (tests.paged.packed)
     on the same keys, packed back to back, through its backend on the same device: the same bits."""
     needs_guarantee(case, device, kernel, "batch_invariant")
     paged = case.paged
-    assert paged is not None
-    packed = CASES[paged["packed"]["op"]]
+    assert paged is not None and paged.packed is not None
+    packed = CASES[paged.packed.op]
     backend = packed.backend_for(device).name
     sequences = _paged_sequences(case, device, kernel, dtype, seed=35)
     names = [name for name, *_ in case.args]
     shared_attrs = {name: value for name, value in {**case.attrs, **attrs}.items() if name in packed.attrs}
-    for size in case.facts(device, kernel)["block_sizes"]:
+    for size in case.facts(device, kernel).block_sizes:
         inputs = _paged_inputs(case, sequences, size, device, dtype, 36 + size)
         got = case.run_kernel(kernel, *inputs, **attrs)
         args: list[Any] = []
-        for name, (_, packed_dtype, _, _, _) in zip(paged["packed"]["args"], packed.args):
-            if name in paged["caches"]:
+        for name, (_, packed_dtype, _, _, _) in zip(paged.packed.args, packed.args):
+            if name in paged.caches:
                 args.append(torch.cat([s.keys[name] for s in sequences]).to(device))
-            elif name == paged["lengths"]:
+            elif name == paged.lengths:
                 args.append(offsets([s.key_count for s in sequences]).to(getattr(torch, packed_dtype)).to(device))
             else:
                 args.append(inputs[names.index(name)])

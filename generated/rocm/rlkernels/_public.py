@@ -300,7 +300,7 @@ def _fake(op: Op) -> Callable[..., Any]:
     """The op's shape-only kernel: checks, then outputs of the right shape, dtype and device."""
     bind = _binder(op)
     check_types, check_values = CHECK_TYPES[op.name], CHECK_VALUES[op.name]
-    dims = tuple((d.dim, d.arg, d.axis) for d in op.dims)
+    dims = tuple((d.dim, op.positions[d.arg], d.axis) for d in op.dims)
     sources = _dtype_sources(op)
     flags = tuple(op.params.index(o.float32_if) if o.float32_if else None for o in op.outputs)
     shapes = tuple(o.shape for o in op.outputs)

@@ -45,13 +45,12 @@ def _breaker(check: Any) -> tuple[str, Any] | None:
 
 
 def bad_cases(case: OpCase) -> Iterator[Any]:
-    names = [a.name for a in case.op.args]
     for check in case.op.checks:
         found = _breaker(check)
         if found is None:
             continue
         kind, breaker = found
-        arg = names[check.arg]
+        arg = check.arg
         ident = f"dim-{check.dim}-{arg}" if kind == "dim" else f"{kind}-{check.dim}" if kind in ("multiple", "count", "equals") else f"{kind}-{arg}"
         yield ident, (arg, {"dim": check.dim} if kind == "multiple" else breaker, check.message), ()
 
@@ -241,10 +240,9 @@ def _just_outside(relation: str, bound: float, integral: bool) -> float:
 
 
 def attribute_values_outside(case: OpCase) -> Iterator[Any]:
-    names = [a.name for a in case.op.args] + [a.name for a in case.op.attrs]
     kinds = {a.name: a.type for a in case.op.attrs}
     for check in case.op.checks:
-        attr = names[check.arg] if check.kind in ("finite", "bound") else None
+        attr = check.arg if check.kind in ("finite", "bound") else None
         if check.kind == "finite":
             for value in (math.nan, math.inf, -math.inf, 1e39, -(10**39), 1e-46, -(2.0**-150)):
                 yield f"{attr}-{value!r}", (attr, value, check.message), ()
@@ -272,10 +270,9 @@ def test_attribute_value_outside_its_range_is_refused(case: OpCase, attr: str, v
 def attribute_values_at_the_edge(case: OpCase) -> Iterator[Any]:
     """The edge values a range admits: an inclusive bound itself, the next float32 inside an
     exclusive one (the kernels receive float32)."""
-    names = [a.name for a in case.op.args] + [a.name for a in case.op.attrs]
     for check in case.op.checks:
         if check.kind == "bound":
-            attr = names[check.arg]
+            attr = check.arg
             value = float(check.bound) if check.relation in (">=", "<=") else _next_float32(float(check.bound), math.inf if check.relation == ">" else -math.inf)
             yield f"{attr}-{check.relation}-{value!r}", (attr, value), ()
 
