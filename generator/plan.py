@@ -32,6 +32,9 @@ SHARED_PACKAGE_TEMPLATES = {
     "pyproject.toml": "package/pyproject.toml.j2",
 }
 DATA_TEMPLATE = "data.json.j2"
+HOST_ONLY_HEADERS = frozenset({"rlk_lanes.h", "rlk_parallel.h", "rlk_scratch.h"})
+"""Headers of runtime/kernels/ for host kernels only (vector lanes, threads, scratch buffers): not
+copied next to a device platform's kernels, and each stops a device compile that includes it."""
 
 
 @dataclass(frozen=True)
@@ -57,21 +60,21 @@ def package_targets(catalog: Catalog, platform: PlatformSpec) -> tuple[PlatformS
     return (platform,) + tuple(h for h in hosts if h.name != platform.name)
 
 
-def _kernel_platform_jobs(catalog: Catalog, ops: tuple[OpView, ...], base: dict[str, Any], target: PlatformSpec) -> list[RenderJob]:
+def _kernel_platform_jobs(
+    catalog: Catalog, ops: tuple[OpView, ...], base: dict[str, Any], target: PlatformSpec, kernel_headers: tuple[str, ...]
+) -> list[RenderJob]:
     """The files under ``csrc/kernels/<target>/`` of a package (paths relative to the package): the
     shared headers, then a launcher header and a source for each native kernel."""
     tdir = f"csrc/kernels/{target.name}"
     tfile = catalog.platform_file(target.name)
     tctx = {**base, "target": target}
-    jobs = [
-        RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,)),
-        RenderJob(f"{tdir}/rlk_math.h", "package/rlk_math.h.j2", tctx, (tfile,)),
-        RenderJob(f"{tdir}/rlk_reduce.h", "package/rlk_reduce.h.j2", tctx, (tfile,)),
-    ]
-    if target.kind == "host":
-        jobs.append(RenderJob(f"{tdir}/rlk_parallel.h", "package/rlk_parallel.h.j2", tctx, (tfile,)))
-        jobs.append(RenderJob(f"{tdir}/rlk_lanes.h", "package/rlk_lanes.h.j2", tctx, (tfile,)))
-        jobs.append(RenderJob(f"{tdir}/rlk_scratch.h", "package/rlk_scratch.h.j2", tctx, (tfile,)))
+    # rlk_numerics.h is the platform's dialect (its headers, types, intrinsics); the headers of
+    # runtime/kernels/ are plain C++, the same for every platform, and copied as they are.
+    jobs = [RenderJob(f"{tdir}/rlk_numerics.h", "package/rlk_numerics.h.j2", tctx, (tfile,))]
+    for header in kernel_headers:
+        name = header.rsplit("/", 1)[-1]
+        if target.kind == "host" or name not in HOST_ONLY_HEADERS:
+            jobs.append(RenderJob(f"{tdir}/{name}", f"{RUNTIME_DIR}/{header}", {}, (), static=True))
     native = [(op, kernel, op.spec.kernels[kernel]) for op in ops for kernel in op.native_kernels(target.name)]
     wanted: dict[str, list[str]] = {}
     for op, _, spec in native:
@@ -102,6 +105,7 @@ def make_plan(catalog: Catalog, runtime_files: tuple[str, ...] = ()) -> list[Ren
     base = {"package": catalog.package, "ops": ops, "op_by_name": {op.name: op for op in ops}, "platforms": catalog.platforms}
     jobs: list[RenderJob] = []
     carriers: dict[str, list[str]] = {}  # kernel platform -> the packages that carry its files
+    kernel_headers = tuple(rel for rel in runtime_files if rel.startswith(f"{runtime_tree.KERNELS_DIR}/"))
     name = catalog.package.name
 
     for platform in catalog.platforms:
@@ -141,7 +145,7 @@ def make_plan(catalog: Catalog, runtime_files: tuple[str, ...] = ()) -> list[Ren
     for target in catalog.platforms:
         roots = sorted(carriers.get(target.name, []), key=lambda package: (package != target.name, package))
         if roots:
-            for job in _kernel_platform_jobs(catalog, ops, base, target):
+            for job in _kernel_platform_jobs(catalog, ops, base, target, kernel_headers):
                 jobs.append(replace(job, path=f"{roots[0]}/{job.path}", copies=tuple(f"{package}/{job.path}" for package in roots[1:])))
 
     # The pipeline renders REGISTRY.md last, with the evidence ledger judged against the other files.

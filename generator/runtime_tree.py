@@ -24,6 +24,9 @@ PACKAGE_DIR = "rlkernels"
 TESTS_DIR = "tests"
 CSRC_DIR = "csrc"
 """The folder of ``runtime/`` whose C++ headers go to the package's ``csrc/`` (kernels include them as ``../../<name>``)."""
+KERNELS_DIR = "kernels"
+"""The folder of ``runtime/`` whose C++ headers go next to each kernel platform's kernels
+(``csrc/kernels/<platform>/``; ``plan`` says which platforms take which), included as ``<name>``."""
 MAX_SOURCE_BYTES = 1024 * 1024
 
 
@@ -41,7 +44,7 @@ def destination(rel: str, package: str) -> str | None:
 
 def runtime_files(runtime: Path) -> tuple[str, ...]:
     """The hand-written files under ``runtime/`` (relative to it, sorted): every Python source of
-    its ``rlkernels/`` and ``tests/`` folders and every C++ header of its ``csrc/``.  Anything else there -- a symbolic link, a special
+    its ``rlkernels/`` and ``tests/`` folders and every C++ header of its ``csrc/`` and ``kernels/``.  Anything else there -- a symbolic link, a special
     file, a file of another kind, a sub-folder -- is an error naming it, so nothing unexpected
     reaches a package.  Python's byte-code caches are skipped."""
     if not runtime.is_dir():
@@ -67,10 +70,15 @@ def runtime_files(runtime: Path) -> tuple[str, ...]:
                 continue
             if path.is_symlink() or not path.is_file():
                 problems.append(f"{shown}: not a regular file; the package's sources must be plain files")
+            elif rel.startswith(f"{KERNELS_DIR}/"):
+                if not name.endswith(".h"):
+                    problems.append(f"{shown}: not a C++ header; {RUNTIME_DIR}/{KERNELS_DIR}/ holds the headers copied next to the kernels")
+                else:
+                    found.append(rel)
             elif not name.endswith(".h" if rel.startswith(f"{CSRC_DIR}/") else (".py", ".typed")) or destination(rel, "package") is None:
                 problems.append(
                     f"{shown}: not copied into any package; {RUNTIME_DIR}/ holds the Python files of {PACKAGE_DIR}/ and {TESTS_DIR}/, "
-                    f"the C++ headers of {CSRC_DIR}/, and {', '.join(sorted(ROOT_FILES))}"
+                    f"the C++ headers of {CSRC_DIR}/ and {KERNELS_DIR}/, and {', '.join(sorted(ROOT_FILES))}"
                 )
             else:
                 found.append(rel)

@@ -25,7 +25,7 @@ from conftest import REPO, compiles
 GENERATED = REPO / "generated"
 CPU_HEADER_DIR = GENERATED / "cpu" / "csrc" / "kernels" / "cpu"
 
-# Bounds on the error in ulps, kept equal to those stated in templates/package/rlk_math.h.j2:
+# Bounds on the error in ulps, kept equal to those stated in runtime/kernels/rlk_math.h:
 # every function is faithful (error below one ulp); sqrt is correctly rounded (0.5).
 MAX_ULP = {
     "exp": 1.0,

@@ -26,6 +26,13 @@
 #define RLK_HD inline
 #define RLK_ARITH inline
 
+// The kernel headers shipped as they are (rlk_math.h, rlk_reduce.h, ...; runtime/kernels/) are the
+// same bytes for every platform.  They open the namespace of the platform they are compiled for by
+// this name: one library holds the host compiler's and a device compiler's copies of the same
+// inline functions, which must not share a name.  RLK_DEVICE_CODE selects their device parts.
+#define RLK_TARGET_NAMESPACE cpu
+#define RLK_DEVICE_CODE 0
+
 namespace rlk {
 namespace cpu {
 

@@ -1,8 +1,5 @@
 #pragma once
-{% if target.kind != "host" %}
-#error "rlk_lanes.h holds the host's vector lanes; device kernels use their own threads"
-{% endif %}
-// Vector lanes for {{ target.display_name }} kernels: one type per instruction set, each with the
+// Vector lanes for every platform's kernels: one type per instruction set, each with the
 // same few IEEE operations, so that a kernel written once over a lanes type computes the same
 // bits on every instruction set and only the speed differs.
 //
@@ -41,8 +38,13 @@
 #define RLK_HOST_X86_LANES 1
 #endif
 
+#if RLK_DEVICE_CODE
+#error "rlk_lanes.h holds the host's vector lanes; device kernels use their own threads"
+#endif
+
+// The platform's namespace, rlk::cpu on the host (rlk_numerics.h names it).
 namespace rlk {
-namespace {{ target.name }} {
+namespace RLK_TARGET_NAMESPACE {
 
 // Vectors go in and out by reference: passing one by value to or from code compiled without
 // its instruction set would change the ABI, which GCC warns about even where it is inlined.
@@ -370,5 +372,5 @@ inline bool bf16_pairs_exact(const bfloat16_t* a, int64_t a_count, const bfloat1
 }
 #endif
 
-}  // namespace {{ target.name }}
+}  // namespace RLK_TARGET_NAMESPACE
 }  // namespace rlk

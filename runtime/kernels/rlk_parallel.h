@@ -1,8 +1,5 @@
 #pragma once
-{% if target.kind != "host" %}
-#error "rlk_parallel.h shares host work among threads; device kernels have their own grids"
-{% endif %}
-// Host threads for {{ target.display_name }} kernels.  Work is split only into pieces whose
+// Host threads for every platform's kernels.  Work is split only into pieces whose
 // results do not depend on each other (rows, elements, output tiles), never inside a
 // reduction, so which thread computes a piece, and how many threads there are, never
 // changes a bit of the result.
@@ -42,8 +39,13 @@
 #include <xmmintrin.h>
 #endif
 
+#if RLK_DEVICE_CODE
+#error "rlk_parallel.h shares host work among threads; device kernels have their own grids"
+#endif
+
+// The platform's namespace, rlk::cpu on the host (rlk_numerics.h names it).
 namespace rlk {
-namespace {{ target.name }} {
+namespace RLK_TARGET_NAMESPACE {
 
 // IEEE 754's default floating-point mode for the life of a launcher call: round to nearest,
 // subnormals kept as inputs and results.  The caller may have set another for its thread
@@ -222,5 +224,5 @@ void parallel_rows(int64_t count, int64_t cost, int64_t requested, const Body& b
   });
 }
 
-}  // namespace {{ target.name }}
+}  // namespace RLK_TARGET_NAMESPACE
 }  // namespace rlk

@@ -1,8 +1,5 @@
 #pragma once
-{% if target.kind != "host" %}
-#error "rlk_scratch.h holds the host's scratch buffers; device kernels use shared memory and registers"
-{% endif %}
-// Float32 scratch for {{ target.display_name }} kernels: packed operands, tiles of
+// Float32 scratch for every platform's kernels: packed operands, tiles of
 // accumulators.  Aligned to a cache line and left uninitialised: a kernel writes every element
 // it reads.  Each thread keeps its buffers for its next call, so that a kernel called again
 // (a model's next layer, the next step) does not fault fresh pages in and clear them, which
@@ -23,12 +20,19 @@
 #include <memory>
 #include <new>
 #include <vector>
+
+#include "rlk_numerics.h"
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
 
+#if RLK_DEVICE_CODE
+#error "rlk_scratch.h holds the host's scratch buffers; device kernels use shared memory and registers"
+#endif
+
+// The platform's namespace, rlk::cpu on the host (rlk_numerics.h names it).
 namespace rlk {
-namespace {{ target.name }} {
+namespace RLK_TARGET_NAMESPACE {
 
 class Scratch {
  public:
@@ -106,5 +110,5 @@ class Scratch {
   float* data_;
 };
 
-}  // namespace {{ target.name }}
+}  // namespace RLK_TARGET_NAMESPACE
 }  // namespace rlk

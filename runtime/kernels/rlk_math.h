@@ -1,5 +1,5 @@
 #pragma once
-// Portable float32 math for {{ target.display_name }}, built from +, x, correctly rounded fma,
+// Portable float32 math for every platform, built from +, x, correctly rounded fma,
 // comparisons, bit operations and (in the sigmoid) IEEE division only, so every platform
 // returns the same bits.
 //
@@ -39,8 +39,9 @@
 
 #include "rlk_numerics.h"
 
+// The platform's namespace, rlk::cpu on the host (rlk_numerics.h names it).
 namespace rlk {
-namespace {{ target.name }} {
+namespace RLK_TARGET_NAMESPACE {
 
 // ---------------------------------------------------------------- basic operations
 // a*b + c with one rounding. fmaf is correctly rounded by definition (C99 7.12.13.1, IEEE 754
@@ -576,5 +577,5 @@ RLK_HD float cos_f32(float x) {
   return c;
 }
 
-}  // namespace {{ target.name }}
+}  // namespace RLK_TARGET_NAMESPACE
 }  // namespace rlk

@@ -1,5 +1,5 @@
 #pragma once
-// Fixed-order float32 reductions for {{ target.display_name }}: the device and host versions
+// Fixed-order float32 reductions for every platform: the device and host versions
 // below add the same terms in the same order, so they return the same bits.
 //
 // lanes_tree<LANES>: lane l sums terms l, l + LANES, l + 2*LANES, ... in ascending order
@@ -9,8 +9,9 @@
 
 #include "rlk_numerics.h"
 
+// The platform's namespace, rlk::cpu on the host (rlk_numerics.h names it).
 namespace rlk {
-namespace {{ target.name }} {
+namespace RLK_TARGET_NAMESPACE {
 
 // The start of a running maximum.
 RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
@@ -19,7 +20,7 @@ RLK_ARITH float negative_infinity() { return bits_float(0xff800000u); }
 // NaN handling needs care -- a NaN, once seen, wins.
 RLK_ARITH float max_step(float best, float v) { return (best != best || best > v) ? best : v; }
 
-{% if target.kind == "device" %}
+#if RLK_DEVICE_CODE
 // Every thread of a block of exactly LANES threads passes its partial sum; all get the total.
 // `scratch` is LANES floats of shared memory.
 template <int LANES>
@@ -53,7 +54,7 @@ __device__ __forceinline__ float block_max(float value, float* scratch) {
   __syncthreads();
   return total;
 }
-{% endif %}
+#endif
 
 // Host version of lanes_tree: term(i) gives the i-th float32 term, i in [0, n).
 template <int LANES, typename Term>
@@ -72,7 +73,7 @@ inline float host_sum_lanes_tree(int64_t n, Term term) {
   return lane[0];
 }
 
-{% if target.kind == "host" %}
+#if !RLK_DEVICE_CODE
 // Host maximum, by max_step, like block_max: the largest term, a NaN if any term is one.  The
 // maximum is exact, so any order gives the same number; here 16 running maxima over every
 // 16th term, then combined, because one running maximum is a chain of dependent compares
@@ -90,7 +91,7 @@ inline float host_max(int64_t n, Term term, float init) {
   for (int l = 1; l < kRunning; ++l) best[0] = max_step(best[0], best[l]);
   return best[0];
 }
-{% endif %}
+#endif
 
-}  // namespace {{ target.name }}
+}  // namespace RLK_TARGET_NAMESPACE
 }  // namespace rlk
