@@ -23,14 +23,6 @@ PACKAGE_TEMPLATES = {
     "csrc/bindings.cpp": "package/bindings.cpp.j2",
     "README.md": "package/README.md.j2",
 }
-# Files that are the same in every package: their templates see the ops and the package spec,
-# never the platform (rendered without one, so that a template that starts to use it fails to
-# render instead of silently giving every package the first one's file; it then moves above).
-# Each is rendered once and written into every package.
-SHARED_PACKAGE_TEMPLATES = {
-    "csrc/rlk_abi.h": "package/rlk_abi.h.j2",
-    "pyproject.toml": "package/pyproject.toml.j2",
-}
 DATA_TEMPLATE = "data.json.j2"
 HOST_ONLY_HEADERS = frozenset({"rlk_lanes.h", "rlk_parallel.h", "rlk_scratch.h"})
 """Headers of runtime/kernels/ for host kernels only (vector lanes, threads, scratch buffers): not
@@ -127,9 +119,6 @@ def make_plan(catalog: Catalog, runtime_files: tuple[str, ...] = ()) -> list[Ren
     def everywhere(out: str) -> tuple[str, tuple[str, ...]]:
         return f"{first}/{out}", tuple(f"{package}/{out}" for package in others)
 
-    for out, template in SHARED_PACKAGE_TEMPLATES.items():
-        path, copies = everywhere(out)
-        jobs.append(RenderJob(path, template, base, (package_file, *op_files), copies=copies))
     spec_files = (package_file, *all_platform_files, *op_files)
     path, copies = everywhere(f"{name}/{package_data.CATALOG_FILE}")
     jobs.append(RenderJob(path, DATA_TEMPLATE, {"data": package_data.catalog_data(catalog)}, spec_files, copies=copies))

@@ -30,7 +30,7 @@ KERNELS_DIR = "kernels"
 MAX_SOURCE_BYTES = 1024 * 1024
 
 
-ROOT_FILES = frozenset({"setup.py"})
+ROOT_FILES = frozenset({"setup.py", "pyproject.toml"})
 """Files of ``runtime/`` itself, copied to the package's root."""
 
 
@@ -75,6 +75,8 @@ def runtime_files(runtime: Path) -> tuple[str, ...]:
                     problems.append(f"{shown}: not a C++ header; {RUNTIME_DIR}/{KERNELS_DIR}/ holds the headers copied next to the kernels")
                 else:
                     found.append(rel)
+            elif rel in ROOT_FILES:
+                found.append(rel)
             elif not name.endswith(".h" if rel.startswith(f"{CSRC_DIR}/") else (".py", ".typed")) or destination(rel, "package") is None:
                 problems.append(
                     f"{shown}: not copied into any package; {RUNTIME_DIR}/ holds the Python files of {PACKAGE_DIR}/ and {TESTS_DIR}/, "

@@ -85,12 +85,12 @@ def test_check_catches_a_deleted_file(project: Project, capsys):
 
 
 def test_check_catches_a_stale_template(project: Project, capsys):
-    template = project.root / "templates/package/rlk_abi.h.j2"
-    template.write_text(template.read_text().replace("namespace rlk {", "namespace rlk {\n// changed"))
+    template = project.root / "templates/package/README.md.j2"
+    template.write_text(template.read_text() + "\nchanged\n")
     assert project.run("check") == 1
     err = capsys.readouterr().err
     for platform in ("cpu", "cuda", "rocm", "musa"):
-        assert f"generated/{platform}/csrc/rlk_abi.h differs" in err
+        assert f"generated/{platform}/README.md differs" in err
 
 
 def test_diff_shows_what_generate_would_change(project: Project, capsys):

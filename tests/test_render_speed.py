@@ -16,7 +16,7 @@ from conftest import REPO, Project, copy_project
 from generator import render
 from generator.load import load_catalog
 from generator.pipeline import Layout, produce_all
-from generator.plan import SHARED_PACKAGE_TEMPLATES, make_plan
+from generator.plan import make_plan
 
 
 def _in_a_fresh_interpreter(script: str) -> None:
@@ -206,25 +206,16 @@ def test_a_kernel_platforms_files_are_rendered_once_for_every_package() -> None:
 
 
 def test_package_files_that_never_see_the_platform_are_rendered_once_for_every_package() -> None:
+    """The catalog's data (_catalog.json) is the same in every package: rendered once, without
+    the platform in its context, and written into each."""
     catalog = load_catalog(REPO / "specs", REPO)
     packages = sorted(p.name for p in catalog.platforms)
-    shared = [j for j in make_plan(catalog) if j.path.partition("/")[2] in SHARED_PACKAGE_TEMPLATES]
-    assert len(shared) == len(SHARED_PACKAGE_TEMPLATES)
+    shared = [j for j in make_plan(catalog) if j.path.endswith("/rlkernels/_catalog.json")]
+    assert len(shared) == 1
     for job in shared:
         assert "platform" not in job.context and "targets" not in job.context
         assert [path.split("/")[0] for path in (job.path, *job.copies)] == packages
-        assert not any(source.startswith("specs/platforms/") for source in job.sources)
     files = render.render_all(shared, REPO / "templates", workers=1)
     for job in shared:
         for copy in job.copies:
             assert files[copy] == files[job.path] == (REPO / "generated" / copy).read_bytes()
-
-
-def test_a_shared_package_template_that_uses_the_platform_fails_to_render(project: Project, capsys) -> None:
-    """It would otherwise give every package the first package's file."""
-    project.edit("templates/package/rlk_abi.h.j2", "// The calling convention shared", "// {{ platform.name }}: the calling convention shared")
-    before = project.snapshot()
-    assert project.run("generate") != 0
-    err = capsys.readouterr().err
-    assert "templates/package/rlk_abi.h.j2: while rendering cpu/csrc/rlk_abi.h: 'platform' is undefined" in err and "specs/ops/" not in err, err
-    assert project.snapshot() == before
