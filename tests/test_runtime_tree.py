@@ -38,7 +38,7 @@ def test_removing_an_op_an_integration_calls_is_refused(project: Project, capsys
 def test_an_integration_the_package_does_not_have_is_refused(project: Project, capsys):
     project.edit("specs/package.yaml", "  distributed: [", "  megatron: [")
     assert project.run("check") == 2
-    assert "integrations.megatron: Unknown package module megatron. Expected one of aten, distributed, transformers, trl, vllm" in capsys.readouterr().err
+    assert "integrations.megatron: Unknown package module megatron. Expected one of aten, distributed, moe, transformers, trl, vllm" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -423,6 +423,17 @@ def silu_backward(grad_y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return grad_y * (s * (1 + x * (1 - s)))
 
 
+def softmax(logits: torch.Tensor) -> torch.Tensor:
+    """torch.softmax of each row, in float32."""
+    return torch.softmax(logits.float(), dim=-1)
+
+
+def softmax_backward(grad_probs: torch.Tensor, probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """probs * (grad_probs - sum over v of grad_probs * probs) in float32; logits give only the
+    gradient's dtype."""
+    return probs * (grad_probs - (grad_probs * probs).sum(dim=-1, keepdim=True))
+
+
 def swiglu(g: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """silu(g) * u."""
     return g * torch.sigmoid(g) * u

@@ -38,8 +38,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from . import _ops
-from ._families import FAMILIES, Family, op_window
+from . import _ops, moe
+from ._families import FAMILIES, Family, MoeRule, op_window
 from ._families import LayerKind as _LayerKind
 from ._families import Unimplemented as _Unimplemented
 from ._families import finite_nonzero as _finite_nonzero
@@ -285,6 +285,23 @@ def _mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
     return self.down_proj(_ops.swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
+def _moe_forward(self: Any, hidden_states: torch.Tensor, *, rlkernels_renormalize: bool, rlkernels_weights_in_model_dtype: bool) -> torch.Tensor:
+    """A sparse MoE block (router ``gate``, fused ``experts``) by ``rlkernels.moe``'s rule: the
+    router's logits by det_linear, then ``moe.experts_forward``, as the vLLM plugin runs it."""
+    shape = hidden_states.shape
+    x = hidden_states.reshape(-1, shape[-1]).contiguous()
+    logits = _ops.det_linear(x, self.gate.weight)
+    y = moe.experts_forward(
+        x, logits, self.experts.gate_up_proj, self.experts.down_proj, int(self.gate.top_k), rlkernels_renormalize, rlkernels_weights_in_model_dtype
+    )
+    return y.view(shape)
+
+
+def _make_moe_forward(renormalize: bool, weights_in_model_dtype: bool) -> Callable[..., torch.Tensor]:
+    """The forward of a sparse block that renormalises or not and rounds its weights or not (a partial: it pickles)."""
+    return functools.partial(_moe_forward, rlkernels_renormalize=renormalize, rlkernels_weights_in_model_dtype=weights_in_model_dtype)
+
+
 def _attention_forward(
     self: Any,  # a transformers attention module: its projections are found by name
     hidden_states: torch.Tensor,
@@ -421,7 +438,7 @@ def _read_config(config: Any) -> tuple[list[_LayerKind], list[str]]:
 
 
 # The catalog ops (or aliases) this module calls (specs/package.yaml's integrations.transformers).
-_OPS_CALLED = ("attention", "det_linear", "embedding", "linear_logp", "rms_norm", "rope", "silu", "swiglu")
+_OPS_CALLED = ("attention", "det_linear", "embedding", "linear_logp", "rms_norm", "rope", "silu", "softmax", "swiglu")
 
 
 def _device_refusals(model: nn.Module) -> list[str]:
@@ -680,6 +697,52 @@ def _check_mlp(module: Any) -> str | None:
     return _disagreement(ours, theirs)
 
 
+_MOE_PARTS = ("gate", "experts")
+
+
+def _is_moe_block(module: nn.Module) -> bool:
+    """A sparse MoE block by its structure: a router ``gate`` (weight [E, H], ``top_k``) and fused
+    ``experts`` (gate_up_proj [E, 2I, H], down_proj [E, H, I], ``act_fn``), nothing else."""
+    if {name for name, _ in module.named_children()} != set(_MOE_PARTS) or list(module.parameters(recurse=False)):
+        return False
+    gate, experts = module.gate, module.experts
+    weight = getattr(gate, "weight", None)
+    gate_up, down = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
+    return (
+        isinstance(weight, nn.Parameter) and weight.dim() == 2 and isinstance(getattr(gate, "top_k", None), int)
+        and isinstance(gate_up, nn.Parameter) and isinstance(down, nn.Parameter) and gate_up.dim() == 3 and down.dim() == 3
+        and gate_up.shape[0] == down.shape[0] == weight.shape[0] and gate_up.shape[2] == down.shape[1] == weight.shape[1]
+        and gate_up.shape[1] == 2 * down.shape[2] and isinstance(getattr(experts, "act_fn", None), nn.Module)
+    )
+
+
+def _moe_refusal(module: Any, rule: MoeRule | None, config: Any) -> str | None:
+    """Why the sparse block cannot run ``rlkernels.moe``'s rule as its family's, or None: the
+    parts beside the router's and experts' weights, the activation, then a float32 probe of the
+    block's own forward (a router with random weights, so that no two experts tie)."""
+    if rule is None:
+        return f"a sparse MoE block in a {getattr(config, 'model_type', None)!r} model, a family whose routing patch does not know"
+    extra = [name for name, _ in [*module.gate.named_parameters(), *module.experts.named_parameters()] if name not in ("weight", "gate_up_proj", "down_proj")]
+    if extra or list(module.gate.children()) or [n for n, _ in module.experts.named_children()] != ["act_fn"]:
+        return f"a sparse MoE block with parts the patcher does not know ({', '.join(extra) or 'submodules'})"
+    if getattr(module, "jitter_noise", 0) not in (0, 0.0):
+        return f"router jitter {module.jitter_noise} multiplies the hidden states by random noise in training"
+    if not _is_silu(module.experts.act_fn):
+        return f"experts whose activation {type(module.experts.act_fn).__name__} is not SiLU (only SwiGLU has a batch-invariant op)"
+    probe = _cpu_float_copy(module)
+    with torch.no_grad():
+        probe.gate.weight.copy_(_probe(tuple(probe.gate.weight.shape), 6))
+        x = _probe((2, 5, probe.gate.weight.shape[1]), 7)
+        try:
+            theirs = probe(x)
+            ours = _make_moe_forward(rule.renormalizes(config), rule.weights_in_model_dtype)(probe, x)
+        except Exception as exc:  # noqa: BLE001 -- a block with another forward is another block
+            return f"its forward could not be compared with the patched one ({type(exc).__name__}: {exc})"
+    if isinstance(theirs, tuple):
+        return "its forward returns a tuple (router logits beside the output), which the patched block does not"
+    return _disagreement(ours, theirs)
+
+
 # --------------------------------------------------------------------------------------------
 # patch / unpatch
 # --------------------------------------------------------------------------------------------
@@ -853,6 +916,15 @@ def _plan(model: nn.Module) -> list[_Swap]:
             )
             if why is None:
                 swaps.append(_Swap(module, _make_attention_forward(theta if kind.rope else None, kind.window)))
+            else:
+                problems.append(f"{where}: {why}")
+        elif _is_moe_block(module):
+            config: Any = model.config
+            rule = _SUPPORT[str(config.model_type)].moe
+            why = once("moe", module, functools.partial(_moe_refusal, module, rule, config))
+            handled.update(f"{path}.{part}" if path else part for part in ("gate", "experts", "experts.act_fn"))
+            if why is None and rule is not None:
+                swaps.append(_Swap(module, _make_moe_forward(rule.renormalizes(config), rule.weights_in_model_dtype)))
             else:
                 problems.append(f"{where}: {why}")
         elif _is_gated_mlp(module):

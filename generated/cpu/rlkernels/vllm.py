@@ -330,6 +330,8 @@ def _config_refusal(config: Any) -> str | None:
         size = getattr(parallel, name, 1)
         if size not in (None, 1):
             return f"{name}={size}: only one device is routed (rlkernels.distributed has the layout-invariant layers)"
+    if getattr(parallel, "enable_eplb", False) or getattr(parallel, "enable_expert_parallel", False):
+        return "expert parallelism and its load balancer move experts between devices (rlkernels.moe runs every expert on one)"
     if getattr(model, "logprobs_mode", "raw_logprobs") not in ("raw_logprobs", "raw_logits", "processed_logprobs"):
         return f"logprobs_mode={model.logprobs_mode!r} reports logits after temperature and penalties, which the trainer does not score"
     cache_dtype = getattr(config.cache_config, "cache_dtype", "auto")
@@ -464,6 +466,7 @@ def _install() -> None:
     from vllm.model_executor.custom_op import CustomOp, PluggableLayer
     from vllm.model_executor.layers import linear as vllm_linear
     from vllm.model_executor.layers.activation import SiluAndMul
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
     from vllm.model_executor.layers.layernorm import RMSNorm
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
     from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
@@ -584,11 +587,15 @@ def _install() -> None:
         for name in ("ReplicatedLinear", "ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear", "RowParallelLinear")
     ]
     layers += [(VocabParallelEmbedding, _EmbeddingMethod, UnquantizedEmbeddingMethod), (ParallelLMHead, _LMHeadMethod, UnquantizedEmbeddingMethod)]
+    layers.append((GateLinear, _LinearMethod, vllm_linear.UnquantizedLinearMethod))  # a MoE router's weight
     routed: list[type] = [_RMSNorm, _SiluAndMul, _RotaryEmbedding]
     for base, method, plain in layers:
         layer_cls = _export(routed_layer(base, method, plain), f"Routed{base.__name__}")
         PluggableLayer.register_oot(layer_cls, name=base.__name__)
         routed.append(layer_cls)
+
+    # ---- MoE layers: vLLM's MoERunner (gate, routing, experts) becomes one rlkernels.moe call.
+    routed.append(_install_moe())
 
     # ---- the LM head and the sampler's log-probs.
 
@@ -625,6 +632,85 @@ def _install() -> None:
     _ROUTED = tuple(routed)
     for arch in ARCHITECTURES:
         ModelRegistry.register_model(arch, _checked_model(arch))
+
+
+def _install_moe() -> type:
+    """The MoERunner subclass that runs a sparse block by ``rlkernels.moe``'s rule (``_route_moe``
+    puts each runner of a routed model in it)."""
+    from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    from . import moe
+
+    moe_op = moe.moe_experts_op  # torch.ops.<package>_layers.moe_experts, registered by importing moe
+
+    class _MoEMethod(UnquantizedFusedMoEMethod):
+        """Keeps the experts' weights as loaded, [E, 2I, H] and [E, H, I], which rlkernels.moe
+        reads (vLLM's CPU method would repack them for its own kernel)."""
+
+        def process_weights_after_loading(self, layer: Any) -> None:
+            return None
+
+        def apply(self, *args: Any, **kwargs: Any) -> Any:
+            raise RefusedError(f"{ENV}=1: rlkernels.vllm runs a routed MoE layer's experts in its runner, never through vLLM's kernels")
+
+    class _MoERunner(MoERunner):
+        # Set by _route_moe: (top_k, renormalize, weights_in_model_dtype).
+        rlkernels_rule: tuple[int, bool, bool]
+        rlkernels_method: ClassVar[type]  # the experts' quant method, set below
+
+        def forward(
+            self, hidden_states: torch.Tensor, router_logits: torch.Tensor, input_ids: torch.Tensor | None = None,
+            shared_experts_input: torch.Tensor | None = None,
+        ) -> torch.Tensor:
+            top_k, renormalize, in_model_dtype = self.rlkernels_rule
+            x = hidden_states.reshape(-1, hidden_states.shape[-1]).contiguous()
+            # A runner with a gate computes the logits itself (Qwen3-MoE passes the hidden states as
+            # router_logits); else the block's routed gate layer made them (Mixtral): both det_linear's bits.
+            logits = linear(x, self.gate.weight) if self.gate is not None else router_logits.reshape(x.shape[0], -1).contiguous()
+            experts = self.routed_experts
+            y = moe_op(x, logits, experts.w13_weight, experts.w2_weight, top_k, renormalize, in_model_dtype)
+            return y.view(hidden_states.shape)
+
+    _export(_MoEMethod, "RoutedMoEMethod")
+    _MoERunner.rlkernels_method = _MoEMethod
+    return _export(_MoERunner, "RoutedMoERunner")
+
+
+def _route_moe(model: nn.Module, arch: str, config: Any) -> list[str]:
+    """Put every MoERunner of ``model`` in the plugin's runner (and its experts' quant method in
+    the plugin's, so that their weights stay as loaded); returns what it cannot route, as
+    'path (class): why'.  ``config``: the model's transformers config."""
+    rule = _FAMILIES[arch].moe
+    routed_runner: Any = globals().get("RoutedMoERunner")
+    problems = []
+    for path, module in model.named_modules():
+        if type(module).__name__ != "MoERunner":
+            continue
+        where = f"{path} ({type(module).__name__})"
+        experts = module.routed_experts
+        moe_config = experts.moe_config
+        why = None
+        if rule is None:
+            why = f"a MoE layer in {arch}, a family whose routing the plugin does not know"
+        elif module.shared_experts is not None or module.shared_expert_gate is not None:
+            why = "shared experts (their sigmoid gate has no batch-invariant op yet)"
+        elif module.routed_input_transform is not None or module.routed_output_transform is not None or module.routed_scaling_factor != 1.0:
+            why = "a transform or a scaling of the routed experts' input or output"
+        elif moe_config.has_bias or experts.local_num_experts != experts.global_num_experts:
+            why = "expert biases or experts sharded over ranks"
+        elif moe_config.intermediate_size_per_partition != moe_config.intermediate_size_per_partition_unpadded or type(experts.quant_method).__name__ != "UnquantizedFusedMoEMethod":
+            why = f"padded or quantised experts ({type(experts.quant_method).__name__})"
+        elif getattr(module.router, "scoring_func", "softmax") != "softmax" or getattr(module.router, "e_score_correction_bias", None) is not None:
+            why = "a router other than a softmax over the experts' logits"
+        if why is not None:
+            problems.append(f"{where}: {why}")
+            continue
+        assert rule is not None
+        module.__class__ = routed_runner
+        module.rlkernels_rule = (int(experts.top_k), rule.renormalizes(config), rule.weights_in_model_dtype)
+        experts.quant_method.__class__ = routed_runner.rlkernels_method
+    return problems
 
 
 def _install_engine_check() -> None:
@@ -743,7 +829,7 @@ def _checked_model(arch: str) -> type:
             super().__init__(vllm_config=vllm_config, prefix=prefix, **kwargs)
             _refuse_unless_supported()
             _install_seeded_chunks()  # the model is built in the worker process, beside vLLM's runner
-            problems = _unrouted(self)
+            problems = _route_moe(self, arch, vllm_config.model_config.hf_text_config) + _unrouted(self)
             if problems:
                 raise RefusedError(
                     f"{ENV}=1: rlkernels.vllm cannot route every module of this {arch}; unset {ENV} to run vLLM's own kernels:\n  "
@@ -759,6 +845,8 @@ _CONTAINERS = frozenset(
     {
         "ModuleList",
         *(f"{family.prefix}{part}" for family in _FAMILIES.values() for part in ("Model", "DecoderLayer", "Attention", "MLP")),
+        # vLLM's sparse blocks: their forward calls the gate and the runner, both routed.
+        *(family.moe.vllm_block for family in _FAMILIES.values() if family.moe is not None),
     }
 )
 

@@ -84,6 +84,28 @@ ValueCheck = Callable[[Any], "str | None"]
 """Why a value of an implemented key is not implemented, or None."""
 
 
+@dataclass(frozen=True)
+class MoeRule:
+    """What a family's sparse MoE blocks compute beyond ``rlkernels.moe``'s common rule."""
+
+    renormalize: str | None
+    """The config key that says whether the chosen experts' weights are renormalised to sum to 1
+    (None: the family always renormalises)."""
+    weights_in_model_dtype: bool
+    """Whether the weights are rounded to the model dtype before they scale the experts' outputs
+    (else they stay float32)."""
+    vllm_block: str
+    """vLLM's class of the sparse block, whose forward calls its gate and its MoERunner."""
+
+    def renormalizes(self, config: Any) -> bool:
+        return True if self.renormalize is None else bool(getattr(config, self.renormalize))
+
+
+def _no_jitter(value: Any) -> str | None:
+    # Mixtral multiplies the hidden states by uniform noise in training mode: random, not deterministic.
+    return None if value == 0 else "router jitter multiplies the hidden states by random noise in training; only 0 is deterministic"
+
+
 def _only_silu(value: Any) -> str | None:
     return None if value == "silu" else "only the SiLU-gated MLP (SwiGLU) has a batch-invariant op"
 
@@ -135,6 +157,8 @@ class Family:
     """Keys whose value patch reads and implements, each with the check of its value (None: any)."""
     unread: frozenset[str] = frozenset()
     """Keys that published configs of the type carry but its modeling code never reads."""
+    moe: MoeRule | None = None
+    """How its sparse MoE blocks route (None: a dense family)."""
 
     @property
     def architecture(self) -> str:
@@ -157,6 +181,32 @@ FAMILIES: tuple[Family, ...] = (
     Family("mistral", "Mistral", True, _mistral_layers, {**_LLAMA_KEYS, "sliding_window": None}),
     Family("qwen2", "Qwen2", True, _qwen_layers, {**_LLAMA_KEYS, **_QWEN_WINDOW_KEYS}, unread=frozenset({"use_mrope"})),
     Family("qwen3", "Qwen3", True, _qwen_layers, {**_LLAMA_KEYS, **_QWEN_WINDOW_KEYS}),
+    # The sparse blocks' sizes and layout (which layers are sparse, how many experts, top-k) are
+    # read from the modules; router_aux_loss_coef only weighs the auxiliary loss, which needs
+    # output_router_logits (left at its default, False: the patched blocks record no router logits).
+    Family(
+        "qwen3_moe",
+        "Qwen3Moe",
+        True,
+        _mistral_layers,
+        {
+            **_LLAMA_KEYS, "sliding_window": None, "decoder_sparse_step": None, "mlp_only_layers": None, "moe_intermediate_size": None,
+            "norm_topk_prob": None, "num_experts": None, "num_experts_per_tok": None, "num_local_experts": None, "router_aux_loss_coef": None,
+        },
+        unread=frozenset({"use_sliding_window", "max_window_layers"}),
+        moe=MoeRule("norm_topk_prob", weights_in_model_dtype=True, vllm_block="Qwen3MoeSparseMoeBlock"),
+    ),
+    Family(
+        "mixtral",
+        "Mixtral",
+        True,
+        _mistral_layers,
+        {
+            **_LLAMA_KEYS, "sliding_window": None, "num_experts_per_tok": None, "num_local_experts": None, "router_aux_loss_coef": None,
+            "router_jitter_noise": _no_jitter,
+        },
+        moe=MoeRule(None, weights_in_model_dtype=False, vllm_block="MixtralMoE"),
+    ),
     Family(
         "smollm3",
         "SmolLM3",

@@ -1,0 +1,184 @@
+# Copied from runtime/rlkernels/moe.py by rlkernels' generator. DO NOT EDIT: edit that file and run `make generate`.
+"""Mixture-of-experts layers on the catalog's ops, with one routing rule for the trainer and the engine.
+
+    from rlkernels import moe
+    weights, experts = moe.route(logits, top_k=2, renormalize=True)
+    y = moe.experts_forward(x, logits, gate_up, down, top_k=2, renormalize=True)
+
+``rlkernels.transformers.patch`` runs a Qwen3-MoE or Mixtral sparse block through
+``experts_forward``, and the vLLM plugin runs vLLM's MoE layers of the same families through it
+too (as the ``moe_experts`` custom op below, opaque to torch.compile), so a token picks the same
+experts and gets the same bits in both.
+
+The rule, for hidden states ``x`` [N, H] and the router's logits [N, E] (``det_linear`` of ``x``
+and the router's weight, rounded to the model dtype as the models round them):
+
+1. ``probs = softmax(logits)`` in float32, the catalog's ``softmax`` (a row's bits never depend on
+   the other rows).
+2. The ``top_k`` experts of each token: the highest probabilities, equal ones in ascending expert
+   index (a stable sort, so a tie never depends on the batch).  The indices are not
+   differentiable, as torch.topk's are not.
+3. Their weights ``probs[chosen]``; renormalised (``renormalize``) by their sum added in slot
+   order (slot 0 first) in float32, one division each; rounded to the model dtype where the family
+   does (``weights_in_model_dtype``: Qwen3-MoE), kept in float32 where it does not (Mixtral).
+4. Each expert's rows, ascending by token, run ``det_linear`` (gate and up), ``swiglu`` and
+   ``det_linear`` (down): every row's bits are independent of how many rows its expert received.
+5. Each token's output: the sum over its slots, in slot order, of expert output (in float32) x
+   weight, in float32, rounded once to the model dtype.
+
+The backward is deterministic: the catalog ops' own, the rows an expert read added back into each
+token in slot order in float32 (rounded once), permutations undone by gathers (no adds).
+Forward-mode AD and torch.func transforms are refused (by torch, for the functions below), as the
+catalog ops refuse them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _ops
+from ._registry import PACKAGE
+
+__all__ = ["experts_forward", "route", "router_disagreement"]
+
+
+def route(logits: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_dtype: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """The routing rule (steps 1 to 3 of the module's docstring): ``(weights [N, top_k], experts
+    [N, top_k] int64)``, slot 0 the most probable expert.  ``weights`` is float32, or the logits'
+    dtype with ``weights_in_model_dtype``."""
+    if logits.dim() != 2:
+        raise ValueError(f"route: logits must be [tokens, experts], got shape {list(logits.shape)}")
+    experts = logits.shape[1]
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= experts:
+        raise ValueError(f"route: top_k must be an int in [1, {experts}] (the number of experts), got {top_k!r}")
+    probs = _ops.softmax(logits)
+    # A stable descending sort keeps equal probabilities in ascending expert order: the tie rule.
+    chosen = torch.sort(probs.detach(), dim=-1, descending=True, stable=True).indices[:, :top_k]
+    weights = probs.gather(1, chosen)
+    if renormalize:
+        total = weights[:, 0]
+        for slot in range(1, top_k):
+            total = total + weights[:, slot]
+        weights = weights / total.unsqueeze(1)
+    if weights_in_model_dtype:
+        weights = weights.to(logits.dtype)
+    return weights, chosen
+
+
+class _TokenRows(torch.autograd.Function):
+    """``x[tokens]``: each assignment's row of its token; the backward adds a token's rows back in
+    slot order, in float32, rounded once (``where[t, s]``: the row of token t's slot s)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(where)
+        return x.index_select(0, tokens)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (where,) = ctx.saved_tensors
+        total = grad.index_select(0, where[:, 0]).float()
+        for slot in range(1, where.shape[1]):
+            total = total + grad.index_select(0, where[:, slot]).float()
+        return total.to(grad.dtype), None, None
+
+
+class _PermutedRows(torch.autograd.Function):
+    """``x[index]`` for a permutation ``index`` whose inverse is ``inverse``: the backward gathers
+    the gradient back (no adds, so no zero's sign changes)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(inverse)
+        return x.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(0, inverse), None, None
+
+
+def experts_forward(
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    top_k: int,
+    renormalize: bool,
+    weights_in_model_dtype: bool = False,
+) -> torch.Tensor:
+    """A sparse MoE block's output for ``x`` [N, H] and its router ``logits`` [N, E]: the module
+    docstring's rule, with ``gate_up`` [E, 2I, H] (each expert's gate rows, then its up rows, as
+    transformers and vLLM store them) and ``down`` [E, H, I].  Returns [N, H] in ``x``'s dtype."""
+    tokens, hidden = x.shape
+    experts = gate_up.shape[0]
+    if logits.shape != (tokens, experts) or gate_up.dim() != 3 or gate_up.shape[2] != hidden or down.dim() != 3:
+        raise ValueError(
+            f"experts_forward: expected x [N, H], logits [N, E], gate_up [E, 2I, H], down [E, H, I], got "
+            f"{list(x.shape)}, {list(logits.shape)}, {list(gate_up.shape)}, {list(down.shape)}"
+        )
+    inner = gate_up.shape[1] // 2
+    if down.shape != (experts, hidden, inner) or gate_up.shape[1] != 2 * inner:
+        raise ValueError(f"experts_forward: down must be [E, H, I] = {[experts, hidden, inner]} for gate_up {list(gate_up.shape)}, got {list(down.shape)}")
+    weights, chosen = route(logits, top_k, renormalize, weights_in_model_dtype)
+    # Assignment a = t * top_k + s (token t's slot s), ordered by expert, then token (a stable sort).
+    flat = chosen.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    place = torch.empty_like(order)
+    place[order] = torch.arange(order.numel(), device=order.device)
+    rows = _TokenRows.apply(x, torch.div(order, top_k, rounding_mode="floor"), place.view(tokens, top_k))  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
+    counts = torch.bincount(flat, minlength=experts).tolist()
+    gate_ups, downs = gate_up.unbind(0), down.unbind(0)  # one gradient tensor each, not one per expert
+    outputs = []
+    start = 0
+    for expert, count in enumerate(counts):
+        if count == 0:
+            continue
+        mine = rows[start : start + count]
+        projected = _ops.det_linear(mine, gate_ups[expert])
+        act = _ops.swiglu(projected[:, :inner].contiguous(), projected[:, inner:].contiguous())
+        outputs.append(_ops.det_linear(act, downs[expert]))
+        start += count
+    if outputs:
+        expert_rows = torch.cat(outputs)
+    else:  # no tokens
+        expert_rows = x.new_empty((0, hidden))
+    per_slot = _PermutedRows.apply(expert_rows, place, order).view(tokens, top_k, hidden)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
+    total = per_slot[:, 0].float() * weights[:, 0:1].float()
+    for slot in range(1, top_k):
+        total = total + per_slot[:, slot].float() * weights[:, slot : slot + 1].float()
+    return total.to(x.dtype)
+
+
+def router_disagreement(experts_a: torch.Tensor, experts_b: torch.Tensor) -> float:
+    """The fraction of tokens whose chosen experts differ between two routings of the same tokens
+    (each [N, top_k] int64, e.g. the engine's and the trainer's), as sets: slot order aside.  0.0
+    for no tokens."""
+    if experts_a.shape != experts_b.shape or experts_a.dim() != 2:
+        raise ValueError(f"router_disagreement: expected two [tokens, top_k] tensors of one shape, got {list(experts_a.shape)} and {list(experts_b.shape)}")
+    if experts_a.shape[0] == 0:
+        return 0.0
+    a = torch.sort(experts_a, dim=1).values
+    b = torch.sort(experts_b.to(experts_a.device), dim=1).values
+    return float((a != b).any(dim=1).float().mean())
+
+
+@torch.library.custom_op(f"{PACKAGE}_layers::moe_experts", mutates_args=())
+def _moe_experts_op(
+    x: torch.Tensor, logits: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_dtype: bool
+) -> torch.Tensor:
+    """``experts_forward`` as one op, so that torch.compile (vLLM's compiled mode) calls it whole:
+    its shapes inside depend on the routing.  Inference only (no autograd)."""
+    with torch.no_grad():
+        return experts_forward(x, logits, gate_up, down, top_k, renormalize, weights_in_model_dtype)
+
+
+@_moe_experts_op.register_fake
+def _(x: torch.Tensor, logits: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_dtype: bool) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+moe_experts_op = _moe_experts_op
+"""``torch.ops.<package>_layers.moe_experts``: ``experts_forward`` for inference, opaque to torch.compile."""
