@@ -337,6 +337,103 @@ def test_stock_vllm_fails_the_same_comparison(stock):
     assert equal < total and len(failures) == total, f"stock vLLM matched the trainer in {equal} of {total} sequences"
 
 
+# ---- mixtures of experts: Qwen3-MoE (one sparse layer, one dense) and Mixtral (both sparse), 8
+# experts, top 2 (tests/test_moe.py's models at these sizes).
+
+MOE_ENGINES = {("qwen3_moe", "bfloat16"): True, ("mixtral", "bfloat16"): False, ("qwen3_moe", "float32"): False}
+"""(family, dtype) -> whether its engine runs vLLM's default, compiled mode (else enforce_eager)."""
+GROUP = 3  # samples per request in the seeded groups
+
+
+def moe_runs() -> list[dict]:
+    """The dense engines' cases on one thread; the experts chosen in every sparse block recorded on
+    the greedy prompts alone (prefix cache reset: every token of prompt and completion runs in
+    order); and seeded groups of GROUP samples per prompt, alone and batched on the prefix cache."""
+    ps = prompts()
+    out = [dict(run) for run in runs((1,))]
+    for run in out:
+        if run["name"].startswith("1t/greedy/alone/") and run["name"].endswith("/nocache"):
+            run["record_routing"] = True
+    common = {"temperature": 0.8, "max_tokens": MAX_TOKENS, "threads": 1, "n": GROUP}
+    out.append({"name": "1t/group/alone/2/nocache", "prompts": [ps[2]], "seeds": [1002], "reset_prefix_cache": True, **common})
+    out.append({"name": "1t/group/batch/cache", "prompts": [ps[4], ps[2], ps[0]], "seeds": [1004, 1002, 1000], "reset_prefix_cache": False,
+                "prompt_logprobs": False, **common})
+    return out
+
+
+@pytest.fixture(scope="module")
+def moe_models(tmp_path_factory) -> dict:
+    from test_moe import make_moe
+
+    folder = tmp_path_factory.mktemp("vllm-moe-models")
+    paths = {}
+    for family, dtype in MOE_ENGINES:
+        paths[(family, dtype)] = folder / f"{family}-{dtype}"
+        sizes = {k: SIZES[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "vocab_size", "max_position_embeddings")}
+        make_moe(family, getattr(torch, dtype), head_dim=32, **sizes).save_pretrained(paths[(family, dtype)])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def moe_engines(package, moe_models, tmp_path_factory) -> dict:
+    """(family, dtype) -> (model folder, the engine's results), the plugin on: one engine each, in one worker process."""
+    keys = list(MOE_ENGINES)
+    jobs = [engine_spec(moe_models[k], k[1], moe_runs(), True, compiled=MOE_ENGINES[k]) for k in keys]
+    result = run_worker(jobs, tmp_path_factory.mktemp("moe-job"), True, package)
+    return {k: (moe_models[k], engine) for k, engine in zip(keys, result["engines"])}
+
+
+def trainer_routing(model_dir: Path, dtype: str, ids: list[int]) -> list[list[list[int]]]:
+    """The experts each token of ``ids`` chose in each sparse block of the patched transformers model, in layer order."""
+    import rlkernels.transformers as rlkt
+    from rlkernels import moe
+
+    model = rlkt.patch(transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval())
+    with torch.no_grad(), moe.record_routing() as chosen:
+        rlkt.token_logprobs(model, torch.tensor([ids]))
+    return [c.tolist() for c in chosen]
+
+
+@pytest.mark.parametrize(("family", "dtype"), list(MOE_ENGINES))
+def test_vllm_moe_reports_the_trainers_log_probs_and_routing_bit_for_bit(moe_engines, family, dtype):
+    """Every log-prob vLLM reports with the plugin, for Qwen3-MoE and Mixtral (compiled and eager,
+    bfloat16 and float32), is token_logprobs' of the patched transformers model, bit for bit: greedy
+    and seeded, alone and batched, chunked prefill, prefix cache off and hit, seeded groups of
+    GROUP samples; and every token of a prompt alone chose the same experts in the engine as in
+    the trainer (rlkernels.moe.router_disagreement 0)."""
+    from rlkernels import moe
+
+    model, result = moe_engines[(family, dtype)]
+    assert result["compilation"] == ("DYNAMO_TRACE_ONCE/inductor" if MOE_ENGINES[(family, dtype)] else "NONE"), result["compilation"]
+    equal, total, failures = compare(model, dtype, result, 1)
+    assert not failures, f"{family} {dtype}: {total - equal} of {total} differ:\n" + "\n".join(failures)
+    by_name = {run["name"]: run for run in result["runs"]}
+    group = by_name["1t/group/batch/cache"]["outputs"]
+    assert len(group) == 3 * GROUP and len({tuple(o["completion"]) for o in group[GROUP : 2 * GROUP]}) > 1, "a group's samples differ"
+    assert [o["completion"] for o in group[GROUP : 2 * GROUP]] == [o["completion"] for o in by_name["1t/group/alone/2/nocache"]["outputs"]]
+    recorded = [run for run in result["runs"] if run.get("routing") is not None]
+    assert len(recorded) == len(CASES["greedy"]["prompts"])
+    for run in recorded:
+        (out,) = run["outputs"]
+        ids = out["prompt"] + out["completion"]
+        want = trainer_routing(model, dtype, ids)  # one [tokens, top_k] per sparse block
+        steps = run["routing"]  # per engine step, one [tokens of the step, top_k] per sparse block
+        engine = [sum(steps[layer :: len(want)], []) for layer in range(len(want))]
+        for layer, (mine, theirs) in enumerate(zip(want, engine)):
+            assert len(theirs) == len(ids) - 1, (run["name"], layer, len(theirs))
+            rate = moe.router_disagreement(torch.tensor(theirs), torch.tensor(mine[: len(ids) - 1]))
+            assert rate == 0.0 and theirs == mine[: len(ids) - 1], f"{run['name']}: sparse block {layer}: {rate:.1%} of tokens chose other experts"
+
+
+def test_stock_vllm_moe_fails_the_same_comparison(package, moe_models, tmp_path_factory):
+    """The negative control for the MoE families: RLKERNELS_VLLM unset, vLLM's own MoE kernels."""
+    model = moe_models[("qwen3_moe", "bfloat16")]
+    stock_runs = [r for r in runs((1,)) if r["name"] in ("1t/greedy/batch/nocache", "1t/greedy/alone/3/nocache")]
+    result = run_worker([engine_spec(model, "bfloat16", stock_runs, False)], tmp_path_factory.mktemp("moe-stock"), False, package)["engines"][0]
+    equal, total, failures = compare(model, "bfloat16", result, 1)
+    assert equal < total and len(failures) == total, f"stock vLLM matched the trainer in {equal} of {total} sequences"
+
+
 def test_unsupported_model_is_refused_naming_the_module(package, tmp_path):
     """A Llama with Llama 3 RoPE scaling: vLLM builds Llama3RotaryEmbedding, which the plugin does not
     route; the engine does not start, and the error names the module (vLLM's kernels never run it).

@@ -7,15 +7,17 @@ own, as a user's rollout script runs.
 JOB: {"engines": [ENGINE, ...]}.  ENGINE: {"model": dir, "dtype": "float32" | "bfloat16" | "auto",
 "threads": int, "engine": {extra vllm.LLM arguments}, "runs": [RUN, ...], "fails": bool, "config_only": bool}.  RUN:
 {"name": str, "prompts": [[ids]], "temperature": float, "seeds": [int] | null, "max_tokens": int,
-"reset_prefix_cache": bool, "logprobs": bool, "prompt_logprobs": bool, "threads": int, "load_weights": dir} (the
+"reset_prefix_cache": bool, "logprobs": bool, "prompt_logprobs": bool, "threads": int, "load_weights": dir, "n": int,
+"record_routing": bool} (the
 log-probs of the sampled tokens and of the prompt's, both by default; vLLM reads no prefix cache for
 a request that asks for the prompt's; "load_weights": first load that model folder's weights into
 the running engine, as TRL's colocated trainer does between steps, through the model's
 load_weights, and reset the prefix cache).  RESULT: per engine, its start-up time, its compilation
 mode ("NONE" eager, else "<mode>/<backend>") and per run,
-per prompt, the prompt and completion ids, the float32 bits of the log-prob vLLM reports for every
+per prompt (per sample of it, with "n"), the prompt and completion ids, the float32 bits of the log-prob vLLM reports for every
 prompt token (after the first) and every sampled token, and how many prompt tokens came from the
-prefix cache, and the threads the run had; an engine with "fails" must not start, and its error is recorded instead; with
+prefix cache, and the threads the run had (with "record_routing", an in-process engine's run also gives the experts
+its tokens chose in each sparse block the plugin ran, in the order they ran: rlkernels.moe.record_routing); an engine with "fails" must not start, and its error is recorded instead; with
 "config_only", only the engine's config is built (vllm.EngineArgs.create_engine_config, as vllm.LLM builds it), and its
 dtype or its error is recorded.  With
 --serve, each RUN line on stdin is answered with its result on one line of stdout that starts with
@@ -85,6 +87,7 @@ def rollout(llm: Any, run: dict[str, Any]) -> dict[str, Any]:
             prompt_logprobs=0 if run.get("prompt_logprobs", sampled) else None,
             detokenize=False,
             ignore_eos=True,
+            n=int(run.get("n", 1)),
         )
         for seed in seeds
     ]
@@ -94,24 +97,34 @@ def rollout(llm: Any, run: dict[str, Any]) -> dict[str, Any]:
         load_weights(llm, run["load_weights"])
     if run.get("reset_prefix_cache"):
         llm.reset_prefix_cache()
+    routing: list[Any] | None = None
     t0 = time.perf_counter()
-    outputs = llm.generate(prompts, params, use_tqdm=False)
+    if run.get("record_routing"):
+        if not _in_process():
+            raise SystemExit("vllm_worker: record_routing needs the engine in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+        from rlkernels import moe
+
+        with moe.record_routing() as chosen:
+            outputs = llm.generate(prompts, params, use_tqdm=False)
+        routing = [c.tolist() for c in chosen]
+    else:
+        outputs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - t0
     results = []
     for ids, out in zip(run["prompts"], outputs):
-        completion = out.outputs[0]
         prompt_lp = [] if out.prompt_logprobs is None else [_bits(d[t].logprob) for d, t in zip(out.prompt_logprobs[1:], ids[1:])]
-        sampled_lp = [] if completion.logprobs is None else [_bits(d[t].logprob) for d, t in zip(completion.logprobs, completion.token_ids)]
-        results.append(
-            {
-                "prompt": list(ids),
-                "completion": list(completion.token_ids),
-                "prompt_logprobs": prompt_lp,
-                "sampled_logprobs": sampled_lp,
-                "cached_tokens": int(out.num_cached_tokens or 0),
-            }
-        )
-    return {"name": run["name"], "seconds": seconds, "threads": torch.get_num_threads(), "outputs": results}
+        for completion in out.outputs:  # n of them: one result each, in vLLM's order
+            sampled_lp = [] if completion.logprobs is None else [_bits(d[t].logprob) for d, t in zip(completion.logprobs, completion.token_ids)]
+            results.append(
+                {
+                    "prompt": list(ids),
+                    "completion": list(completion.token_ids),
+                    "prompt_logprobs": prompt_lp,
+                    "sampled_logprobs": sampled_lp,
+                    "cached_tokens": int(out.num_cached_tokens or 0),
+                }
+            )
+    return {"name": run["name"], "seconds": seconds, "threads": torch.get_num_threads(), "outputs": results, "routing": routing}
 
 
 def load_weights(llm: Any, folder: str) -> None:

@@ -669,7 +669,7 @@ def _install_moe() -> type:
             # router_logits); else the block's routed gate layer made them (Mixtral): both det_linear's bits.
             logits = linear(x, self.gate.weight) if self.gate is not None else router_logits.reshape(x.shape[0], -1).contiguous()
             experts = self.routed_experts
-            y = moe_op(x, logits, experts.w13_weight, experts.w2_weight, top_k, renormalize, in_model_dtype)
+            y, _ = moe_op(x, logits, experts.w13_weight, experts.w2_weight, top_k, renormalize, in_model_dtype)
             return y.view(hidden_states.shape)
 
     _export(_MoEMethod, "RoutedMoEMethod")

@@ -34,6 +34,8 @@ catalog ops refuse them.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -41,7 +43,22 @@ import torch
 from . import _ops
 from ._registry import PACKAGE
 
-__all__ = ["experts_forward", "route", "router_disagreement"]
+__all__ = ["experts_forward", "record_routing", "route", "router_disagreement"]
+
+_RECORDERS: list[list[torch.Tensor]] = []  # the open record_routing() blocks, innermost last
+
+
+@contextlib.contextmanager
+def record_routing() -> Iterator[list[torch.Tensor]]:
+    """``with record_routing() as chosen: model(...)``: ``chosen`` gets, for every sparse block the
+    block runs, in the order they run, the experts each token chose ([N, top_k] int64, slot 0 the
+    most probable), to compare with another engine's (``router_disagreement``)."""
+    chosen: list[torch.Tensor] = []
+    _RECORDERS.append(chosen)
+    try:
+        yield chosen
+    finally:  # by identity: lists of tensors do not compare
+        del _RECORDERS[next(i for i, recorder in enumerate(_RECORDERS) if recorder is chosen)]
 
 
 def route(logits: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_dtype: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,6 +140,8 @@ def experts_forward(
     if down.shape != (experts, hidden, inner) or gate_up.shape[1] != 2 * inner:
         raise ValueError(f"experts_forward: down must be [E, H, I] = {[experts, hidden, inner]} for gate_up {list(gate_up.shape)}, got {list(down.shape)}")
     weights, chosen = route(logits, top_k, renormalize, weights_in_model_dtype)
+    for recorder in _RECORDERS:
+        recorder.append(chosen)
     # Assignment a = t * top_k + s (token t's slot s), ordered by expert, then token (a stable sort).
     flat = chosen.reshape(-1)
     order = torch.argsort(flat, stable=True)
@@ -168,17 +187,22 @@ def router_disagreement(experts_a: torch.Tensor, experts_b: torch.Tensor) -> flo
 @torch.library.custom_op(f"{PACKAGE}_layers::moe_experts", mutates_args=())
 def _moe_experts_op(
     x: torch.Tensor, logits: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_dtype: bool
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``experts_forward`` as one op, so that torch.compile (vLLM's compiled mode) calls it whole:
-    its shapes inside depend on the routing.  Inference only (no autograd)."""
-    with torch.no_grad():
-        return experts_forward(x, logits, gate_up, down, top_k, renormalize, weights_in_model_dtype)
+    its shapes inside depend on the routing.  Inference only (no autograd).  Returns the output
+    and the experts each token chose."""
+    with torch.no_grad(), record_routing() as chosen:
+        y = experts_forward(x, logits, gate_up, down, top_k, renormalize, weights_in_model_dtype)
+    return y, chosen[-1]
 
 
 @_moe_experts_op.register_fake
-def _(x: torch.Tensor, logits: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_dtype: bool) -> torch.Tensor:
-    return torch.empty_like(x)
+def _(
+    x: torch.Tensor, logits: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_dtype: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(x), x.new_empty((x.shape[0], top_k), dtype=torch.int64)
 
 
 moe_experts_op = _moe_experts_op
-"""``torch.ops.<package>_layers.moe_experts``: ``experts_forward`` for inference, opaque to torch.compile."""
+"""``torch.ops.<package>_layers.moe_experts``: ``experts_forward`` for inference, opaque to
+torch.compile; returns ``(output, chosen experts)``."""
