@@ -418,7 +418,7 @@ def test_vllm_moe_reports_the_trainers_log_probs_and_routing_bit_for_bit(moe_eng
         ids = out["prompt"] + out["completion"]
         want = trainer_routing(model, dtype, ids)  # one [tokens, top_k] per sparse block
         steps = run["routing"]  # per engine step, one [tokens of the step, top_k] per sparse block
-        engine = [sum(steps[layer :: len(want)], []) for layer in range(len(want))]
+        engine = [[row for step in steps[layer :: len(want)] for row in step] for layer in range(len(want))]
         for layer, (mine, theirs) in enumerate(zip(want, engine)):
             assert len(theirs) == len(ids) - 1, (run["name"], layer, len(theirs))
             rate = moe.router_disagreement(torch.tensor(theirs), torch.tensor(mine[: len(ids) - 1]))
