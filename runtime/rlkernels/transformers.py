@@ -6,7 +6,8 @@
 
 ``patch`` reads from the model's config what each layer computes (RoPE or none, full attention
 or a sliding window), swaps the forward of each module it recognises by structure (linear
-layers, embeddings, RMS norms, the SiLU-gated MLP, rotary embedding, Llama-style attention) and
+layers, embeddings, RMS norms, the SiLU-gated MLP, rotary embedding, Llama-style attention, and
+the sparse MoE blocks of Qwen3-MoE and Mixtral, by ``rlkernels.moe``'s rule) and
 sets the attention implementation to ``"rlkernels"``; parameters and state dict stay as they
 are, and ``unpatch`` restores the model exactly.  It refuses the whole model, naming what it
 cannot follow, rather than compute something else: a model type outside ``SUPPORTED_CONFIG``,

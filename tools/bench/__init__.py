@@ -1,6 +1,6 @@
 """Benchmarks, as ratios against baselines measured in the same process (`make bench`).
 
-    python -m tools.bench [kernel] [model] [transformers] [tp] [vllm] [generator]   (make bench: all six)
+    python -m tools.bench [kernel] [model] [transformers] [transformers-moe] [tp] [vllm] [generator]   (make bench: all seven)
     python -m tools.bench gemm                              (the GEMMs' rows of kernel only)
     python -m tools.bench transformers-large                (not in make bench: minutes per row)
     python -m tools.bench model --op swiglu --op logp       (some rows of the model table)
@@ -21,6 +21,8 @@ records the rows in docs/performance.json and renders docs/performance.md from t
     rms_norm, logp, ...) at its shapes, against the PyTorch code it replaces;
   * transformers: a tiny but realistic Qwen2 patched with rlkernels.transformers against the same
     model unpatched (sdpa, full logits, log_softmax), forward and forward+backward;
+  * transformers-moe: the same for a Qwen3-MoE (8 experts, top 2, every layer sparse): rlkernels.moe's
+    rule against transformers' own experts;
   * transformers-large: the same at H = 1024, 8 layers, 4 × 512 tokens, where the products
     dominate: forward+backward in bfloat16 and float32 only, named on the command line to run;
   * tp: rlkernels.distributed's fixed-order combine against torch.distributed's all_reduce, on 2

@@ -14,7 +14,7 @@ from .core import ROOT, Context, Section
 from .machine import load_average, machine_facts
 from .sections import all_sections
 
-DEFAULT = ["kernel", "model", "transformers", "tp", "vllm", "generator"]
+DEFAULT = ["kernel", "model", "transformers", "transformers-moe", "tp", "vllm", "generator"]
 """What a run without section names measures: every section but transformers-large, whose rows take
 minutes each on a 2-core machine (name it to measure it)."""
 GROUPS = {"kernel": ["gemm", "ops"]}

@@ -11,12 +11,13 @@ processes and loads the plugin in each, so the variable must be set where the en
 
 ``0`` or unset is off; any other value is refused (never read as off).
 
-When on, every op of a Llama, Qwen2, Qwen3 or Mistral decoder runs on the package's kernels:
+When on, every op of a Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE or Mixtral decoder runs on the package's kernels:
 the linear layers (vLLM's merged QKV and gate/up projections included) ``det_linear``, the
 embedding ``embedding``, RMS norm (with vLLM's fused residual add, the add in the model dtype)
 ``rms_norm``, the gated MLP ``swiglu``, RoPE ``rope``, attention over vLLM's paged KV cache, the LM
-head ``det_linear`` in float32 and the sampler's log-probs ``z - lse`` with ``linear_logp``'s
-logsumexp.  The log-prob vLLM reports for a sampled or a prompt token is then
+head ``det_linear`` in float32, the MoE layers (vLLM's ``MoERunner``: router, routing, experts)
+``rlkernels.moe.experts_forward`` as one custom op, and the sampler's log-probs ``z - lse`` with
+``linear_logp``'s logsumexp.  The log-prob vLLM reports for a sampled or a prompt token is then
 ``rlkernels.transformers.token_logprobs`` of the patched transformers model, bit for bit.  With
 ``logprobs_mode="processed_logprobs"`` (TRL's colocated engine) a sampled token's log-prob is that
 of the distribution it was sampled from, ``z / t - lse`` at the request's temperature ``t``:
@@ -628,7 +629,7 @@ def _install() -> None:
     # ---- the engine's settings, checked where the user builds the engine.
     _install_engine_check()
 
-    # ---- the four families, whose every module must be one of the above.
+    # ---- the routed families, whose every module must be one of the above.
     _ROUTED = tuple(routed)
     for arch in ARCHITECTURES:
         ModelRegistry.register_model(arch, _checked_model(arch))

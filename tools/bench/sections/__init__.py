@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core import Section
-from .decoder import DecoderSection, LargeDecoderSection
+from .decoder import DecoderSection, LargeDecoderSection, MoeDecoderSection
 from .gemm import GemmSection
 from .generate import GeneratorSection
 from .model import ModelSection
@@ -13,4 +13,4 @@ from .vllm import VllmSection
 
 
 def all_sections() -> list[Section]:
-    return [GemmSection(), OpsSection(), ModelSection(), DecoderSection(), LargeDecoderSection(), TpSection(), VllmSection(), GeneratorSection()]
+    return [GemmSection(), OpsSection(), ModelSection(), DecoderSection(), MoeDecoderSection(), LargeDecoderSection(), TpSection(), VllmSection(), GeneratorSection()]

@@ -83,10 +83,12 @@ class DecoderRow:
     torch_amx: bool = False
     """The CPU has AMX, which torch's bfloat16 matmul (oneDNN) uses and rlkernels' GEMMs cannot (rows
     measured before this was recorded ran on CPUs without it)."""
+    model: str = "Qwen2"
+    """The model family (rows recorded before this field were Qwen2's)."""
 
     @property
     def what(self) -> str:
-        return f"Qwen2 H={self.hidden} {self.step} {self.dtype} {self.batch}×{self.length}"
+        return f"{self.model} H={self.hidden} {self.step} {self.dtype} {self.batch}×{self.length}"
 
 
 def make_decoder(size: DecoderSize, dtype):
@@ -119,8 +121,14 @@ class DecoderSection(OneTable):
     """What the section runs, in the notes' words."""
     goal = "the goal on CPU is within 1.5×, a ratio of at least 0.67"
 
+    model = "Qwen2"
+    """The family of the rows' model (make builds it)."""
+
     def __init__(self, sizes: Sequence[DecoderSize] | None = None) -> None:
         self.sizes = list(sizes if sizes is not None else DECODER_SIZES)
+
+    def make(self, size: DecoderSize, dtype):
+        return make_decoder(size, dtype)
 
     def run(self, context: Context) -> list[DecoderRow]:
         try:
@@ -135,7 +143,7 @@ class DecoderSection(OneTable):
         import rlkernels.transformers as rlkt
         import torch
 
-        unpatched = make_decoder(size, getattr(torch, dtype_name))
+        unpatched = self.make(size, getattr(torch, dtype_name))
         patched = rlkt.patch(copy.deepcopy(unpatched))
         ids = torch.randint(0, size.vocab, (size.batch, size.length), generator=torch.Generator().manual_seed(1))
 
@@ -163,22 +171,26 @@ class DecoderSection(OneTable):
         return DecoderRow(
             hidden=size.hidden, batch=size.batch, length=size.length, dtype=dtype_name, step=step, threads=threads,
             patched_ms=timing.kernel_median * 1e3, unpatched_ms=timing.baseline_median * 1e3, ratio=timing.ratio, reps=len(timing.kernel_s),
-            deterministic=timing.differing == 0, invariant=same_bits(alone[0], timing.first[0]), torch_amx=has_amx(cpu_flags()),
+            deterministic=timing.differing == 0, invariant=same_bits(alone[0], timing.first[0]), torch_amx=has_amx(cpu_flags()), model=self.model,
         )
 
     def format(self, rows: Sequence[DecoderRow]) -> Formatted:
         lines = [
-            f"| Qwen2 H={r.hidden} | {r.dtype} | {r.step} | {r.batch}×{r.length} | {r.threads} | {r.patched_ms:.1f} | {r.unpatched_ms:.1f}{amx_mark(r)} | "
+            f"| {r.model} H={r.hidden} | {r.dtype} | {r.step} | {r.batch}×{r.length} | {r.threads} | {r.patched_ms:.1f} | {r.unpatched_ms:.1f}{amx_mark(r)} | "
             f"**{r.ratio:.2f}** | {yes(r.deterministic)} ({r.reps} runs) | {yes(r.invariant)} |"
             for r in rows
         ]
         return Formatted([*HEADER, *lines], self.notes(rows))
 
-    def notes(self, rows: Sequence[DecoderRow] = ()) -> str:
-        sizes = "; ".join(
+    def described(self, m: DecoderSize) -> str:
+        """One size of the section's model, in the notes' words."""
+        return (
             f"H = {m.hidden}, {m.layers} layers, {m.heads} heads over {m.kv_heads} KV heads, I = {m.intermediate}, V = {m.vocab}, "
-            f"{m.batch} rows of {m.length} tokens" for m in self.sizes
+            f"{m.batch} rows of {m.length} tokens"
         )
+
+    def notes(self, rows: Sequence[DecoderRow] = ()) -> str:
+        sizes = "; ".join(self.described(m) for m in self.sizes)
         more = f"more while the row has run under {self.row_budget_s} s" if self.row_budget_s > 0 else "no more"
         amx = (
             "\n* (AMX) after an unpatched time: the CPU has AMX, and torch's bfloat16 matmul (oneDNN) runs its\n"
@@ -186,7 +198,7 @@ class DecoderSection(OneTable):
             "  CPU the bfloat16 rows compare the vector units with the matrix units."
         ) if any(amx_mark(r) for r in rows) else ""
         return f"""\
-* A transformers Qwen2 built from a config ({sizes}), random weights, in the row's dtype.
+* A transformers {self.model} built from a config ({sizes}), random weights, in the row's dtype.
   Rows: {self.selection}.
 * Patched: `rlkernels.transformers.patch(model)` and `token_logprobs(model, ids)` (linear_logp on the
   LM head, no logits). Unpatched: a copy of the same model with sdpa attention, its logits, then
@@ -217,3 +229,45 @@ class LargeDecoderSection(DecoderSection):
 
     def __init__(self, sizes: Sequence[DecoderSize] | None = None) -> None:
         super().__init__(sizes if sizes is not None else LARGE_SIZES)
+
+
+# Qwen3-MoE at the small decoder's size: 8 experts of I = H / 2 (a width of 2 × 2.75 H / 8 per
+# token's two experts would be too thin to measure the products), top 2, every layer sparse.
+MOE_EXPERTS, MOE_TOP_K = 8, 2
+
+
+def make_moe_decoder(size: DecoderSize, dtype):
+    import torch
+    import transformers
+
+    config = transformers.Qwen3MoeConfig(
+        hidden_size=size.hidden, num_hidden_layers=size.layers, num_attention_heads=size.heads, num_key_value_heads=size.kv_heads,
+        head_dim=size.hidden // size.heads, intermediate_size=size.intermediate, moe_intermediate_size=size.hidden // 2,
+        num_experts=MOE_EXPERTS, num_experts_per_tok=MOE_TOP_K, norm_topk_prob=True, vocab_size=size.vocab,
+        max_position_embeddings=size.length, attn_implementation="sdpa",
+    )
+    torch.manual_seed(0)
+    model = transformers.Qwen3MoeForCausalLM(config)
+    with torch.no_grad():  # the routers start at zero, where every expert ties: spread the tokens
+        for name, p in model.named_parameters():
+            if name.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 0.5)
+    return model.to(dtype).eval()
+
+
+class MoeDecoderSection(DecoderSection):
+    name = "transformers-moe"
+    title = "A patched transformers mixture of experts on CPU vs the unpatched model"
+    model = "Qwen3-MoE"
+    goal = "the goal for the MoE layer is a ratio of at least 0.8"
+
+    def make(self, size: DecoderSize, dtype):
+        return make_moe_decoder(size, dtype)
+
+    def described(self, m: DecoderSize) -> str:
+        return (
+            f"H = {m.hidden}, {m.layers} layers, every one sparse: {MOE_EXPERTS} experts of I = {m.hidden // 2}, top {MOE_TOP_K} "
+            f"(renormalised), {m.heads} heads over {m.kv_heads} KV heads, V = {m.vocab}, {m.batch} rows of {m.length} tokens; "
+            "patched, rlkernels.moe's rule (one det_linear call per expert that received rows); unpatched, transformers' "
+            "default experts implementation"
+        )
