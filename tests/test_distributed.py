@@ -9,7 +9,10 @@ same layers with torch.distributed's all_reduce in place of the fixed-order comb
 bits at 4 ranks, which shows the comparison can fail.  Ranks 0 and 1, as a group of two, then
 hold what no rank can see is wrong alone -- parts of other sizes, other bits of a replicated input,
 parts of other full weights -- and every rank must refuse it, naming what differs where.  Every
-launch is bounded: a hang fails.
+launch is bounded: a hang fails.  The same launch runs a sparse MoE block with its experts sharded
+over the same groups (rlkernels.distributed.expert_parallel_experts): its output and every
+gradient have one device's bits at every size, and an all_reduce of per-rank partial outputs does
+not.
 """
 
 from __future__ import annotations
@@ -99,7 +102,30 @@ def runs(tmp_path_factory) -> dict[str, object]:
     results["refusals"] = torch.load(out / "refusals.pt")
     results["disagreements"] = [torch.load(out / f"tp2-disagreements-rank{rank}.pt") for rank in range(2)]
     results["single"] = torch.load(out / "single.pt")
+    for world in LAYOUTS:
+        for combine in ("gather", "all_reduce") if world == max(LAYOUTS) else ("gather",):
+            results[(world, f"ep-{combine}")] = whole_experts(world, out, combine)
+    results["moe single"] = torch.load(out / "moe-single.pt")
     return results
+
+
+def whole_experts(world: int, out: Path, combine: str) -> dict[str, torch.Tensor]:
+    """The sparse block's ranks as one device's: its output (the same on every rank) and every
+    tensor's gradient, the experts' weights' parts concatenated."""
+    ranks = [torch.load(out / f"ep{world}-{combine}-rank{rank}.pt") for rank in range(world)]
+    for rank, r in enumerate(ranks[1:], 1):
+        assert torch.equal(bits(r["y"]), bits(ranks[0]["y"])), f"expert parallelism at {world}: rank {rank}'s output differs from rank 0's"
+    result = {"y": ranks[0]["y"]}
+    for name in ranks[0]["grads"]:
+        parts = [r["grads"][name] for r in ranks]
+        dim = tp_worker.MOE_SPLIT.get(name)
+        if dim is None:
+            for rank, part in enumerate(parts[1:], 1):
+                assert torch.equal(bits(part), bits(parts[0])), f"replicated gradient {name}: rank {rank} differs from rank 0"
+            result[f"grad {name}"] = parts[0]
+        else:
+            result[f"grad {name}"] = torch.cat(parts, dim=dim)
+    return result
 
 
 def test_results_are_finite_and_nontrivial(runs):
@@ -122,6 +148,24 @@ def test_plain_all_reduce_is_not_layout_invariant(runs):
     diff = differing(runs[(max(LAYOUTS), "all_reduce")], runs[(1, "tree")])
     assert diff, "all_reduce gave the fixed-order combine's bits everywhere: the comparison shows nothing"
     assert "lp" in diff, f"the log-probs kept their bits under all_reduce (differing: {diff})"
+
+
+@pytest.mark.parametrize("world", LAYOUTS)
+def test_expert_parallel_moe_has_one_devices_bits(runs, world):
+    """A sparse block (8 experts, top 2, 24 tokens) with its experts sharded over 1, 2 and 4 ranks:
+    the output and every gradient (tokens, router, each expert's weights) have the bits of
+    rlkernels.moe.experts_forward on one device."""
+    single = runs["moe single"]
+    want = {"y": single["y"], **{f"grad {name}": g for name, g in single["grads"].items()}}
+    got = runs[(world, "ep-gather")]
+    assert got.keys() == want.keys()
+    assert differing(got, want) == {}, f"expert parallelism at {world} ranks differs from one device"
+    assert all(bool(g.abs().sum() > 0) for name, g in got.items() if name.startswith("grad")), "a gradient is all zeros"
+
+
+def test_expert_parallel_all_reduce_is_not_layout_invariant(runs):
+    """The negative control: each rank's experts combined into a partial output, summed by all_reduce."""
+    assert differing({"y": runs[(4, "ep-all_reduce")]["y"]}, {"y": runs[(1, "ep-gather")]["y"]}), "all_reduce gave one device's bits"
 
 
 def test_linear_logp_agrees_with_the_single_device_op(runs):
@@ -225,6 +269,11 @@ REFUSED = {
     "load_full float32": f"LayoutError: weight: expected dtype torch.bfloat16 {BF16}",
     "load_full shape": "LayoutError: weight: expected the full weight's shape (64, 256) [out_features, in_features], got (256, 64)",
     "other x on a second call, check=every": SAME_BITS.format("x", "a column-parallel layer's input is replicated"),
+    "uneven experts": "LayoutError: gate_up: expected the experts each rank holds (E / world) to be the same on every rank, got 3 on rank 0, 5 on rank 1",
+    "other full experts": "LayoutError: gate_up: expected every rank's part cut from the same full weight, got parts of another full weight on "
+                          "rank 1 than on rank 0",
+    "other tokens": SAME_BITS.format("x", "the tokens are replicated"),
+    "too few experts": "LayoutError: gate_up: expected E / world = 8 / 2 experts on each rank (the logits' E over the ranks), got 2",
 }
 # Cases the check switch lets through: the comparison is off, or only on a layer's first call.
 ACCEPTED = ("other x, check=layout", "other x, CHECK=layout", "other x on a second call, check=first")

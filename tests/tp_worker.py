@@ -7,7 +7,9 @@ step runs on the package's ops: embedding → (RMSNorm → q/k/v → RoPE → at
 gate/up → SwiGLU → down) x layers → RMSNorm → linear_logp → ratio_kl → grpo_loss → backward.
 One launch of 4 processes holds the layouts as process groups of 1, 2 and 4 ranks (ranks 0, 0-1,
 0-3), so each process imports torch and the package once; each rank writes its log-probs, loss
-and gradients to ``out/tp<size>-<reduce>-rank<r>.pt``.  Ranks 0 and 1 then run, as a group of 2,
+and gradients to ``out/tp<size>-<reduce>-rank<r>.pt``, and a sparse MoE block's output and
+gradients with its 8 experts sharded over the same groups (expert parallelism) to
+``out/ep<size>-<combine>-rank<r>.pt``.  Ranks 0 and 1 then run, as a group of 2,
 calls whose ranks disagree (``disagreements``) and write what each raised to
 ``out/tp2-disagreements-rank<r>.pt``.
 Kept free of pytest: spawned processes import it.
@@ -86,6 +88,52 @@ def grpo_step(torch: Any, rlk: Any, rlkd: Any, params: dict[str, Any], reduce: s
         "lp": lp.detach(), "entropy": entropy.detach(), "loss": loss.detach(),
         "grads": {name: t.grad for name, t in params.items()},
     }
+
+
+EXPERTS, EXPERT_FFN, TOP_K, MOE_TOKENS = 8, 32, 2, 24
+
+
+def moe_weights(torch: Any) -> dict[str, Any]:
+    """A sparse block's full weights and inputs, the same on every rank and at every world size."""
+    gen = torch.Generator().manual_seed(4)
+
+    def randn(*shape: int, scale: float) -> Any:
+        return (torch.randn(*shape, generator=gen) * scale).to(torch.bfloat16)
+
+    return {
+        "x": randn(MOE_TOKENS, HIDDEN, scale=1.0), "router": randn(EXPERTS, HIDDEN, scale=0.5),
+        "gate_up": randn(EXPERTS, 2 * EXPERT_FFN, HIDDEN, scale=HIDDEN**-0.5), "down": randn(EXPERTS, HIDDEN, EXPERT_FFN, scale=EXPERT_FFN**-0.5),
+    }
+
+
+# How the sparse block's tensors are split: the experts' weights by expert, the rest replicated.
+MOE_SPLIT = {"gate_up": 0, "down": 0}
+
+
+def moe_step(torch: Any, rlk: Any, rlkd: Any, full: dict[str, Any], combine: str, group: Any) -> dict[str, Any]:
+    """The sparse block on rlkernels.distributed's expert parallelism: its output and (for the
+    gathered combine) every tensor's gradient of a weighted sum of it."""
+    params = {
+        name: (t.clone() if MOE_SPLIT.get(name) is None else rlkd.shard(t, MOE_SPLIT[name], group=group)).requires_grad_(combine == "gather")
+        for name, t in full.items()
+    }
+    logits = rlk.det_linear(params["x"], params["router"])
+    y = rlkd.expert_parallel_experts(params["x"], logits, params["gate_up"], params["down"], TOP_K, True, group=group, combine=combine)
+    if combine != "gather":
+        return {"y": y.detach(), "grads": {}}
+    (y.float() * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+    return {"y": y.detach(), "grads": {name: t.grad for name, t in params.items()}}
+
+
+def moe_single_device(torch: Any, rlk: Any, full: dict[str, Any]) -> dict[str, Any]:
+    """The same block on one device: rlkernels.moe.experts_forward on the full weights."""
+    from rlkernels import moe
+
+    params = {name: t.clone().requires_grad_(True) for name, t in full.items()}
+    logits = rlk.det_linear(params["x"], params["router"])
+    y = moe.experts_forward(params["x"], logits, params["gate_up"], params["down"], TOP_K, True)
+    (y.float() * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+    return {"y": y.detach(), "grads": {name: t.grad for name, t in params.items()}}
 
 
 def helpers(torch: Any, rlkd: Any, group: Any) -> dict[str, Any]:
@@ -168,7 +216,19 @@ def disagreements(torch: Any, rlkd: Any, groups: dict[int, Any], rank: int) -> d
         return rlkd.column_parallel_linear(x, weight, group=group)
 
     big = randn(VOCAB + 384, HIDDEN)
+    experts = moe_weights(torch)
+    logits = rlk_logits(torch, experts)
+
+    def ep(gate_up: Any, down: Any, x: Any = experts["x"], router_logits: Any = logits) -> Any:
+        return rlkd.expert_parallel_experts(x, router_logits, gate_up, down, TOP_K, True, group=group)
+
     return {
+        # experts: other numbers per rank, parts of other full weights, other tokens
+        "uneven experts": lambda: ep(uneven(experts["gate_up"], 0, 3), uneven(experts["down"], 0, 3)),
+        "other full experts": lambda: ep(rlkd.shard(experts["gate_up"] * own, 0, group=group), rlkd.shard(experts["down"], 0, group=group)),
+        "other tokens": lambda: ep(rlkd.shard(experts["gate_up"], 0, group=group), rlkd.shard(experts["down"], 0, group=group), x=experts["x"] * own),
+        "too few experts": lambda: ep(rlkd.shard(experts["gate_up"][:4], 0, group=group), rlkd.shard(experts["down"][:4], 0, group=group)),
+
         # parts of other sizes, or of no whole number of leaves
         "uneven vocabulary": lambda: rlkd.linear_logp(h, uneven(big, 0, VOCAB), ids, group=group),
         "partial leaves on one rank": lambda: rlkd.linear_logp(h, uneven(randn(112, HIDDEN), 0, 48), ids, group=group),
@@ -207,6 +267,13 @@ def disagreements(torch: Any, rlkd: Any, groups: dict[int, Any], rank: int) -> d
         "other x on a second call, check=first": lambda: twice("first"),
         "other x on a second call, check=every": lambda: twice("every"),
     }
+
+
+def rlk_logits(torch: Any, experts: dict[str, Any]) -> Any:
+    """The router's logits of the sparse block's tokens (det_linear)."""
+    import rlkernels as rlk
+
+    return rlk.det_linear(experts["x"], experts["router"])
 
 
 def outcomes(cases: dict[str, Any]) -> dict[str, str]:
@@ -302,11 +369,15 @@ def main(rank: int, world: int, init_file: str, package: str, out: str, layouts:
                     step = time.monotonic()
                     torch.save(grpo_step(torch, rlk, rlkd, params, reduce, group), Path(out) / f"tp{size}-{reduce}-rank{rank}.pt")
                     timings[f"tp{size} {reduce}"] = time.monotonic() - step
+                experts = moe_weights(torch)
+                for combine in ("gather", "all_reduce") if size == max(layouts) else ("gather",):
+                    torch.save(moe_step(torch, rlk, rlkd, experts, combine, group), Path(out) / f"ep{size}-{combine}-rank{rank}.pt")
             if 2 in groups and rank < 2:
                 torch.save(outcomes(disagreements(torch, rlkd, groups, rank)), Path(out) / f"tp2-disagreements-rank{rank}.pt")
             if rank == 0:
                 torch.save(refusals(torch, rlkd, groups[min(layouts)], three), Path(out) / "refusals.pt")
                 torch.save(against_single_device(torch, rlk, rlkd, groups[min(layouts)]), Path(out) / "single.pt")
+                torch.save(moe_single_device(torch, rlk, moe_weights(torch)), Path(out) / "moe-single.pt")
             (Path(out) / f"seconds-rank{rank}.txt").write_text(repr({k: round(v, 2) for k, v in timings.items()}))
             dist.barrier()
         finally:

@@ -206,7 +206,7 @@ class Terms:
     part: Part | None = None
 
 
-CALLS = ("column_parallel_linear", "row_parallel_linear", "linear_logp", "gather_last_dim", "scatter_last_dim")
+CALLS = ("column_parallel_linear", "row_parallel_linear", "linear_logp", "gather_last_dim", "scatter_last_dim", "expert_parallel_experts")
 VECTOR = 40
 """int64 entries each rank sends: the same number for every call, so ranks in different calls
 still meet in one all_gather and are told so."""

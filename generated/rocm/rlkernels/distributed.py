@@ -8,6 +8,7 @@
     down = rlkd.RowParallelLinear(ffn, hidden)     # each rank holds ffn / world columns
     y = down(up(x))                                # replicated y: the same bits for any world size
     lp, entropy = rlkd.linear_logp(h, head_shard, ids)
+    y = rlkd.expert_parallel_experts(x, logits, gate_up_shard, down_shard, top_k, renormalize)  # experts sharded
 
 A row-parallel linear sums partial products across ranks.  ``all_reduce`` sums them in the
 backend's order (a ring, a tree, chunks per link), so the bits change with the number of ranks.
@@ -26,6 +27,13 @@ bytes of a reduce-scatter (each rank receives every partial).
 Only bfloat16 is accepted: float32 has no layout-invariant product here, and silently falling
 back to one that is not would break the promise.
 
+Experts sharded over the ranks (expert parallelism) run ``rlkernels.moe``'s rule: the tokens and
+their router logits are replicated, every rank routes them alike, computes the rows of its own
+experts and all-gathers every rank's rows, which it combines in each token's slot order as one
+device does.  A row's bits never depend on where it was computed (det_linear's contract), so every
+expert-parallel size gives one device's output and gradients; no sum ever crosses ranks except a
+token's input gradient, whose rows are gathered and added in slot order too.
+
 What no rank can see alone is compared across the group on the first call of each layer (one
 small all_gather; ``_rank_agreement``): every rank's part of a split dimension the same whole
 number of leaves, the same settings, the same bits of each replicated input, and each rank's part
@@ -43,7 +51,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from . import _ops
+from . import _ops, moe
 from ._rank_agreement import (
     CHECKS,
     Check,
@@ -95,6 +103,7 @@ __all__ = [
     "LayoutError",
     "RowParallelLinear",
     "column_parallel_linear",
+    "expert_parallel_experts",
     "gather_last_dim",
     "linear_logp",
     "row_parallel_linear",
@@ -320,6 +329,130 @@ def row_parallel_linear(
     rows = _rows(x, "x", weight.shape[1])
     y = _RowParallel.apply(rows.contiguous(), weight, group, reduce)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
     return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+# --------------------------------------------------------------------------------------------
+# Expert parallelism
+# --------------------------------------------------------------------------------------------
+
+
+def _gather_rows(rows: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
+    """Every rank's ``rows`` (rank r holds ``sizes[r]`` of them), concatenated in rank order: an
+    all_gather of parts padded to the largest, each then cut to its size (no arithmetic)."""
+    if len(sizes) == 1:
+        return rows
+    largest = max(sizes)
+    padded = torch.cat([rows, rows.new_zeros(largest - rows.shape[0], rows.shape[1])]) if rows.shape[0] < largest else rows
+    return torch.cat([part[:size] for part, size in zip(_all_gather(padded, group), sizes)])
+
+
+class _ExpertRows(torch.autograd.Function):
+    """This rank's expert rows -> every rank's, in rank (= expert) order.  The output's gradient is
+    replicated, so a rank's part of it is its slice: no communication."""
+
+    @staticmethod
+    def forward(ctx: Any, rows: torch.Tensor, sizes: list[int], rank: int, group: Any) -> torch.Tensor:
+        ctx.span = (sum(sizes[:rank]), sum(sizes[: rank + 1]))
+        return _gather_rows(rows, sizes, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        start, end = ctx.span
+        return grad[start:end], None, None, None
+
+
+class _LocalTokenRows(torch.autograd.Function):
+    """``x[tokens]`` for this rank's expert rows; the backward gathers every rank's row gradients and
+    adds each token's in slot order (``moe.add_slots``), as one device does: the replicated x gets
+    the same gradient on every rank."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
+        ctx.save_for_backward(where)
+        ctx.sizes, ctx.group = sizes, group
+        return x.index_select(0, tokens)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        (where,) = ctx.saved_tensors
+        return moe.add_slots(_gather_rows(grad.contiguous(), ctx.sizes, ctx.group), where), None, None, None, None
+
+
+Combine = Literal["gather", "all_reduce"]
+"""``gather``: every rank's expert rows gathered and combined in slot order (one device's bits).
+``all_reduce``: each rank combines its own experts' rows into a partial output in the model dtype,
+summed by torch.distributed's all_reduce in the backend's order, as expert-parallel engines do: not
+layout-invariant; kept as the baseline it replaces (forward only)."""
+
+
+def expert_parallel_experts(
+    x: torch.Tensor,
+    logits: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    top_k: int,
+    renormalize: bool,
+    weights_in_model_dtype: bool = False,
+    *,
+    group: Any = None,
+    combine: Combine = "gather",
+    check: Check | None = None,
+) -> torch.Tensor:
+    """``rlkernels.moe.experts_forward`` with the experts sharded over the group: this rank holds
+    experts [rank * E / world, (rank + 1) * E / world) of E, ``gate_up`` [E / world, 2I, H] and
+    ``down`` [E / world, H, I] (``shard(full, 0)``); ``x`` [N, H] and ``logits`` [N, E] are
+    replicated.  Returns the replicated [N, H] output, with the bits of one device's
+    ``experts_forward`` on the full weights at every world size, and so its gradients: x's and the
+    logits' replicated, each rank's experts' weights' the slice of one device's.  Every rank must
+    hold the same number of experts (``check``: see CHECK)."""
+    rank, world = _world(group)
+    mode = _mode(check)
+    if combine not in ("gather", "all_reduce"):
+        raise ValueError(f"combine: expected 'gather' or 'all_reduce', got {combine!r}")
+    experts = logits.shape[-1] if isinstance(logits, torch.Tensor) and logits.dim() == 2 else -1
+
+    def terms() -> Terms:
+        for name, tensor in (("x", x), ("logits", logits), ("gate_up", gate_up), ("down", down)):
+            if not isinstance(tensor, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(tensor).__name__}")
+        moe.check_shapes("expert_parallel_experts", x, logits, gate_up, down, gate_up.shape[0] if gate_up.dim() == 3 else -1)
+        return Terms(
+            (Same("gate_up", "the experts each rank holds (E / world)", gate_up.shape[0]), Same("down", "its experts' width (I)", down.shape[2]),
+             Same("x", "its rows", x.shape[0]), Same("top_k", "the experts per token", int(top_k)),
+             Same("renormalize", "whether the weights are renormalised", int(bool(renormalize)), names=("False", "True")),
+             Same("weights_in_model_dtype", "where the weights are rounded", int(bool(weights_in_model_dtype)), names=("False", "True")),
+             Same("combine", "the combine", ("gather", "all_reduce").index(combine), names=("gather", "all_reduce")),
+             _grad_term("x", x), _check_term(mode)),
+            (Replicated("x", "the tokens are replicated", x), Replicated("logits", "the router's logits are replicated", logits)),
+            Part("gate_up", gate_up, 0),
+        )
+
+    agree("expert_parallel_experts", group, mode, gate_up, _device(gate_up), terms)
+    held = gate_up.shape[0]  # the same on every rank (agreed)
+    if held * world != experts:
+        raise LayoutError(f"gate_up: expected E / world = {experts} / {world} experts on each rank (the logits' E over the ranks), got {held}")
+    weights, chosen = moe.route(logits, top_k, renormalize, weights_in_model_dtype)
+    moe.recorded(chosen)
+    routing = moe.dispatch(chosen, experts)
+    counts = routing.counts[rank * held : (rank + 1) * held]
+    sizes = [sum(routing.counts[r * held : (r + 1) * held]) for r in range(world)]
+    start = sum(sizes[:rank])
+    tokens, top = x.shape[0], int(top_k)
+    rows = _LocalTokenRows.apply(x, routing.tokens[start : start + sizes[rank]], routing.place.view(tokens, top), sizes, group)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
+    mine = moe.expert_rows(rows, counts, gate_up, down)
+    if combine == "all_reduce":
+        # Each rank's experts' share of every token, summed by all_reduce: the baseline.
+        held_rows = torch.zeros(routing.order.numel(), x.shape[1], dtype=mine.dtype, device=mine.device)
+        held_rows[start : start + sizes[rank]] = mine.detach()
+        mask = torch.zeros(routing.order.numel(), 1, dtype=torch.bool, device=mine.device)
+        mask[start : start + sizes[rank]] = True
+        # Rounded to the model dtype first, as engines all-reduce a layer's output in it.
+        partial = moe.combine(held_rows, routing, torch.where(mask[routing.place].view(tokens, top), weights.detach(), 0), x.dtype)
+        if world > 1:
+            dist.all_reduce(partial, op=dist.ReduceOp.SUM, group=group)
+        return partial
+    every = _ExpertRows.apply(mine, sizes, rank, group)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
+    return moe.combine(every, routing, weights, x.dtype)
 
 
 def shard(full: torch.Tensor, dim: int, *, group: Any = None) -> torch.Tensor:

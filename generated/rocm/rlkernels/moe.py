@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -84,6 +84,16 @@ def route(logits: torch.Tensor, top_k: int, renormalize: bool, weights_in_model_
     return weights, chosen
 
 
+def add_slots(grad: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """Each token's rows of ``grad`` (the rows ``where[t]`` [N, top_k] names, one per slot) added in
+    slot order in float32, rounded once to ``grad``'s dtype: the backward of giving each assignment
+    its token's row."""
+    total = grad.index_select(0, where[:, 0]).float()
+    for slot in range(1, where.shape[1]):
+        total = total + grad.index_select(0, where[:, slot]).float()
+    return total.to(grad.dtype)
+
+
 class _TokenRows(torch.autograd.Function):
     """``x[tokens]``: each assignment's row of its token; the backward adds a token's rows back in
     slot order, in float32, rounded once (``where[t, s]``: the row of token t's slot s)."""
@@ -96,10 +106,7 @@ class _TokenRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         (where,) = ctx.saved_tensors
-        total = grad.index_select(0, where[:, 0]).float()
-        for slot in range(1, where.shape[1]):
-            total = total + grad.index_select(0, where[:, slot]).float()
-        return total.to(grad.dtype), None, None
+        return add_slots(grad, where), None, None
 
 
 class _PermutedRows(torch.autograd.Function):
@@ -117,6 +124,71 @@ class _PermutedRows(torch.autograd.Function):
         return grad.index_select(0, inverse), None, None
 
 
+class Dispatch(NamedTuple):
+    """Where a step's assignments go: assignment a = t * top_k + s (token t's slot s), ordered by
+    expert, then by token (a stable sort), as the experts read their rows."""
+
+    order: torch.Tensor  # [N * top_k]: the assignment of each expert row
+    place: torch.Tensor  # [N * top_k]: the expert row of each assignment (order's inverse)
+    tokens: torch.Tensor  # [N * top_k]: the token of each expert row
+    counts: list[int]  # rows per expert
+
+
+def dispatch(chosen: torch.Tensor, experts: int) -> Dispatch:
+    """The expert rows of a routing ``chosen`` [N, top_k] over ``experts`` experts."""
+    flat = chosen.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    place = torch.empty_like(order)
+    place[order] = torch.arange(order.numel(), device=order.device)
+    tokens = torch.div(order, chosen.shape[1], rounding_mode="floor")
+    return Dispatch(order, place, tokens, torch.bincount(flat, minlength=experts).tolist())
+
+
+def expert_rows(rows: torch.Tensor, counts: list[int], gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """Each expert's rows (``counts[e]`` consecutive rows of ``rows`` for expert e of ``gate_up``
+    [E, 2I, H] and ``down`` [E, H, I]) through det_linear (gate and up), swiglu and det_linear
+    (down): [sum(counts), H]."""
+    inner = down.shape[2]
+    gate_ups, downs = gate_up.unbind(0), down.unbind(0)  # one gradient tensor each, not one per expert
+    outputs = []
+    start = 0
+    for expert, count in enumerate(counts):
+        if count == 0:
+            continue
+        mine = rows[start : start + count]
+        projected = _ops.det_linear(mine, gate_ups[expert])
+        act = _ops.swiglu(projected[:, :inner].contiguous(), projected[:, inner:].contiguous())
+        outputs.append(_ops.det_linear(act, downs[expert]))
+        start += count
+    return torch.cat(outputs) if outputs else rows.new_empty((0, down.shape[1]))
+
+
+def combine(rows: torch.Tensor, routing: Dispatch, weights: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Each token's output from every expert row [N * top_k, H] (in dispatch order): the sum over
+    its slots, in slot order, of row (in float32) x weight, in float32, rounded once to ``dtype``."""
+    tokens, top_k = weights.shape
+    per_slot = _PermutedRows.apply(rows, routing.place, routing.order).view(tokens, top_k, rows.shape[1])  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
+    total = per_slot[:, 0].float() * weights[:, 0:1].float()
+    for slot in range(1, top_k):
+        total = total + per_slot[:, slot].float() * weights[:, slot : slot + 1].float()
+    return total.to(dtype)
+
+
+def check_shapes(caller: str, x: torch.Tensor, logits: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, experts: int) -> None:
+    """ValueError naming the argument when x [N, H], logits [N, E], gate_up [E', 2I, H], down
+    [E', H, I] do not fit (E': the experts held here, ``experts`` of them)."""
+    if x.dim() != 2 or logits.dim() != 2 or logits.shape[0] != x.shape[0] or gate_up.dim() != 3 or down.dim() != 3:
+        raise ValueError(
+            f"{caller}: expected x [N, H], logits [N, E], gate_up [E, 2I, H], down [E, H, I], got "
+            f"{list(x.shape)}, {list(logits.shape)}, {list(gate_up.shape)}, {list(down.shape)}"
+        )
+    hidden, inner = x.shape[1], down.shape[2]
+    if gate_up.shape != (experts, 2 * inner, hidden):
+        raise ValueError(f"{caller}: gate_up must be [E, 2I, H] = {[experts, 2 * inner, hidden]} for x {list(x.shape)} and down {list(down.shape)}, got {list(gate_up.shape)}")
+    if down.shape != (experts, hidden, inner):
+        raise ValueError(f"{caller}: down must be [E, H, I] = {[experts, hidden, inner]}, got {list(down.shape)}")
+
+
 def experts_forward(
     x: torch.Tensor,
     logits: torch.Tensor,
@@ -129,46 +201,18 @@ def experts_forward(
     """A sparse MoE block's output for ``x`` [N, H] and its router ``logits`` [N, E]: the module
     docstring's rule, with ``gate_up`` [E, 2I, H] (each expert's gate rows, then its up rows, as
     transformers and vLLM store them) and ``down`` [E, H, I].  Returns [N, H] in ``x``'s dtype."""
-    tokens, hidden = x.shape
-    experts = gate_up.shape[0]
-    if logits.shape != (tokens, experts) or gate_up.dim() != 3 or gate_up.shape[2] != hidden or down.dim() != 3:
-        raise ValueError(
-            f"experts_forward: expected x [N, H], logits [N, E], gate_up [E, 2I, H], down [E, H, I], got "
-            f"{list(x.shape)}, {list(logits.shape)}, {list(gate_up.shape)}, {list(down.shape)}"
-        )
-    inner = gate_up.shape[1] // 2
-    if down.shape != (experts, hidden, inner) or gate_up.shape[1] != 2 * inner:
-        raise ValueError(f"experts_forward: down must be [E, H, I] = {[experts, hidden, inner]} for gate_up {list(gate_up.shape)}, got {list(down.shape)}")
+    check_shapes("experts_forward", x, logits, gate_up, down, logits.shape[-1] if logits.dim() == 2 else -1)
     weights, chosen = route(logits, top_k, renormalize, weights_in_model_dtype)
+    recorded(chosen)
+    routing = dispatch(chosen, gate_up.shape[0])
+    rows = _TokenRows.apply(x, routing.tokens, routing.place.view(x.shape[0], top_k))  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
+    return combine(expert_rows(rows, routing.counts, gate_up, down), routing, weights, x.dtype)
+
+
+def recorded(chosen: torch.Tensor) -> None:
+    """Hand a routing to the open ``record_routing`` blocks (for callers that route themselves)."""
     for recorder in _RECORDERS:
         recorder.append(chosen)
-    # Assignment a = t * top_k + s (token t's slot s), ordered by expert, then token (a stable sort).
-    flat = chosen.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    place = torch.empty_like(order)
-    place[order] = torch.arange(order.numel(), device=order.device)
-    rows = _TokenRows.apply(x, torch.div(order, top_k, rounding_mode="floor"), place.view(tokens, top_k))  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
-    counts = torch.bincount(flat, minlength=experts).tolist()
-    gate_ups, downs = gate_up.unbind(0), down.unbind(0)  # one gradient tensor each, not one per expert
-    outputs = []
-    start = 0
-    for expert, count in enumerate(counts):
-        if count == 0:
-            continue
-        mine = rows[start : start + count]
-        projected = _ops.det_linear(mine, gate_ups[expert])
-        act = _ops.swiglu(projected[:, :inner].contiguous(), projected[:, inner:].contiguous())
-        outputs.append(_ops.det_linear(act, downs[expert]))
-        start += count
-    if outputs:
-        expert_rows = torch.cat(outputs)
-    else:  # no tokens
-        expert_rows = x.new_empty((0, hidden))
-    per_slot = _PermutedRows.apply(expert_rows, place, order).view(tokens, top_k, hidden)  # type: ignore[no-untyped-call]  # torch.autograd.Function.apply carries no annotations
-    total = per_slot[:, 0].float() * weights[:, 0:1].float()
-    for slot in range(1, top_k):
-        total = total + per_slot[:, slot].float() * weights[:, slot : slot + 1].float()
-    return total.to(x.dtype)
 
 
 def router_disagreement(experts_a: torch.Tensor, experts_b: torch.Tensor) -> float:
