@@ -159,6 +159,51 @@ def test_logp_whose_bits_change_between_calls_is_caught(built, tmp_path):
     assert all_same_bits(runs[0], runs[1]) and not all_same_bits(runs[2], runs[3])
 
 
+# ---------------------------------------------------------------------------- softmax
+
+SOFTMAX_SPLITS_LONG_ROWS_OF_SMALL_BATCHES = [
+    (
+        """\
+      const float sum = host_sum_lanes_tree<kLanes>(V, [x, out, shift](int64_t v) {
+        const float term = shifted_exp(to_float(x[v]), shift);
+        out[v] = term;
+        return term;
+      });""",
+        """\
+      const auto term_of = [x, out, shift](int64_t v) {
+        const float term = shifted_exp(to_float(x[v]), shift);
+        out[v] = term;
+        return term;
+      };
+      // MUTANT: few rows and long ones: sum each half of a row on its own, then add the halves.
+      const int64_t half = V / 2;
+      const float sum = N < 4 && V > 2 * kLanes
+                            ? add_rn(host_sum_lanes_tree<kLanes>(half, term_of),
+                                     host_sum_lanes_tree<kLanes>(V - half, [&term_of, half](int64_t v) { return term_of(half + v); }))
+                            : host_sum_lanes_tree<kLanes>(V, term_of);""",
+    ),
+]
+
+
+def test_softmax_that_splits_long_rows_of_small_batches_is_caught(built, tmp_path):
+    """Mutant: softmax's rows CPU kernel (a MoE router's scoring), given fewer than 4 rows longer
+    than two lane rounds (V > 512), sums each half of a row's exponentials separately and adds the
+    two sums: the split reduction a kernel uses to keep a GPU busy on a small batch.  Each order
+    alone is deterministic and accurate.
+
+    Caught by test_batch_invariant (batches of 1 and 2 rows against 256) on every dtype; not by
+    test_accuracy or test_deterministic.  Not catchable on a router's widths (V = 8 to 128): there
+    one row alone gives its bits in a batch (checked below)."""
+    mutant = build_mutant("softmax_rows.cpp", SOFTMAX_SPLITS_LONG_ROWS_OF_SMALL_BATCHES)
+    assert_caught(mutant, "softmax_rows.cpp", "softmax", {"test_batch_invariant"}, tmp_path)
+
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(64, 128, generator=g)
+    calls = [("softmax", "rows", (logits[:1],)), ("softmax", "rows", (logits,))]
+    alone, batch = call_kernels(mutant.root, calls, tmp_path / "mutated")
+    assert same_bits(alone[0], batch[0][:1])
+
+
 # ---------------------------------------------------------------------------- rms_norm
 
 RMS_NORM_SPLITS_LONG_ROWS_OF_SMALL_BATCHES = [
