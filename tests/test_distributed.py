@@ -65,16 +65,7 @@ def whole(world: int, out: Path, reduce: str) -> dict[str, torch.Tensor]:
     """The ranks' results as one model's: log-probs, entropy, loss, and every weight's gradient
     with the parts concatenated along their split; replicated gradients must agree across ranks."""
     ranks = [torch.load(out / f"tp{world}-{reduce}-rank{rank}.pt") for rank in range(world)]
-    result = {name: ranks[0][name] for name in ("lp", "entropy", "loss")}
-    for name in ranks[0]["grads"]:
-        parts = [r["grads"][name] for r in ranks]
-        dim = tp_worker.split_of(name)
-        if dim is None:
-            for rank, part in enumerate(parts[1:], 1):
-                assert torch.equal(bits(part), bits(parts[0])), f"replicated gradient {name}: rank {rank} differs from rank 0"
-            result[f"grad {name}"] = parts[0]
-        else:
-            result[f"grad {name}"] = torch.cat(parts, dim=dim)
+    result = {name: ranks[0][name] for name in ("lp", "entropy", "loss")} | whole_grads(ranks, tp_worker.split_of)
     for name in ("lp", "entropy", "loss"):
         for rank, r in enumerate(ranks[1:], 1):
             assert torch.equal(bits(r[name]), bits(result[name])), f"{name}: rank {rank} differs from rank 0"
@@ -115,10 +106,16 @@ def whole_experts(world: int, out: Path, combine: str) -> dict[str, torch.Tensor
     ranks = [torch.load(out / f"ep{world}-{combine}-rank{rank}.pt") for rank in range(world)]
     for rank, r in enumerate(ranks[1:], 1):
         assert torch.equal(bits(r["y"]), bits(ranks[0]["y"])), f"expert parallelism at {world}: rank {rank}'s output differs from rank 0's"
-    result = {"y": ranks[0]["y"]}
+    return {"y": ranks[0]["y"]} | whole_grads(ranks, tp_worker.MOE_SPLIT.get)
+
+
+def whole_grads(ranks: list[dict], split_of) -> dict[str, torch.Tensor]:
+    """Every tensor's gradient as one device's ("grad <name>"): the parts concatenated along their
+    split (``split_of(name)``), a replicated one checked to be the same on every rank."""
+    result = {}
     for name in ranks[0]["grads"]:
         parts = [r["grads"][name] for r in ranks]
-        dim = tp_worker.MOE_SPLIT.get(name)
+        dim = split_of(name)
         if dim is None:
             for rank, part in enumerate(parts[1:], 1):
                 assert torch.equal(bits(part), bits(parts[0])), f"replicated gradient {name}: rank {rank} differs from rank 0"

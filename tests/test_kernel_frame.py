@@ -104,12 +104,12 @@ def test_a_name_map_has_no_attribute_a_spec_name_could_reach() -> None:
 
 def test_an_unknown_functor_is_refused_naming_the_ones_there_are(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     project = copy_project(tmp_path / "proj", with_generated=False, ops=("silu", "silu_backward"))
-    line = project.edit("specs/ops/silu.yaml", "functor: silu\n", "functor: sigmoid\n")
+    line = project.edit("specs/ops/silu.yaml", "functor: silu\n", "functor: no_such_functor\n")
     assert project.run("generate") != 0
     err = capsys.readouterr().err
     expected = ", ".join(sorted(p.stem for p in (project.root / "templates/kernels/functors").glob("*.j2") if not p.stem.startswith("_")))
     assert "silu, silu_backward" in expected
-    assert f"specs/ops/silu.yaml:{line}: kernels.elementwise.functor: Unknown functor sigmoid. Expected one of {expected}" in err, err
+    assert f"specs/ops/silu.yaml:{line}: kernels.elementwise.functor: Unknown functor no_such_functor. Expected one of {expected}" in err, err
     assert not project.generated.exists()
 
 

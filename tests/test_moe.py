@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="the CPU package tests need torch (make test installs it)")
 transformers = pytest.importorskip("transformers", reason="the transformers integration tests need transformers (make test installs it)")
 
-from test_transformers_chain import alone, assert_same_step, grpo_step, padded, sequences
+from test_transformers_chain import alone_run_to_run_and_on_threads, assert_same_step, grpo_step, padded, sequences
 
 from bitwise import bits, same_bits
 from package_build import import_built
@@ -32,10 +32,16 @@ TARGET = 70
 
 def make_moe(family: str, dtype: torch.dtype, **overrides):
     """A 2-layer MoE decoder with 8 experts, top 2.  Qwen3-MoE: layer 0 sparse (renormalised
-    weights rounded to the model dtype), layer 1 dense (mlp_only_layers); Mixtral: both sparse
-    (weights kept in float32).  The routers get weights large enough that tokens spread over the
+    weights rounded to the model dtype), layer 1 dense (mlp_only_layers); Qwen2-MoE: both sparse,
+    weights not renormalised (its default), a shared expert and its sigmoid gate, q/k/v biases;
+    Mixtral: both sparse (weights kept in float32).  The routers get weights large enough that tokens spread over the
     experts (Qwen3-MoE's start at zero, where every expert ties)."""
-    if family == "qwen3_moe":
+    if family == "qwen2_moe":
+        config = transformers.Qwen2MoeConfig(
+            **{**MOE_SIZES, "intermediate_size": 96, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 64, "num_experts": 8, **overrides}
+        )
+        cls = transformers.Qwen2MoeForCausalLM
+    elif family == "qwen3_moe":
         config = transformers.Qwen3MoeConfig(
             **{**MOE_SIZES, "intermediate_size": 96, "moe_intermediate_size": 48, "num_experts": 8, "norm_topk_prob": True, "mlp_only_layers": [1], **overrides}
         )
@@ -180,7 +186,7 @@ def test_router_disagreement(moe):
 # ---- patched models
 
 
-CASES = [("qwen3_moe", "bfloat16"), ("mixtral", "bfloat16"), ("qwen3_moe", "float32")]
+CASES = [("qwen3_moe", "bfloat16"), ("mixtral", "bfloat16"), ("qwen2_moe", "bfloat16"), ("qwen3_moe", "float32")]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -193,15 +199,7 @@ def test_patched_moe_is_bitwise_batch_invariant(rlkernels, rlkt, family, dtype):
     with torch.no_grad():
         reference = model(target.unsqueeze(0)).logits.float().log_softmax(-1)[0, :-1].gather(-1, target[1:, None])[:, 0]
     rlkt.patch(model)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        want = alone(rlkernels, rlkt, model, target)
-        assert_same_step(alone(rlkernels, rlkt, model, target), want, model, "run to run")
-        torch.set_num_threads(1)
-        assert_same_step(alone(rlkernels, rlkt, model, target), want, model, "1 thread vs 2")
-    finally:
-        torch.set_num_threads(threads)
+    want = alone_run_to_run_and_on_threads(rlkernels, rlkt, model, target)
     # The patched model computes what the model computes, within the rounding of another order; in
     # bfloat16 another rounding of a router logit may flip a near tie, and a token then takes
     # another expert: most tokens, not all, are close there.
@@ -249,7 +247,7 @@ def test_config_keys_the_patch_does_not_implement_are_refused(rlkt, family, over
 
 
 def test_a_moe_family_without_a_rule_is_refused(rlkt):
-    config = transformers.Qwen2MoeConfig(**{**MOE_SIZES, "intermediate_size": 96, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 48, "num_experts": 8})
-    model = transformers.Qwen2MoeForCausalLM(config).eval()
-    with pytest.raises(rlkt.PatchError, match="model_type='qwen2_moe'"):
+    config = transformers.OlmoeConfig(**{**MOE_SIZES, "intermediate_size": 48, "num_experts": 8})
+    model = transformers.OlmoeForCausalLM(config).eval()
+    with pytest.raises(rlkt.PatchError, match="model_type='olmoe'"):
         rlkt.patch(model)

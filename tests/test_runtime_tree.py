@@ -31,7 +31,7 @@ def test_removing_an_op_an_integration_calls_is_refused(project: Project, capsys
     assert project.run("generate") == 2
     err = capsys.readouterr().err
     line = next(i for i, text in enumerate((project.root / "specs/package.yaml").read_text().splitlines(), 1) if text.startswith("  transformers:"))
-    assert f"specs/package.yaml:{line}: integrations.transformers.7: transformers calls op swiglu, which no spec defines" in err, err
+    assert f"specs/package.yaml:{line}: integrations.transformers.8: transformers calls op swiglu, which no spec defines" in err, err
     assert project.snapshot() == before
 
 

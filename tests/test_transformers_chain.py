@@ -137,6 +137,20 @@ def alone(rlkernels, rlkt, model, target: torch.Tensor) -> Step:
     return grpo_step(rlkernels, model, lp[0, :-1])
 
 
+def alone_run_to_run_and_on_threads(rlkernels, rlkt, model, target: torch.Tensor) -> Step:
+    """The target's step alone on 2 threads, checked to have the same bits run to run and on 1 thread."""
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        want = alone(rlkernels, rlkt, model, target)
+        assert_same_step(alone(rlkernels, rlkt, model, target), want, model, "run to run")
+        torch.set_num_threads(1)
+        assert_same_step(alone(rlkernels, rlkt, model, target), want, model, "1 thread vs 2")
+    finally:
+        torch.set_num_threads(threads)
+    return want
+
+
 def assert_same_step(got: Step, want: Step, model, what: str) -> None:
     assert same_bits(got.lp, want.lp), f"{what}: log-probs differ in {int((bits(got.lp) != bits(want.lp)).sum())} of {want.lp.numel()} tokens"
     names = [name for name, _ in model.named_parameters()]
@@ -151,15 +165,7 @@ def test_chain_is_bitwise_batch_invariant(rlkernels, rlkt, family, dtype, device
     model = rlkt.patch(make_model(family, DTYPES[dtype], device))
     target, others = sequences(model.config.vocab_size)
     target, others = target.to(device), [o.to(device) for o in others]
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        want = alone(rlkernels, rlkt, model, target)
-        assert_same_step(alone(rlkernels, rlkt, model, target), want, model, "run to run")
-        torch.set_num_threads(1)
-        assert_same_step(alone(rlkernels, rlkt, model, target), want, model, "1 thread vs 2")
-    finally:
-        torch.set_num_threads(threads)
+    want = alone_run_to_run_and_on_threads(rlkernels, rlkt, model, target)
 
     for side in ("right", "left"):
         for row in ROWS:

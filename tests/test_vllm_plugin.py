@@ -337,10 +337,10 @@ def test_stock_vllm_fails_the_same_comparison(stock):
     assert equal < total and len(failures) == total, f"stock vLLM matched the trainer in {equal} of {total} sequences"
 
 
-# ---- mixtures of experts: Qwen3-MoE (one sparse layer, one dense) and Mixtral (both sparse), 8
-# experts, top 2 (tests/test_moe.py's models at these sizes).
+# ---- mixtures of experts: Qwen3-MoE (one sparse layer, one dense), Qwen2-MoE (a shared expert) and
+# Mixtral (both layers sparse), 8 experts, top 2 (tests/test_moe.py's models at these sizes).
 
-MOE_ENGINES = {("qwen3_moe", "bfloat16"): True, ("mixtral", "bfloat16"): False, ("qwen3_moe", "float32"): False}
+MOE_ENGINES = {("qwen3_moe", "bfloat16"): True, ("mixtral", "bfloat16"): False, ("qwen2_moe", "bfloat16"): False, ("qwen3_moe", "float32"): False}
 """(family, dtype) -> whether its engine runs vLLM's default, compiled mode (else enforce_eager)."""
 GROUP = 3  # samples per request in the seeded groups
 
@@ -396,7 +396,7 @@ def trainer_routing(model_dir: Path, dtype: str, ids: list[int]) -> list[list[li
 
 @pytest.mark.parametrize(("family", "dtype"), list(MOE_ENGINES))
 def test_vllm_moe_reports_the_trainers_log_probs_and_routing_bit_for_bit(moe_engines, family, dtype):
-    """Every log-prob vLLM reports with the plugin, for Qwen3-MoE and Mixtral (compiled and eager,
+    """Every log-prob vLLM reports with the plugin, for Qwen3-MoE, Qwen2-MoE and Mixtral (compiled and eager,
     bfloat16 and float32), is token_logprobs' of the patched transformers model, bit for bit: greedy
     and seeded, alone and batched, chunked prefill, prefix cache off and hit, seeded groups of
     GROUP samples; and every token of a prompt alone chose the same experts in the engine as in

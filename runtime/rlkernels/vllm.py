@@ -10,7 +10,7 @@ processes and loads the plugin in each, so the variable must be set where the en
 
 ``0`` or unset is off; any other value is refused (never read as off).
 
-When on, every op of a Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE or Mixtral decoder runs on the package's kernels:
+When on, every op of a Llama, Qwen2, Qwen3, Mistral, Qwen2-MoE, Qwen3-MoE or Mixtral decoder runs on the package's kernels:
 the linear layers (vLLM's merged QKV and gate/up projections included) ``det_linear``, the
 embedding ``embedding``, RMS norm (with vLLM's fused residual add, the add in the model dtype)
 ``rms_norm``, the gated MLP ``swiglu``, RoPE ``rope``, attention over vLLM's paged KV cache, the LM
@@ -670,11 +670,28 @@ def _install_moe() -> type:
             logits = linear(x, self.gate.weight) if self.gate is not None else router_logits.reshape(x.shape[0], -1).contiguous()
             experts = self.routed_experts
             y, _ = moe_op(x, logits, experts.w13_weight, experts.w2_weight, top_k, renormalize, in_model_dtype)
+            if self._shared_experts is not None:
+                # Qwen2-MoE's shared expert (vLLM's Qwen2MoeMLP: merged gate/up, SiLU, down, and the
+                # sigmoid gate it holds), on the routed layers and the sigmoid op, added as the trainer adds it.
+                mlp = self._shared_experts._layer
+                shared = mlp.down_proj(mlp.act_fn(mlp.gate_up_proj(x)[0]))[0]
+                y = y + _kernel(OPS["sigmoid"], x.device)(mlp.expert_gate(x)[0].contiguous()) * shared
             return y.view(hidden_states.shape)
 
     _export(_MoEMethod, "RoutedMoEMethod")
     _MoERunner.rlkernels_method = _MoEMethod
     return _export(_MoERunner, "RoutedMoERunner")
+
+
+def _is_gated_shared_expert(mlp: nn.Module) -> bool:
+    """vLLM's Qwen2MoeMLP as Qwen2-MoE builds its shared expert: merged gate/up, SiLU and mul, down,
+    and a one-output ``expert_gate`` whose sigmoid scales the output."""
+    gate = getattr(mlp, "expert_gate", None)
+    parts = ("gate_up_proj", "act_fn", "down_proj")
+    return (
+        type(mlp).__name__ == "Qwen2MoeMLP" and all(isinstance(getattr(mlp, part, None), nn.Module) for part in parts)
+        and type(mlp.act_fn).__name__ == "RoutedSiluAndMul" and gate is not None and getattr(gate, "output_size", None) == 1
+    )
 
 
 def _route_moe(model: nn.Module, arch: str, config: Any) -> list[str]:
@@ -693,8 +710,8 @@ def _route_moe(model: nn.Module, arch: str, config: Any) -> list[str]:
         why = None
         if rule is None:
             why = f"a MoE layer in {arch}, a family whose routing the plugin does not know"
-        elif module.shared_experts is not None or module.shared_expert_gate is not None:
-            why = "shared experts (their sigmoid gate has no batch-invariant op yet)"
+        elif module.shared_expert_gate is not None or (module.shared_experts is not None and not _is_gated_shared_expert(module.shared_experts._layer)):
+            why = "shared experts other than a gated MLP holding its own sigmoid gate (Qwen2-MoE's)"
         elif module.routed_input_transform is not None or module.routed_output_transform is not None or module.routed_scaling_factor != 1.0:
             why = "a transform or a scaling of the routed experts' input or output"
         elif moe_config.has_bias or experts.local_num_experts != experts.global_num_experts:

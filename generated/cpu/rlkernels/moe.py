@@ -5,7 +5,7 @@
     weights, experts = moe.route(logits, top_k=2, renormalize=True)
     y = moe.experts_forward(x, logits, gate_up, down, top_k=2, renormalize=True)
 
-``rlkernels.transformers.patch`` runs a Qwen3-MoE or Mixtral sparse block through
+``rlkernels.transformers.patch`` runs a Qwen2-MoE, Qwen3-MoE or Mixtral sparse block through
 ``experts_forward``, and the vLLM plugin runs vLLM's MoE layers of the same families through it
 too (as the ``moe_experts`` custom op below, opaque to torch.compile), so a token picks the same
 experts and gets the same bits in both.

@@ -196,6 +196,20 @@ FAMILIES: tuple[Family, ...] = (
         unread=frozenset({"use_sliding_window", "max_window_layers"}),
         moe=MoeRule("norm_topk_prob", weights_in_model_dtype=True, vllm_block="Qwen3MoeSparseMoeBlock"),
     ),
+    # Qwen2-MoE: Qwen2's attention (q/k/v biases, layer_types) and Qwen3-MoE's routing, with a shared
+    # expert whose output the sigmoid of its one-output gate scales (the modules say whether there is one).
+    Family(
+        "qwen2_moe",
+        "Qwen2Moe",
+        True,
+        _qwen_layers,
+        {
+            **_LLAMA_KEYS, **_QWEN_WINDOW_KEYS, "qkv_bias": None, "decoder_sparse_step": None, "mlp_only_layers": None,
+            "moe_intermediate_size": None, "norm_topk_prob": None, "num_experts": None, "num_experts_per_tok": None, "num_local_experts": None,
+            "router_aux_loss_coef": None, "shared_expert_intermediate_size": None,
+        },
+        moe=MoeRule("norm_topk_prob", weights_in_model_dtype=True, vllm_block="Qwen2MoeSparseMoeBlock"),
+    ),
     Family(
         "mixtral",
         "Mixtral",

@@ -413,6 +413,16 @@ def rope_backward(grad_y: torch.Tensor, position_ids: torch.Tensor, theta: float
     return _rope_rotate(grad_y, position_ids, theta, interleaved, -1.0)
 
 
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """1 / (1 + exp(-x))."""
+    return torch.sigmoid(x)
+
+
+def sigmoid_backward(grad_y: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dy * (1 - y) * y, y = sigmoid(x) the forward's output."""
+    return grad_y * (1 - y) * y
+
+
 def silu(x: torch.Tensor) -> torch.Tensor:
     """x * sigmoid(x)."""
     return x * torch.sigmoid(x)

@@ -8,7 +8,7 @@
 ``patch`` reads from the model's config what each layer computes (RoPE or none, full attention
 or a sliding window), swaps the forward of each module it recognises by structure (linear
 layers, embeddings, RMS norms, the SiLU-gated MLP, rotary embedding, Llama-style attention, and
-the sparse MoE blocks of Qwen3-MoE and Mixtral, by ``rlkernels.moe``'s rule) and
+the sparse MoE blocks of Qwen2-MoE, Qwen3-MoE and Mixtral, by ``rlkernels.moe``'s rule) and
 sets the attention implementation to ``"rlkernels"``; parameters and state dict stay as they
 are, and ``unpatch`` restores the model exactly.  It refuses the whole model, naming what it
 cannot follow, rather than compute something else: a model type outside ``SUPPORTED_CONFIG``,
@@ -295,6 +295,11 @@ def _moe_forward(self: Any, hidden_states: torch.Tensor, *, rlkernels_renormaliz
     y = moe.experts_forward(
         x, logits, self.experts.gate_up_proj, self.experts.down_proj, int(self.gate.top_k), rlkernels_renormalize, rlkernels_weights_in_model_dtype
     )
+    shared = getattr(self, "shared_expert", None)
+    if shared is not None:
+        # Qwen2-MoE's shared expert, scaled by the sigmoid of its gate, then added: each step
+        # rounded to the model dtype, in the model's order (the patched MLP and linear layers run).
+        y = y + _ops.sigmoid(self.shared_expert_gate(x)) * shared(x)
     return y.view(shape)
 
 
@@ -439,7 +444,7 @@ def _read_config(config: Any) -> tuple[list[_LayerKind], list[str]]:
 
 
 # The catalog ops (or aliases) this module calls (specs/package.yaml's integrations.transformers).
-_OPS_CALLED = ("attention", "det_linear", "embedding", "linear_logp", "rms_norm", "rope", "silu", "softmax", "swiglu")
+_OPS_CALLED = ("attention", "det_linear", "embedding", "linear_logp", "rms_norm", "rope", "sigmoid", "silu", "softmax", "swiglu")
 
 
 def _device_refusals(model: nn.Module) -> list[str]:
@@ -593,10 +598,14 @@ def _attention_refusal(module: nn.Module, kind: _LayerKind, theta: float | None,
 
 def _attention_window(module: Any) -> int | None:
     """The sliding window a layer passes to its attention: its own attribute where it has one
-    (Qwen2, Qwen3, SmolLM3: None on full-attention layers), else its config's (Mistral)."""
+    (Qwen2, Qwen3, SmolLM3: None on full-attention layers); else none where its config names each
+    layer's type (Qwen2-MoE sets the attribute on sliding layers only), else its config's (Mistral)."""
     if "sliding_window" in vars(module):
         return module.sliding_window
-    return getattr(getattr(module, "config", None), "sliding_window", None)
+    config = getattr(module, "config", None)
+    if getattr(config, "layer_types", None) is not None:
+        return None
+    return getattr(config, "sliding_window", None)
 
 
 def _layer_disagreement(module: Any, kind: _LayerKind) -> str | None:
@@ -699,13 +708,20 @@ def _check_mlp(module: Any) -> str | None:
 
 
 _MOE_PARTS = ("gate", "experts")
+_SHARED_EXPERT_PARTS = ("shared_expert", "shared_expert_gate")
 
 
 def _is_moe_block(module: nn.Module) -> bool:
     """A sparse MoE block by its structure: a router ``gate`` (weight [E, H], ``top_k``) and fused
-    ``experts`` (gate_up_proj [E, 2I, H], down_proj [E, H, I], ``act_fn``), nothing else."""
-    if {name for name, _ in module.named_children()} != set(_MOE_PARTS) or list(module.parameters(recurse=False)):
+    ``experts`` (gate_up_proj [E, 2I, H], down_proj [E, H, I], ``act_fn``), and either nothing else
+    or a gated-MLP ``shared_expert`` with a one-output ``shared_expert_gate`` (Qwen2-MoE)."""
+    children = {name for name, _ in module.named_children()}
+    if children not in (set(_MOE_PARTS), {*_MOE_PARTS, *_SHARED_EXPERT_PARTS}) or list(module.parameters(recurse=False)):
         return False
+    if "shared_expert" in children:
+        shared, shared_gate = module.get_submodule("shared_expert"), module.get_submodule("shared_expert_gate")
+        if not (_is_gated_mlp(shared) and isinstance(shared_gate, nn.Linear) and shared_gate.out_features == 1):
+            return False
     gate, experts = module.gate, module.experts
     weight = getattr(gate, "weight", None)
     gate_up, down = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
@@ -736,6 +752,9 @@ def _moe_refusal(module: Any, rule: MoeRule | None, config: Any) -> str | None:
         x = _probe((2, 5, probe.gate.weight.shape[1]), 7)
         try:
             theirs = probe(x)
+            if hasattr(probe, "shared_expert"):  # the copy's shared expert and gate on the patched forwards
+                probe.shared_expert.forward = functools.partial(_mlp_forward, probe.shared_expert)
+                probe.shared_expert_gate.forward = functools.partial(_linear_forward, probe.shared_expert_gate)
             ours = _make_moe_forward(rule.renormalizes(config), rule.weights_in_model_dtype)(probe, x)
         except Exception as exc:  # noqa: BLE001 -- a block with another forward is another block
             return f"its forward could not be compared with the patched one ({type(exc).__name__}: {exc})"
