@@ -317,8 +317,8 @@ def test_patch_refuses_what_it_cannot_convert_and_changes_nothing(rlkt):
     gemma = transformers.GemmaForCausalLM(transformers.GemmaConfig(**sizes))  # RMS norm with (1 + weight)
     with pytest.raises(rlkt.PatchError, match=r"does not implement model_type='gemma'; it implements granite, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3"):
         rlkt.patch(gemma)
-    moe = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**sizes, moe_intermediate_size=32, num_experts=4))
-    with pytest.raises(rlkt.PatchError, match=r"does not implement model_type='qwen3_moe'"):
+    moe = transformers.OlmoeForCausalLM(transformers.OlmoeConfig(**sizes, num_experts=4, num_experts_per_tok=2))
+    with pytest.raises(rlkt.PatchError, match=r"does not implement model_type='olmoe'"):
         rlkt.patch(moe)
 
 
